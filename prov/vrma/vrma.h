@@ -1,0 +1,367 @@
+// vrma: private declarations shared by the provider's files.
+#pragma once
+
+#include <cerrno>
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <rdma/fabric.h>
+#include <rdma/fi_cm.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_eq.h>
+#include <rdma/fi_errno.h>
+#include <rdma/fi_rma.h>
+#include <rdma/providers/fi_log.h>
+#include <rdma/providers/fi_prov.h>
+
+#include <infiniband/verbs.h>
+#include <rdma/rdma_cma.h>
+
+#include "slot_ring.h"
+#include "vrma_errno.h"
+#include "vrma_verbs.h"
+#include "vrma_wire.h"
+
+namespace vrma {
+
+// The core writes its own state into provider.context: keep it mutable.
+extern fi_provider provider;
+
+inline constexpr uint32_t kProviderVersion = FI_VERSION(0, 1);
+inline constexpr uint32_t kApiVersion = FI_VERSION(1, 17);
+
+#define VRMA_WARN(subsys, ...) FI_WARN(&::vrma::provider, subsys, __VA_ARGS__)
+#define VRMA_INFO(subsys, ...) FI_INFO(&::vrma::provider, subsys, __VA_ARGS__)
+#define VRMA_DBG(subsys, ...) FI_DBG(&::vrma::provider, subsys, __VA_ARGS__)
+
+// Provider parameters (FI_VRMA_*), read once at fi_prov_ini.
+struct Params {
+	size_t tx_size = 384;      // default send queue depth per endpoint
+	size_t rx_size = 384;      // default receive queue depth per endpoint
+	size_t iov_limit = 4;      // default scatter/gather entries per operation
+	size_t cq_size = 1024;     // default completion queue entries
+	int inline_size = -1;      // -1: as much as the device allows
+	int cm_timeout_ms = 2000;  // address/route resolution timeout
+	int listen_backlog = 1024;
+};
+extern Params params;
+void params_init() noexcept;
+
+// What vrma offers.
+inline constexpr uint64_t kMsgCaps = FI_MSG | FI_SEND | FI_RECV;
+inline constexpr uint64_t kRmaCaps =
+	FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
+inline constexpr uint64_t kDomainCaps = FI_LOCAL_COMM | FI_REMOTE_COMM;
+inline constexpr uint64_t kCaps = kMsgCaps | kRmaCaps | kDomainCaps;
+inline constexpr uint64_t kTxOpFlags =
+	FI_COMPLETION | FI_INJECT | FI_INJECT_COMPLETE | FI_TRANSMIT_COMPLETE;
+inline constexpr uint64_t kRxOpFlags = FI_COMPLETION;
+// Flags an operation may carry that vrma understands.
+inline constexpr uint64_t kTxOpFlagsAccepted =
+	kTxOpFlags | FI_MORE | FI_REMOTE_CQ_DATA;
+// RC orders everything except a later write or send overtaking an earlier
+// read's data (WAR/SAR are not promised).
+inline constexpr uint64_t kMsgOrder = FI_ORDER_RAR | FI_ORDER_RAW | FI_ORDER_RAS |
+				      FI_ORDER_WAW | FI_ORDER_WAS | FI_ORDER_SAW |
+				      FI_ORDER_SAS;
+inline constexpr int kMrMode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
+// Modes vrma can take up when the application offers them.
+inline constexpr uint64_t kOptionalModes = FI_RX_CQ_DATA;
+inline constexpr size_t kCqDataSize = 4; // 32-bit immediate data
+// Scatter/gather entries are built on the stack: at most this many.
+inline constexpr size_t kMaxSge = 32;
+
+// fi_info owned by a provider object.
+struct FiInfoDeleter {
+	void operator()(fi_info *i) const noexcept { fi_freeinfo(i); }
+};
+using FiInfoPtr = std::unique_ptr<fi_info, FiInfoDeleter>;
+
+// Recover the provider object from the fid the application hands back. Each
+// object derives from its libfabric fid struct, whose first member is the fid.
+template <typename T> T *from_fid(fid *f) noexcept
+{
+	return static_cast<T *>(reinterpret_cast<typename T::FidType *>(f));
+}
+
+struct Eq;
+struct Cq;
+struct Ep;
+
+// Entries for fi_ops members a class does not implement. The inline fi_*
+// wrappers call through these pointers unchecked (ofi_rxm probes
+// fi_open_ops on the core domain, for instance): never leave one NULL.
+int fid_no_bind(fid *f, fid *bfid, uint64_t flags) noexcept;
+int fid_no_control(fid *f, int command, void *arg) noexcept;
+int fid_no_ops_open(fid *f, const char *name, uint64_t flags, void **ops, void *context) noexcept;
+int fid_tostr(const fid *f, char *buf, size_t len) noexcept;
+int fid_no_ops_set(fid *f, const char *name, uint64_t flags, void *ops, void *context) noexcept;
+
+// Operation-table entries for calls a class does not offer: -FI_ENOSYS and
+// one warning instead of a NULL pointer.
+template <typename F> struct NoSys;
+template <typename R, typename... A> struct NoSys<R (*)(A...)> {
+	static R fn(A...) noexcept
+	{
+		FI_WARN(&provider, FI_LOG_CORE, "operation not supported by vrma\n");
+		return static_cast<R>(-FI_ENOSYS);
+	}
+};
+#define VRMA_NOSYS(table, member) ::vrma::NoSys<decltype(table::member)>::fn
+
+struct Fabric final : fid_fabric {
+	using FidType = fid_fabric;
+	std::string name;
+	DeviceListPtr devices; // rdma_cm's contexts: the ones cm ids are bound to
+	std::atomic<int> refs{0};
+};
+
+struct Domain final : fid_domain {
+	using FidType = fid_domain;
+	Fabric *fabric = nullptr;
+	ibv_context *ctx = nullptr; // owned by the fabric's device list
+	PdPtr pd;
+	FiInfoPtr info;
+	ibv_device_attr dev_attr{};
+	uint32_t max_msg_size = 0;
+	int inline_size = 0; // what a QP of this domain is created with
+	std::atomic<int> refs{0};
+};
+
+struct Mr final : fid_mr {
+	using FidType = fid_mr;
+	uint32_t lkey = 0; // first: the data path reads it through desc
+	Domain *domain = nullptr;
+	MrPtr mr;
+};
+static_assert(offsetof(fid_mr, mem_desc) > 0, "layout");
+
+// A completion as the CQ will report it.
+struct Completion {
+	void *op_context = nullptr;
+	uint64_t flags = 0;
+	size_t len = 0;
+	void *buf = nullptr;
+	uint64_t data = 0;
+};
+
+// An entry parked in the CQ's software queue: reported later, in order.
+struct CqPending {
+	bool is_error = false;
+	Completion comp;
+	fi_cq_err_entry err{};
+};
+
+struct Cq final : fid_cq {
+	using FidType = fid_cq;
+	Domain *domain = nullptr;
+	fi_cq_format format = FI_CQ_FORMAT_CONTEXT;
+	fi_wait_obj wait_obj = FI_WAIT_NONE;
+	size_t entry_size = 0;
+	CompChannelPtr channel;
+	CqPtr cq;
+	Fd epoll_fd;  // waits on the completion channel and signal_fd
+	Fd signal_fd; // eventfd written by fi_cq_signal
+	std::mutex lock;
+	std::deque<CqPending> pending;
+	size_t cqe = 0;      // entries the ibv CQ holds
+	size_t reserved = 0; // entries promised to bound queues
+	std::atomic<int> refs{0};
+};
+
+// Work request bookkeeping; wr_id points to a slot.
+enum class SlotKind : uint8_t { Tx, Rx };
+struct SlotHeader {
+	Ep *ep = nullptr;
+	uint64_t seq = 0;
+	SlotKind kind = SlotKind::Tx;
+};
+struct TxSlot : SlotHeader {
+	void *context = nullptr;
+	uint64_t comp_flags = 0; // FI_SEND|FI_MSG, FI_RMA|FI_WRITE, ...
+	size_t len = 0;
+	bool report = false;     // a successful completion goes to the CQ
+};
+struct RxSlot : SlotHeader {
+	void *context = nullptr;
+	void *buf = nullptr;
+	size_t len = 0;
+	bool report = true;
+};
+
+enum class EpState : uint8_t { Idle, Enabled, Connecting, Connected, Shutdown };
+
+struct Ep final : fid_ep {
+	using FidType = fid_ep;
+	Domain *domain = nullptr;
+	FiInfoPtr info;
+	CmIdPtr id;
+	ibv_qp *qp = nullptr; // id->qp once enabled
+	Cq *tx_cq = nullptr;
+	Cq *rx_cq = nullptr;
+	bool tx_selective = false;
+	bool rx_selective = false;
+	Eq *eq = nullptr;
+	std::atomic<EpState> state{EpState::Idle};
+	std::atomic<bool> closing{false};
+	bool addr_resolved = false;
+	bool passive_side = false; // created from a connection request
+	uint8_t responder_resources = 0;
+	uint8_t initiator_depth = 0;
+
+	uint64_t tx_op_flags = 0;
+	uint64_t rx_op_flags = 0;
+	size_t tx_depth = 0;
+	size_t rx_depth = 0;
+	size_t tx_iov_limit = 0;
+	size_t rx_iov_limit = 0;
+	size_t inline_size = 0;
+	size_t max_msg_size = 0;
+	bool rx_cq_data_mode = false;
+
+	std::mutex tx_lock;
+	std::mutex rx_lock;
+	SlotRing<TxSlot> tx;
+	SlotRing<RxSlot> rx;
+	uint64_t last_signaled = 0; // sequence of the last signaled send WR
+};
+
+struct Pep final : fid_pep {
+	using FidType = fid_pep;
+	Fabric *fabric = nullptr;
+	FiInfoPtr info;
+	CmIdPtr id;
+	Eq *eq = nullptr;
+	sockaddr_storage src{};
+	socklen_t src_len = 0;
+	bool listening = false;
+};
+
+// The handle of a connection request (fi_info::handle of FI_CONNREQ).
+struct ConnReq final : fid {
+	using FidType = fid;
+	rdma_cm_id *id = nullptr; // owned until fi_endpoint or fi_reject takes it
+	uint8_t responder_resources = 0;
+	uint8_t initiator_depth = 0;
+};
+
+struct EqEntry {
+	uint32_t event = 0;
+	bool is_error = false;
+	std::vector<uint8_t> data; // the event's buffer, or the error's err_data
+	fi_eq_err_entry err{};
+	fid *source = nullptr; // for purging entries of a closed endpoint
+	fi_info *info = nullptr; // FI_CONNREQ: owned until delivered
+};
+
+struct Eq final : fid_eq {
+	using FidType = fid_eq;
+	Fabric *fabric = nullptr;
+	fi_wait_obj wait_obj = FI_WAIT_NONE;
+	EventChannelPtr channel; // rdma_cm events of bound endpoints
+	Fd epoll_fd;
+	Fd event_fd; // written by fi_eq_write
+	std::mutex lock;
+	std::deque<EqEntry> queue;
+	std::vector<uint8_t> last_err_data; // backs err_data returned by readerr
+	std::atomic<int> refs{0};
+	// Connection management makes progress without the application: the
+	// active side must answer the peer's accept (RTU) even while the
+	// application waits on another object.
+	std::thread progress_thread;
+	Fd stop_fd;
+};
+
+// vrma_info.cpp
+int getinfo(uint32_t version, const char *node, const char *service, uint64_t flags,
+	    const fi_info *hints, fi_info **info) noexcept;
+int probe_inline_size(ibv_context *ctx) noexcept;
+void info_cleanup() noexcept;
+
+// vrma_fabric.cpp
+int fabric_open(fi_fabric_attr *attr, fid_fabric **fabric, void *context) noexcept;
+
+// vrma_domain.cpp
+int domain_open(fid_fabric *fabric, fi_info *info, fid_domain **domain, void *context) noexcept;
+
+// vrma_mr.cpp
+extern const fi_ops_mr mr_ops;
+
+// vrma_cq.cpp
+int cq_open(fid_domain *domain, fi_cq_attr *attr, fid_cq **cq, void *context) noexcept;
+int cq_trywait(Cq *cq) noexcept;
+// Promises `entries` completion slots to a queue bound to this CQ (grows the
+// ibv CQ when needed); returns 0 or a negative FI_E* code.
+int cq_reserve(Cq *cq, size_t entries) noexcept;
+void cq_unreserve(Cq *cq, size_t entries) noexcept;
+// Polls the CQ until the endpoint has no outstanding work requests or the
+// deadline passes; entries of other endpoints are kept for the application.
+bool cq_drain_endpoint(Cq *cq, Ep *ep, bool tx_side, int timeout_ms) noexcept;
+
+// vrma_eq.cpp
+int eq_open(fid_fabric *fabric, fi_eq_attr *attr, fid_eq **eq, void *context) noexcept;
+int eq_trywait(Eq *eq) noexcept;
+void eq_purge(Eq *eq, fid *source) noexcept;
+
+// vrma_cm.cpp
+int passive_ep_open(fid_fabric *fabric, fi_info *info, fid_pep **pep, void *context) noexcept;
+extern const fi_ops_cm ep_cm_ops;
+extern const fi_ops_ep pep_ep_ops;
+// Handles one rdma_cm event for the EQ (called with eq->lock held). Returns
+// an id to destroy once the event was acked (a refused connection request).
+rdma_cm_id *eq_handle_cm_event(Eq *eq, rdma_cm_event *event) noexcept;
+int ep_getopt(fid_t fid, int level, int optname, void *optval, size_t *optlen) noexcept;
+int ep_setopt(fid_t fid, int level, int optname, const void *optval, size_t optlen) noexcept;
+
+// vrma_ep.cpp
+int ep_open(fid_domain *domain, fi_info *info, fid_ep **ep, void *context) noexcept;
+int ep_enable(Ep *ep) noexcept;
+// Moves the QP to the error state so that outstanding requests flush.
+void ep_set_error(Ep *ep) noexcept;
+
+// vrma_msg.cpp, vrma_rma.cpp
+extern const fi_ops_msg msg_ops;
+extern const fi_ops_rma rma_ops;
+
+// vrma_wait.cpp: the FD wait object of CQs and EQs.
+class Deadline {
+public:
+	explicit Deadline(int timeout_ms) noexcept; // < 0: no deadline
+	int remaining_ms() const noexcept;           // -1 without deadline, 0 when expired
+	bool expired() const noexcept { return remaining_ms() == 0; }
+
+private:
+	bool forever_;
+	std::chrono::steady_clock::time_point end_;
+};
+// Creates an epoll descriptor watching `fds` for input.
+int wait_epoll_create(Fd &epoll_fd, std::initializer_list<int> fds) noexcept;
+// Waits until a watched descriptor is readable or the deadline passes;
+// returns how many are ready (written to ready_fds, at most max) or a
+// negative FI_E* code.
+int wait_epoll(int epoll_fd, const Deadline &deadline, int *ready_fds, int max) noexcept;
+// FI_GETWAIT / FI_GETWAITOBJ for an object with this wait object.
+int wait_control(fi_wait_obj wait_obj, int epoll_fd, int command, void *arg,
+		 const char *what) noexcept;
+// FI_WAIT_UNSPEC -> FI_WAIT_FD; FI_WAIT_SET for anything unsupported.
+fi_wait_obj wait_obj_resolve(fi_wait_obj requested) noexcept;
+
+// Socket address helpers.
+size_t sockaddr_len(const sockaddr *sa) noexcept;
+std::string sockaddr_str(const sockaddr *sa);
+
+} // namespace vrma

@@ -1,0 +1,652 @@
+// Connection management over rdma_cm: passive endpoints, connect/accept/
+// reject/shutdown, names, CM data, and the translation of rdma_cm events
+// into EQ entries.
+#include "vrma.h"
+
+#include <array>
+
+namespace vrma {
+
+namespace {
+
+using PrivateData = std::array<uint8_t, wire::kCmPrivateDataMax>;
+
+// Puts vrma's header in front of the application's CM data.
+int build_private_data(const void *param, size_t len, PrivateData &out, uint8_t &out_len)
+{
+	if (len > wire::kCmUserDataMax) {
+		VRMA_WARN(FI_LOG_EP_CTRL, "CM data of %zu bytes exceeds FI_OPT_CM_DATA_SIZE (%zu)\n",
+			  len, wire::kCmUserDataMax);
+		return -FI_EINVAL;
+	}
+	if (!param && len) {
+		VRMA_WARN(FI_LOG_EP_CTRL, "NULL CM data of length %zu\n", len);
+		return -FI_EINVAL;
+	}
+	wire::CmHeader h{wire::kCmMagic, wire::kCmVersion, static_cast<uint8_t>(len), 0};
+	memcpy(out.data(), &h, sizeof h);
+	if (len)
+		memcpy(out.data() + sizeof h, param, len);
+	out_len = static_cast<uint8_t>(sizeof h + len);
+	return 0;
+}
+
+// The application's part of received private data; false if it is not from
+// a vrma peer (or absent).
+bool parse_private_data(const void *data, size_t len, const uint8_t **user, size_t *user_len)
+{
+	*user = nullptr;
+	*user_len = 0;
+	if (!data || len < sizeof(wire::CmHeader))
+		return false;
+	wire::CmHeader h;
+	memcpy(&h, data, sizeof h);
+	if (h.magic != wire::kCmMagic || h.version != wire::kCmVersion ||
+	    h.user_len > len - sizeof h)
+		return false;
+	*user = static_cast<const uint8_t *>(data) + sizeof h;
+	*user_len = h.user_len;
+	return true;
+}
+
+fid *context_fid(rdma_cm_id *id) { return id ? static_cast<fid *>(id->context) : nullptr; }
+
+Ep *context_ep(rdma_cm_id *id)
+{
+	fid *f = context_fid(id);
+	return f && f->fclass == FI_CLASS_EP ? from_fid<Ep>(f) : nullptr;
+}
+
+std::vector<uint8_t> cm_entry(fid *source, fi_info *info, const uint8_t *user, size_t user_len)
+{
+	std::vector<uint8_t> buf(sizeof(fi_eq_cm_entry) + user_len);
+	fi_eq_cm_entry entry{};
+	entry.fid = source;
+	entry.info = info;
+	memcpy(buf.data(), &entry, sizeof entry);
+	if (user_len)
+		memcpy(buf.data() + sizeof entry, user, user_len);
+	return buf;
+}
+
+void push_error(Eq *eq, Ep *ep, int err, int prov_errno, const uint8_t *data, size_t len)
+{
+	EqEntry e;
+	e.is_error = true;
+	e.source = &ep->fid;
+	e.err.fid = &ep->fid;
+	e.err.context = ep->fid.context;
+	e.err.err = err;
+	e.err.prov_errno = prov_errno;
+	if (len)
+		e.data.assign(data, data + len);
+	eq->queue.push_back(std::move(e));
+}
+
+rdma_cm_id *handle_connect_request(Eq *eq, rdma_cm_event *ev)
+{
+	fid *lf = context_fid(ev->listen_id);
+	if (!lf || lf->fclass != FI_CLASS_PEP) {
+		rdma_reject(ev->id, nullptr, 0);
+		return ev->id;
+	}
+	Pep *pep = from_fid<Pep>(lf);
+	const uint8_t *user;
+	size_t user_len;
+	if (!parse_private_data(ev->param.conn.private_data, ev->param.conn.private_data_len,
+				&user, &user_len)) {
+		VRMA_INFO(FI_LOG_EP_CTRL, "refusing a connection request from a non-vrma peer\n");
+		rdma_reject(ev->id, nullptr, 0);
+		return ev->id;
+	}
+	FiInfoPtr info(fi_dupinfo(pep->info.get()));
+	auto cr = std::make_unique<ConnReq>();
+	if (!info) {
+		rdma_reject(ev->id, nullptr, 0);
+		return ev->id;
+	}
+	free(info->src_addr);
+	free(info->dest_addr);
+	info->src_addr = info->dest_addr = nullptr;
+	const sockaddr *local = rdma_get_local_addr(ev->id);
+	const sockaddr *peer = rdma_get_peer_addr(ev->id);
+	info->src_addrlen = sockaddr_len(local);
+	info->dest_addrlen = sockaddr_len(peer);
+	info->src_addr = malloc(info->src_addrlen);
+	info->dest_addr = malloc(info->dest_addrlen);
+	if (info->src_addr)
+		memcpy(info->src_addr, local, info->src_addrlen);
+	if (info->dest_addr)
+		memcpy(info->dest_addr, peer, info->dest_addrlen);
+	if (ev->id->verbs && info->domain_attr) {
+		free(info->domain_attr->name);
+		info->domain_attr->name = strdup(ev->id->verbs->device->name);
+	}
+	cr->fclass = FI_CLASS_CONNREQ;
+	cr->context = nullptr;
+	cr->ops = nullptr;
+	cr->id = ev->id;
+	cr->responder_resources = ev->param.conn.responder_resources;
+	cr->initiator_depth = ev->param.conn.initiator_depth;
+	info->handle = cr.release();
+	EqEntry e;
+	e.event = FI_CONNREQ;
+	e.source = &pep->fid;
+	e.info = info.get();
+	e.data = cm_entry(&pep->fid, info.release(), user, user_len);
+	eq->queue.push_back(std::move(e));
+	return nullptr;
+}
+
+} // namespace
+
+rdma_cm_id *eq_handle_cm_event(Eq *eq, rdma_cm_event *ev) noexcept
+try {
+	if (ev->event == RDMA_CM_EVENT_CONNECT_REQUEST)
+		return handle_connect_request(eq, ev);
+	Ep *ep = context_ep(ev->id);
+	if (!ep) {
+		VRMA_DBG(FI_LOG_EP_CTRL, "rdma_cm event %s for no endpoint\n", rdma_event_str(ev->event));
+		return nullptr;
+	}
+	const uint8_t *user = nullptr;
+	size_t user_len = 0;
+	switch (ev->event) {
+	case RDMA_CM_EVENT_ESTABLISHED: {
+		parse_private_data(ev->param.conn.private_data, ev->param.conn.private_data_len,
+				   &user, &user_len);
+		ep->state.store(EpState::Connected, std::memory_order_release);
+		EqEntry e;
+		e.event = FI_CONNECTED;
+		e.source = &ep->fid;
+		e.data = cm_entry(&ep->fid, nullptr, user, user_len);
+		eq->queue.push_back(std::move(e));
+		break;
+	}
+	case RDMA_CM_EVENT_REJECTED:
+		parse_private_data(ev->param.conn.private_data, ev->param.conn.private_data_len,
+				   &user, &user_len);
+		ep->state.store(EpState::Shutdown, std::memory_order_release);
+		push_error(eq, ep, FI_ECONNREFUSED, ev->status, user, user_len);
+		break;
+	case RDMA_CM_EVENT_UNREACHABLE:
+	case RDMA_CM_EVENT_CONNECT_ERROR:
+	case RDMA_CM_EVENT_ADDR_ERROR:
+	case RDMA_CM_EVENT_ROUTE_ERROR:
+		ep->state.store(EpState::Shutdown, std::memory_order_release);
+		push_error(eq, ep, ev->status < 0 ? -errno_to_fi(ev->status) : FI_ECONNREFUSED,
+			   ev->status, nullptr, 0);
+		break;
+	case RDMA_CM_EVENT_DISCONNECTED: {
+		EpState was = ep->state.exchange(EpState::Shutdown);
+		// Outstanding operations complete with FI_ECANCELED.
+		ep_set_error(ep);
+		if (was == EpState::Connected || was == EpState::Connecting) {
+			EqEntry e;
+			e.event = FI_SHUTDOWN;
+			e.source = &ep->fid;
+			e.data = cm_entry(&ep->fid, nullptr, nullptr, 0);
+			eq->queue.push_back(std::move(e));
+		}
+		break;
+	}
+	case RDMA_CM_EVENT_DEVICE_REMOVAL:
+		ep->state.store(EpState::Shutdown, std::memory_order_release);
+		ep_set_error(ep);
+		push_error(eq, ep, FI_ENODEV, 0, nullptr, 0);
+		break;
+	default:
+		VRMA_DBG(FI_LOG_EP_CTRL, "ignoring rdma_cm event %s\n", rdma_event_str(ev->event));
+		break;
+	}
+	return nullptr;
+} catch (...) {
+	VRMA_WARN(FI_LOG_EQ, "out of memory translating rdma_cm event %s: event lost\n",
+		  rdma_event_str(ev->event));
+	return nullptr;
+}
+
+namespace {
+
+int copy_name(const sockaddr *sa, void *addr, size_t *addrlen)
+{
+	if (!addrlen) {
+		VRMA_WARN(FI_LOG_EP_CTRL, "NULL address length\n");
+		return -FI_EINVAL;
+	}
+	size_t need = sockaddr_len(sa);
+	if (!need)
+		return -FI_EADDRNOTAVAIL;
+	size_t have = *addrlen;
+	*addrlen = need;
+	if (have < need || !addr)
+		return -FI_ETOOSMALL;
+	memcpy(addr, sa, need);
+	return 0;
+}
+
+int cm_setname(fid_t f, void *addr, size_t addrlen) noexcept
+{
+	const sockaddr *sa = static_cast<const sockaddr *>(addr);
+	if (!addr || addrlen < sockaddr_len(sa) || !sockaddr_len(sa)) {
+		VRMA_WARN(FI_LOG_EP_CTRL, "fi_setname: not a sockaddr_in/in6 address\n");
+		return -FI_EINVAL;
+	}
+	if (f->fclass == FI_CLASS_PEP) {
+		Pep *pep = from_fid<Pep>(f);
+		if (pep->listening) {
+			VRMA_WARN(FI_LOG_EP_CTRL, "fi_setname: passive endpoint already listens\n");
+			return -FI_EOPBADSTATE;
+		}
+		memcpy(&pep->src, sa, sockaddr_len(sa));
+		pep->src_len = static_cast<socklen_t>(sockaddr_len(sa));
+		return 0;
+	}
+	Ep *ep = from_fid<Ep>(f);
+	if (ep->addr_resolved || ep->passive_side || ep->state.load() != EpState::Idle) {
+		VRMA_WARN(FI_LOG_EP_CTRL, "fi_setname: endpoint already has an address\n");
+		return -FI_EOPBADSTATE;
+	}
+	if (rdma_bind_addr(ep->id.get(), const_cast<sockaddr *>(sa))) {
+		int err = errno;
+		VRMA_WARN(FI_LOG_EP_CTRL, "fi_setname(%s): %s\n", sockaddr_str(sa).c_str(),
+			  strerror(err));
+		return errno_to_fi(err);
+	}
+	return 0;
+}
+
+int cm_getname(fid_t f, void *addr, size_t *addrlen) noexcept
+{
+	if (f->fclass == FI_CLASS_PEP) {
+		Pep *pep = from_fid<Pep>(f);
+		if (pep->listening)
+			return copy_name(rdma_get_local_addr(pep->id.get()), addr, addrlen);
+		return copy_name(reinterpret_cast<sockaddr *>(&pep->src), addr, addrlen);
+	}
+	Ep *ep = from_fid<Ep>(f);
+	return copy_name(rdma_get_local_addr(ep->id.get()), addr, addrlen);
+}
+
+int cm_getpeer(fid_ep *f, void *addr, size_t *addrlen) noexcept
+{
+	Ep *ep = static_cast<Ep *>(f);
+	const sockaddr *sa = rdma_get_peer_addr(ep->id.get());
+	if (!sockaddr_len(sa) ||
+	    (sa->sa_family == AF_INET && !reinterpret_cast<const sockaddr_in *>(sa)->sin_port)) {
+		VRMA_WARN(FI_LOG_EP_CTRL, "fi_getpeer: endpoint has no peer\n");
+		return -FI_ENOTCONN;
+	}
+	return copy_name(sa, addr, addrlen);
+}
+
+uint8_t clamp_rd_atom(int device_value)
+{
+	return static_cast<uint8_t>(std::min(device_value, 255));
+}
+
+// Binds the endpoint's cm id to the EQ's event channel, from its private
+// synchronous channel or from the listener's.
+int attach_to_eq(Ep *ep)
+{
+	if (!ep->eq) {
+		VRMA_WARN(FI_LOG_EP_CTRL, "endpoint is not bound to an EQ\n");
+		return -FI_ENOEQ;
+	}
+	if (ep->id->channel == ep->eq->channel.get())
+		return 0;
+	std::lock_guard<std::mutex> guard(ep->eq->lock);
+	if (rdma_migrate_id(ep->id.get(), ep->eq->channel.get())) {
+		int err = errno;
+		VRMA_WARN(FI_LOG_EP_CTRL, "rdma_migrate_id: %s\n", strerror(err));
+		return errno_to_fi(err);
+	}
+	return 0;
+}
+
+int cm_connect(fid_ep *f, const void *addr, const void *param, size_t paramlen) noexcept
+{
+	Ep *ep = static_cast<Ep *>(f);
+	if (ep->passive_side || ep->state.load() == EpState::Connecting ||
+	    ep->state.load() == EpState::Connected || ep->state.load() == EpState::Shutdown) {
+		VRMA_WARN(FI_LOG_EP_CTRL, "fi_connect: endpoint cannot connect in its state\n");
+		return -FI_EOPBADSTATE;
+	}
+	PrivateData pd;
+	uint8_t pd_len;
+	if (int rc = build_private_data(param, paramlen, pd, pd_len))
+		return rc;
+	if (!ep->eq) {
+		VRMA_WARN(FI_LOG_EP_CTRL, "fi_connect: endpoint is not bound to an EQ\n");
+		return -FI_ENOEQ;
+	}
+	const sockaddr *dest = static_cast<const sockaddr *>(addr);
+	if (dest && !sockaddr_len(dest)) {
+		VRMA_WARN(FI_LOG_EP_CTRL, "fi_connect: not a sockaddr_in/in6 address\n");
+		return -FI_EINVAL;
+	}
+	if (!dest && !ep->addr_resolved) {
+		VRMA_WARN(FI_LOG_EP_CTRL, "fi_connect: no destination address\n");
+		return -FI_EINVAL;
+	}
+	if (dest && ep->addr_resolved) {
+		const sockaddr *have = rdma_get_peer_addr(ep->id.get());
+		if (sockaddr_len(have) != sockaddr_len(dest) ||
+		    memcmp(have, dest, sockaddr_len(dest))) {
+			if (ep->qp) {
+				VRMA_WARN(FI_LOG_EP_CTRL,
+					  "fi_connect: %s differs from the address the endpoint was enabled for\n",
+					  sockaddr_str(dest).c_str());
+				return -FI_EINVAL;
+			}
+		} else {
+			dest = nullptr; // already resolved to it
+		}
+	}
+	if (dest) {
+		const sockaddr *src = static_cast<const sockaddr *>(ep->info->src_addr);
+		if (rdma_resolve_addr(ep->id.get(), const_cast<sockaddr *>(src),
+				      const_cast<sockaddr *>(dest), params.cm_timeout_ms)) {
+			int err = errno;
+			VRMA_WARN(FI_LOG_EP_CTRL, "fi_connect: resolving %s: %s\n",
+				  sockaddr_str(dest).c_str(), strerror(err));
+			return errno_to_fi(err);
+		}
+		ep->addr_resolved = true;
+	}
+	if (ep->id->verbs != ep->domain->ctx) {
+		VRMA_WARN(FI_LOG_EP_CTRL, "fi_connect: the destination is not reached through %s\n",
+			  ep->domain->ctx->device->name);
+		return -FI_EINVAL;
+	}
+	if (!ep->qp) {
+		if (int rc = ep_enable(ep))
+			return rc;
+	}
+	// Route resolution is quick once the address is resolved; done on the
+	// private synchronous channel before the id moves to the EQ.
+	if (ep->id->channel != ep->eq->channel.get() &&
+	    rdma_resolve_route(ep->id.get(), params.cm_timeout_ms)) {
+		int err = errno;
+		VRMA_WARN(FI_LOG_EP_CTRL, "fi_connect: route resolution: %s\n", strerror(err));
+		return errno_to_fi(err);
+	}
+	if (int rc = attach_to_eq(ep))
+		return rc;
+	rdma_conn_param cp{};
+	cp.private_data = pd.data();
+	cp.private_data_len = pd_len;
+	cp.responder_resources = clamp_rd_atom(ep->domain->dev_attr.max_qp_rd_atom);
+	cp.initiator_depth = clamp_rd_atom(ep->domain->dev_attr.max_qp_init_rd_atom);
+	cp.retry_count = 7;
+	cp.rnr_retry_count = 7; // infinite: a send waits for the peer's receive
+	ep->state.store(EpState::Connecting);
+	if (rdma_connect(ep->id.get(), &cp)) {
+		int err = errno;
+		ep->state.store(EpState::Enabled);
+		VRMA_WARN(FI_LOG_EP_CTRL, "rdma_connect: %s\n", strerror(err));
+		return errno_to_fi(err);
+	}
+	return 0;
+}
+
+int cm_accept(fid_ep *f, const void *param, size_t paramlen) noexcept
+{
+	Ep *ep = static_cast<Ep *>(f);
+	if (!ep->passive_side || ep->state.load() == EpState::Connecting ||
+	    ep->state.load() == EpState::Connected) {
+		VRMA_WARN(FI_LOG_EP_CTRL, "fi_accept: endpoint was not created from a connection request, or already accepted\n");
+		return -FI_EOPBADSTATE;
+	}
+	PrivateData pd;
+	uint8_t pd_len;
+	if (int rc = build_private_data(param, paramlen, pd, pd_len))
+		return rc;
+	if (!ep->qp) {
+		if (int rc = ep_enable(ep))
+			return rc;
+	}
+	if (int rc = attach_to_eq(ep))
+		return rc;
+	rdma_conn_param cp{};
+	cp.private_data = pd.data();
+	cp.private_data_len = pd_len;
+	cp.responder_resources = std::min(ep->responder_resources,
+					  clamp_rd_atom(ep->domain->dev_attr.max_qp_rd_atom));
+	cp.initiator_depth = std::min(ep->initiator_depth,
+				      clamp_rd_atom(ep->domain->dev_attr.max_qp_init_rd_atom));
+	cp.retry_count = 7;
+	cp.rnr_retry_count = 7;
+	ep->state.store(EpState::Connecting);
+	if (rdma_accept(ep->id.get(), &cp)) {
+		int err = errno;
+		ep->state.store(EpState::Enabled);
+		VRMA_WARN(FI_LOG_EP_CTRL, "rdma_accept: %s\n", strerror(err));
+		return errno_to_fi(err);
+	}
+	return 0;
+}
+
+int cm_reject(fid_pep *, fid_t handle, const void *param, size_t paramlen) noexcept
+{
+	if (!handle || handle->fclass != FI_CLASS_CONNREQ) {
+		VRMA_WARN(FI_LOG_EP_CTRL, "fi_reject: not a connection request handle\n");
+		return -FI_EINVAL;
+	}
+	PrivateData pd;
+	uint8_t pd_len;
+	if (int rc = build_private_data(param, paramlen, pd, pd_len))
+		return rc;
+	auto *cr = static_cast<ConnReq *>(handle);
+	int rc = 0;
+	if (rdma_reject(cr->id, pd.data(), pd_len)) {
+		int err = errno;
+		VRMA_WARN(FI_LOG_EP_CTRL, "rdma_reject: %s\n", strerror(err));
+		rc = errno_to_fi(err);
+	}
+	rdma_destroy_id(cr->id);
+	delete cr;
+	return rc;
+}
+
+int cm_shutdown(fid_ep *f, uint64_t flags) noexcept
+{
+	Ep *ep = static_cast<Ep *>(f);
+	(void)flags;
+	EpState was = ep->state.exchange(EpState::Shutdown);
+	if (was != EpState::Connected && was != EpState::Connecting) {
+		ep->state.store(was);
+		VRMA_WARN(FI_LOG_EP_CTRL, "fi_shutdown: endpoint is not connected\n");
+		return -FI_ENOTCONN;
+	}
+	if (rdma_disconnect(ep->id.get())) {
+		int err = errno;
+		VRMA_WARN(FI_LOG_EP_CTRL, "rdma_disconnect: %s\n", strerror(err));
+		return errno_to_fi(err);
+	}
+	return 0;
+}
+
+int cm_listen(fid_pep *f) noexcept
+{
+	Pep *pep = static_cast<Pep *>(f);
+	if (pep->listening)
+		return -FI_EALREADY;
+	if (!pep->eq) {
+		VRMA_WARN(FI_LOG_EP_CTRL, "fi_listen: passive endpoint is not bound to an EQ\n");
+		return -FI_ENOEQ;
+	}
+	rdma_cm_id *raw = nullptr;
+	if (rdma_create_id(pep->eq->channel.get(), &raw, &pep->fid, RDMA_PS_TCP)) {
+		int err = errno;
+		VRMA_WARN(FI_LOG_EP_CTRL, "rdma_create_id: %s\n", strerror(err));
+		return errno_to_fi(err);
+	}
+	CmIdPtr id(raw);
+	if (pep->src_len && rdma_bind_addr(id.get(), reinterpret_cast<sockaddr *>(&pep->src))) {
+		int err = errno;
+		VRMA_WARN(FI_LOG_EP_CTRL, "fi_listen: binding %s: %s\n",
+			  sockaddr_str(reinterpret_cast<sockaddr *>(&pep->src)).c_str(), strerror(err));
+		return errno_to_fi(err);
+	}
+	if (rdma_listen(id.get(), params.listen_backlog)) {
+		int err = errno;
+		VRMA_WARN(FI_LOG_EP_CTRL, "rdma_listen: %s\n", strerror(err));
+		return errno_to_fi(err);
+	}
+	pep->id = std::move(id);
+	pep->listening = true;
+	return 0;
+}
+
+int cm_join(fid_ep *, const void *, uint64_t, fid_mc **, void *) noexcept
+{
+	VRMA_WARN(FI_LOG_EP_CTRL, "multicast is not supported\n");
+	return -FI_ENOSYS;
+}
+
+int pep_bind(fid *f, fid *bfid, uint64_t flags) noexcept
+{
+	Pep *pep = from_fid<Pep>(f);
+	(void)flags;
+	if (!bfid || bfid->fclass != FI_CLASS_EQ) {
+		VRMA_WARN(FI_LOG_EP_CTRL, "a passive endpoint binds only an EQ\n");
+		return -FI_EINVAL;
+	}
+	if (pep->listening) {
+		VRMA_WARN(FI_LOG_EP_CTRL, "passive endpoint already listens\n");
+		return -FI_EOPBADSTATE;
+	}
+	Eq *eq = from_fid<Eq>(bfid);
+	if (pep->eq)
+		pep->eq->refs--;
+	pep->eq = eq;
+	eq->refs++;
+	return 0;
+}
+
+int pep_close(fid *f) noexcept
+{
+	Pep *pep = from_fid<Pep>(f);
+	if (pep->eq) {
+		std::lock_guard<std::mutex> guard(pep->eq->lock);
+		pep->id.reset();
+	}
+	if (pep->eq) {
+		eq_purge(pep->eq, &pep->fid);
+		pep->eq->refs--;
+	}
+	pep->fabric->refs--;
+	delete pep;
+	return 0;
+}
+
+int pep_control(fid *, int command, void *) noexcept
+{
+	VRMA_WARN(FI_LOG_EP_CTRL, "fi_control(pep, %d) is not supported\n", command);
+	return -FI_ENOSYS;
+}
+
+constexpr fi_ops pep_fi_ops = {
+	.size = sizeof(fi_ops),
+	.close = pep_close,
+	.bind = pep_bind,
+	.control = pep_control,
+	.ops_open = fid_no_ops_open,
+	.tostr = fid_tostr,
+	.ops_set = fid_no_ops_set,
+};
+
+ssize_t pep_cancel(fid_t, void *) noexcept { return -FI_ENOENT; }
+
+} // namespace
+
+int ep_getopt(fid_t, int level, int optname, void *optval, size_t *optlen) noexcept
+{
+	if (level != FI_OPT_ENDPOINT)
+		return -FI_ENOPROTOOPT;
+	switch (optname) {
+	case FI_OPT_CM_DATA_SIZE:
+		if (!optval || !optlen || *optlen < sizeof(size_t)) {
+			if (optlen)
+				*optlen = sizeof(size_t);
+			return -FI_ETOOSMALL;
+		}
+		*static_cast<size_t *>(optval) = wire::kCmUserDataMax;
+		*optlen = sizeof(size_t);
+		return 0;
+	default:
+		return -FI_ENOPROTOOPT;
+	}
+}
+
+int ep_setopt(fid_t, int level, int optname, const void *, size_t) noexcept
+{
+	if (level != FI_OPT_ENDPOINT)
+		return -FI_ENOPROTOOPT;
+	(void)optname;
+	return -FI_ENOPROTOOPT;
+}
+
+const fi_ops_cm ep_cm_ops = {
+	.size = sizeof(fi_ops_cm),
+	.setname = cm_setname,
+	.getname = cm_getname,
+	.getpeer = cm_getpeer,
+	.connect = cm_connect,
+	.listen = cm_listen,
+	.accept = cm_accept,
+	.reject = cm_reject,
+	.shutdown = cm_shutdown,
+	.join = cm_join,
+};
+
+const fi_ops_ep pep_ep_ops = {
+	.size = sizeof(fi_ops_ep),
+	.cancel = pep_cancel,
+	.getopt = ep_getopt,
+	.setopt = ep_setopt,
+	.tx_ctx = VRMA_NOSYS(fi_ops_ep, tx_ctx),
+	.rx_ctx = VRMA_NOSYS(fi_ops_ep, rx_ctx),
+	.rx_size_left = VRMA_NOSYS(fi_ops_ep, rx_size_left),
+	.tx_size_left = VRMA_NOSYS(fi_ops_ep, tx_size_left),
+};
+
+int passive_ep_open(fid_fabric *fabric, fi_info *info, fid_pep **pep_out, void *context) noexcept
+try {
+	if (!fabric || !info || !pep_out) {
+		VRMA_WARN(FI_LOG_EP_CTRL, "fi_passive_ep: NULL fabric, info or output\n");
+		return -FI_EINVAL;
+	}
+	if (info->ep_attr && info->ep_attr->type != FI_EP_MSG && info->ep_attr->type != FI_EP_UNSPEC) {
+		VRMA_WARN(FI_LOG_EP_CTRL, "fi_passive_ep: only FI_EP_MSG\n");
+		return -FI_EINVAL;
+	}
+	auto pep = std::make_unique<Pep>();
+	pep->fabric = from_fid<Fabric>(&fabric->fid);
+	pep->info.reset(fi_dupinfo(info));
+	if (!pep->info)
+		return -FI_ENOMEM;
+	if (info->src_addr) {
+		const sockaddr *sa = static_cast<const sockaddr *>(info->src_addr);
+		size_t len = sockaddr_len(sa);
+		if (!len || info->src_addrlen < len) {
+			VRMA_WARN(FI_LOG_EP_CTRL, "fi_passive_ep: src_addr is not sockaddr_in/in6\n");
+			return -FI_EINVAL;
+		}
+		memcpy(&pep->src, sa, len);
+		pep->src_len = static_cast<socklen_t>(len);
+	}
+	pep->fid.fclass = FI_CLASS_PEP;
+	pep->fid.context = context;
+	pep->fid.ops = const_cast<fi_ops *>(&pep_fi_ops);
+	pep->ops = const_cast<fi_ops_ep *>(&pep_ep_ops);
+	pep->cm = const_cast<fi_ops_cm *>(&ep_cm_ops);
+	pep->fabric->refs++;
+	*pep_out = pep.release();
+	return 0;
+} catch (...) {
+	return -FI_ENOMEM;
+}
+
+} // namespace vrma

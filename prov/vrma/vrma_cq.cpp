@@ -1,0 +1,495 @@
+// Completion queues: one ibv_cq (+ completion channel for FI_WAIT_FD) shared
+// by the send and receive queues of any number of endpoints.
+//
+// Hazards handled here:
+//  - work completions carry only a wr_id for errors (opcode is undefined), so
+//    the slot a wr_id points to says which endpoint and queue it belongs to;
+//  - an error must not overtake successes polled before it, so once an error
+//    is parked, later successes are parked behind it;
+//  - an endpoint's slots must outlive every completion that names them: an
+//    endpoint is only freed after its rings drained (cq_drain_endpoint).
+#include "vrma.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+
+namespace vrma {
+
+namespace {
+
+enum class Outcome { None, Success, Error };
+
+size_t format_size(fi_cq_format f)
+{
+	switch (f) {
+	case FI_CQ_FORMAT_CONTEXT:
+		return sizeof(fi_cq_entry);
+	case FI_CQ_FORMAT_MSG:
+		return sizeof(fi_cq_msg_entry);
+	case FI_CQ_FORMAT_DATA:
+		return sizeof(fi_cq_data_entry);
+	case FI_CQ_FORMAT_TAGGED:
+		return sizeof(fi_cq_tagged_entry);
+	default:
+		return 0;
+	}
+}
+
+void write_entry(fi_cq_format fmt, void *dst, const Completion &c)
+{
+	switch (fmt) {
+	case FI_CQ_FORMAT_CONTEXT:
+		*static_cast<fi_cq_entry *>(dst) = {c.op_context};
+		break;
+	case FI_CQ_FORMAT_MSG:
+		*static_cast<fi_cq_msg_entry *>(dst) = {c.op_context, c.flags, c.len};
+		break;
+	case FI_CQ_FORMAT_DATA:
+		*static_cast<fi_cq_data_entry *>(dst) = {c.op_context, c.flags, c.len, c.buf, c.data};
+		break;
+	default:
+		*static_cast<fi_cq_tagged_entry *>(dst) = {c.op_context, c.flags, c.len, c.buf,
+							   c.data, 0};
+		break;
+	}
+}
+
+void fill_error(fi_cq_err_entry &e, const ibv_wc &wc, void *context, uint64_t flags, void *buf)
+{
+	e = {};
+	e.op_context = context;
+	e.flags = flags;
+	e.buf = buf;
+	e.err = wc_status_to_fi(wc.status);
+	e.prov_errno = static_cast<int>(wc.status);
+}
+
+// Turns one work completion into what the application sees, retiring the
+// slots it covers.
+Outcome handle_wc(const ibv_wc &wc, Completion &c, fi_cq_err_entry &e)
+{
+	auto *h = reinterpret_cast<SlotHeader *>(wc.wr_id);
+	Ep *ep = h->ep;
+	if (h->kind == SlotKind::Tx) {
+		auto *s = static_cast<TxSlot *>(h);
+		// Read the slot before retiring it: the poster may reuse it after.
+		const Completion done{s->context, s->comp_flags, s->len, nullptr, 0};
+		const bool report = s->report;
+		ep->tx.retire_through(s->seq, [](TxSlot &, uint64_t) {});
+		if (ep->closing.load(std::memory_order_relaxed))
+			return Outcome::None;
+		if (wc.status != IBV_WC_SUCCESS) {
+			fill_error(e, wc, done.op_context, done.flags, nullptr);
+			return Outcome::Error;
+		}
+		if (!report)
+			return Outcome::None;
+		c = done;
+		return Outcome::Success;
+	}
+	auto *s = static_cast<RxSlot *>(h);
+	void *context = s->context;
+	void *buf = s->buf;
+	const bool rx_report = s->report;
+	ep->rx.retire_through(s->seq, [](RxSlot &, uint64_t) {});
+	if (ep->closing.load(std::memory_order_relaxed))
+		return Outcome::None;
+	if (wc.status != IBV_WC_SUCCESS) {
+		fill_error(e, wc, context, FI_RECV | FI_MSG, buf);
+		return Outcome::Error;
+	}
+	if (!rx_report)
+		return Outcome::None;
+	c = {context, FI_RECV | FI_MSG, wc.byte_len, buf, 0};
+	if (wc.opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
+		// FI_RX_CQ_DATA mode: the application's receive was consumed by a
+		// remote write with immediate data; its buffer was not touched.
+		c.flags = FI_RMA | FI_REMOTE_WRITE | FI_REMOTE_CQ_DATA;
+		c.buf = nullptr;
+		c.data = ntohl(wc.imm_data);
+	} else if (wc.wc_flags & IBV_WC_WITH_IMM) {
+		c.flags |= FI_REMOTE_CQ_DATA;
+		c.data = ntohl(wc.imm_data);
+	}
+	return Outcome::Success;
+}
+
+// Polls up to `max` work completions into the pending queue (lock held).
+// Returns the number of work completions polled, or a negative FI_E* code.
+int poll_to_pending(Cq *cq, size_t max)
+{
+	ibv_wc wcs[16];
+	size_t total = 0;
+	while (total < max) {
+		int want = static_cast<int>(std::min<size_t>(16, max - total));
+		int k = ibv_poll_cq(cq->cq.get(), want, wcs);
+		if (k < 0) {
+			VRMA_WARN(FI_LOG_CQ, "ibv_poll_cq failed: %d\n", k);
+			return -FI_EIO;
+		}
+		for (int i = 0; i < k; i++) {
+			CqPending p;
+			Outcome o = handle_wc(wcs[i], p.comp, p.err);
+			if (o == Outcome::None)
+				continue;
+			p.is_error = o == Outcome::Error;
+			cq->pending.push_back(p);
+		}
+		total += static_cast<size_t>(k);
+		if (k < want)
+			break;
+	}
+	return static_cast<int>(total);
+}
+
+void drain_channel(Cq *cq)
+{
+	if (!cq->channel)
+		return;
+	ibv_cq *ev_cq;
+	void *ev_ctx;
+	while (ibv_get_cq_event(cq->channel.get(), &ev_cq, &ev_ctx) == 0)
+		ibv_ack_cq_events(ev_cq, 1);
+}
+
+ssize_t cq_read_impl(Cq *cq, void *buf, size_t count, fi_addr_t *src_addr)
+{
+	if (!buf && count) {
+		VRMA_WARN(FI_LOG_CQ, "fi_cq_read: NULL buffer for %zu entries\n", count);
+		return -FI_EINVAL;
+	}
+	auto *out = static_cast<uint8_t *>(buf);
+	size_t n = 0;
+	std::lock_guard<std::mutex> guard(cq->lock);
+	auto emit = [&](const Completion &c) {
+		write_entry(cq->format, out + n * cq->entry_size, c);
+		if (src_addr)
+			src_addr[n] = FI_ADDR_NOTAVAIL;
+		n++;
+	};
+	while (n < count && !cq->pending.empty() && !cq->pending.front().is_error) {
+		emit(cq->pending.front().comp);
+		cq->pending.pop_front();
+	}
+	if (cq->pending.empty()) {
+		ibv_wc wcs[16];
+		while (n < count) {
+			int want = static_cast<int>(std::min<size_t>(16, count - n));
+			int k = ibv_poll_cq(cq->cq.get(), want, wcs);
+			if (k < 0) {
+				VRMA_WARN(FI_LOG_CQ, "ibv_poll_cq failed: %d\n", k);
+				return n ? static_cast<ssize_t>(n) : -FI_EIO;
+			}
+			for (int i = 0; i < k; i++) {
+				CqPending p;
+				Outcome o = handle_wc(wcs[i], p.comp, p.err);
+				if (o == Outcome::None)
+					continue;
+				if (o == Outcome::Success && cq->pending.empty() && n < count) {
+					emit(p.comp);
+					continue;
+				}
+				p.is_error = o == Outcome::Error;
+				cq->pending.push_back(p);
+			}
+			if (k < want)
+				break;
+		}
+	}
+	if (n)
+		return static_cast<ssize_t>(n);
+	if (!cq->pending.empty() && cq->pending.front().is_error)
+		return -FI_EAVAIL;
+	return -FI_EAGAIN;
+}
+
+ssize_t cq_read(fid_cq *f, void *buf, size_t count) noexcept
+{
+	return cq_read_impl(static_cast<Cq *>(f), buf, count, nullptr);
+}
+
+ssize_t cq_readfrom(fid_cq *f, void *buf, size_t count, fi_addr_t *src_addr) noexcept
+{
+	return cq_read_impl(static_cast<Cq *>(f), buf, count, src_addr);
+}
+
+ssize_t cq_readerr(fid_cq *f, fi_cq_err_entry *buf, uint64_t flags) noexcept
+{
+	Cq *cq = static_cast<Cq *>(f);
+	if (!buf) {
+		VRMA_WARN(FI_LOG_CQ, "fi_cq_readerr: NULL buffer\n");
+		return -FI_EINVAL;
+	}
+	(void)flags;
+	std::lock_guard<std::mutex> guard(cq->lock);
+	if (cq->pending.empty())
+		poll_to_pending(cq, 64);
+	if (cq->pending.empty() || !cq->pending.front().is_error)
+		return -FI_EAGAIN;
+	const fi_cq_err_entry &e = cq->pending.front().err;
+	// API >= 1.5: err_data/err_data_size are the caller's buffer; vrma has no
+	// provider error data to copy, so it reports none.
+	void *user_err_data = buf->err_data;
+	*buf = e;
+	buf->err_data = user_err_data;
+	buf->err_data_size = 0;
+	cq->pending.pop_front();
+	return 1;
+}
+
+ssize_t cq_sreadfrom(fid_cq *f, void *buf, size_t count, fi_addr_t *src_addr, const void *,
+		     int timeout) noexcept
+{
+	Cq *cq = static_cast<Cq *>(f);
+	if (cq->wait_obj == FI_WAIT_NONE) {
+		VRMA_WARN(FI_LOG_CQ, "fi_cq_sread on a CQ opened with FI_WAIT_NONE\n");
+		return -FI_ENOSYS;
+	}
+	const Deadline deadline(timeout);
+	for (;;) {
+		ssize_t r = cq_read_impl(cq, buf, count, src_addr);
+		if (r != -FI_EAGAIN)
+			return r;
+		if (cq_trywait(cq))
+			continue; // something arrived while arming
+		if (deadline.expired())
+			return -FI_EAGAIN;
+		int ready[2];
+		int n = wait_epoll(cq->epoll_fd.get(), deadline, ready, 2);
+		if (n < 0)
+			return n;
+		for (int i = 0; i < n; i++) {
+			if (ready[i] == cq->signal_fd.get()) {
+				uint64_t v;
+				if (read(cq->signal_fd.get(), &v, sizeof v) < 0) {
+					// drained by another waiter
+				}
+				return -FI_EAGAIN; // fi_cq_signal: wake up empty-handed
+			}
+		}
+	}
+}
+
+ssize_t cq_sread(fid_cq *f, void *buf, size_t count, const void *cond, int timeout) noexcept
+{
+	return cq_sreadfrom(f, buf, count, nullptr, cond, timeout);
+}
+
+int cq_signal(fid_cq *f) noexcept
+{
+	Cq *cq = static_cast<Cq *>(f);
+	if (!cq->signal_fd.get() || cq->signal_fd.get() < 0)
+		return -FI_ENOSYS;
+	uint64_t one = 1;
+	if (write(cq->signal_fd.get(), &one, sizeof one) != sizeof one)
+		return errno_to_fi(errno);
+	return 0;
+}
+
+const char *cq_strerror(fid_cq *, int prov_errno, const void *, char *buf, size_t len) noexcept
+{
+	const char *s = ibv_wc_status_str(static_cast<ibv_wc_status>(prov_errno));
+	if (buf && len) {
+		strncpy(buf, s, len - 1);
+		buf[len - 1] = '\0';
+		return buf;
+	}
+	return s;
+}
+
+int cq_close(fid *f) noexcept
+{
+	Cq *cq = from_fid<Cq>(f);
+	if (cq->refs.load()) {
+		VRMA_WARN(FI_LOG_CQ, "CQ still bound to %d endpoints\n", cq->refs.load());
+		return -FI_EBUSY;
+	}
+	{
+		std::lock_guard<std::mutex> guard(cq->lock);
+		drain_channel(cq);
+	}
+	ibv_cq *raw = cq->cq.release();
+	if (int rc = ibv_destroy_cq(raw)) {
+		VRMA_WARN(FI_LOG_CQ, "ibv_destroy_cq: %s\n", strerror(rc));
+		cq->cq.reset(raw);
+		return errno_to_fi(rc);
+	}
+	cq->domain->refs--;
+	delete cq;
+	return 0;
+}
+
+int cq_control(fid *f, int command, void *arg) noexcept
+{
+	Cq *cq = from_fid<Cq>(f);
+	return wait_control(cq->wait_obj, cq->epoll_fd.get(), command, arg, "CQ");
+}
+
+constexpr fi_ops cq_fi_ops = {
+	.size = sizeof(fi_ops),
+	.close = cq_close,
+	.bind = fid_no_bind,
+	.control = cq_control,
+	.ops_open = fid_no_ops_open,
+	.tostr = fid_tostr,
+	.ops_set = fid_no_ops_set,
+};
+
+constexpr fi_ops_cq cq_ops = {
+	.size = sizeof(fi_ops_cq),
+	.read = cq_read,
+	.readfrom = cq_readfrom,
+	.readerr = cq_readerr,
+	.sread = cq_sread,
+	.sreadfrom = cq_sreadfrom,
+	.signal = cq_signal,
+	.strerror = cq_strerror,
+};
+
+int set_nonblock(int fd)
+{
+	int fl = fcntl(fd, F_GETFL);
+	return fl < 0 ? -1 : fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+}
+
+} // namespace
+
+int cq_trywait(Cq *cq) noexcept
+{
+	if (cq->wait_obj == FI_WAIT_NONE) {
+		VRMA_WARN(FI_LOG_CQ, "fi_trywait on a CQ without a wait object\n");
+		return -FI_EINVAL;
+	}
+	std::lock_guard<std::mutex> guard(cq->lock);
+	drain_channel(cq);
+	if (!cq->pending.empty())
+		return -FI_EAGAIN;
+	if (int rc = ibv_req_notify_cq(cq->cq.get(), 0))
+		return errno_to_fi(rc);
+	// Completions that arrived before arming raise no event: look once more.
+	poll_to_pending(cq, 64);
+	return cq->pending.empty() ? 0 : -FI_EAGAIN;
+}
+
+int cq_reserve(Cq *cq, size_t entries) noexcept
+{
+	std::lock_guard<std::mutex> guard(cq->lock);
+	size_t need = cq->reserved + entries;
+	if (need > cq->cqe) {
+		size_t max = static_cast<size_t>(cq->domain->dev_attr.max_cqe);
+		if (need > max) {
+			VRMA_WARN(FI_LOG_CQ, "CQ would need %zu entries; the device allows %zu\n",
+				  need, max);
+			return -FI_ENOSPC;
+		}
+		if (int rc = ibv_resize_cq(cq->cq.get(), static_cast<int>(need))) {
+			VRMA_WARN(FI_LOG_CQ, "ibv_resize_cq(%zu): %s\n", need, strerror(rc));
+			return -FI_ENOSPC;
+		}
+		cq->cqe = static_cast<size_t>(cq->cq->cqe);
+		VRMA_INFO(FI_LOG_CQ, "CQ grown to %zu entries\n", cq->cqe);
+	}
+	cq->reserved = need;
+	return 0;
+}
+
+void cq_unreserve(Cq *cq, size_t entries) noexcept
+{
+	std::lock_guard<std::mutex> guard(cq->lock);
+	cq->reserved -= std::min(entries, cq->reserved);
+}
+
+bool cq_drain_endpoint(Cq *cq, Ep *ep, bool tx_side, int timeout_ms) noexcept
+{
+	const Deadline deadline(timeout_ms);
+	auto done = [&] { return tx_side ? ep->tx.outstanding() == 0 : ep->rx.outstanding() == 0; };
+	while (!done()) {
+		{
+			std::lock_guard<std::mutex> guard(cq->lock);
+			poll_to_pending(cq, 256);
+		}
+		if (done())
+			break;
+		if (deadline.expired())
+			return false;
+		poll(nullptr, 0, 1);
+	}
+	return true;
+}
+
+int cq_open(fid_domain *domain, fi_cq_attr *attr, fid_cq **cq_out, void *context) noexcept
+try {
+	if (!domain || !attr || !cq_out) {
+		VRMA_WARN(FI_LOG_CQ, "fi_cq_open: NULL domain, attribute or output\n");
+		return -FI_EINVAL;
+	}
+	Domain *dom = from_fid<Domain>(&domain->fid);
+	fi_cq_format format = attr->format == FI_CQ_FORMAT_UNSPEC ? FI_CQ_FORMAT_CONTEXT : attr->format;
+	if (!format_size(format)) {
+		VRMA_WARN(FI_LOG_CQ, "fi_cq_open: unsupported format %d\n", attr->format);
+		return -FI_ENOSYS;
+	}
+	const fi_wait_obj wait = wait_obj_resolve(attr->wait_obj);
+	if (wait == FI_WAIT_SET)
+		return -FI_ENOSYS;
+	if (attr->wait_cond != FI_CQ_COND_NONE && attr->wait_cond != FI_CQ_COND_THRESHOLD) {
+		VRMA_WARN(FI_LOG_CQ, "fi_cq_open: unsupported wait condition %d\n", attr->wait_cond);
+		return -FI_EINVAL;
+	}
+	if (attr->flags & ~static_cast<uint64_t>(FI_AFFINITY)) {
+		VRMA_WARN(FI_LOG_CQ, "fi_cq_open: unsupported flags 0x%llx\n",
+			  static_cast<unsigned long long>(attr->flags));
+		return -FI_EBADFLAGS;
+	}
+	size_t max = static_cast<size_t>(dom->dev_attr.max_cqe);
+	size_t size = attr->size ? attr->size : params.cq_size;
+	if (size > max) {
+		VRMA_INFO(FI_LOG_CQ, "CQ size %zu clamped to the device's %zu\n", size, max);
+		size = max;
+	}
+	auto cq = std::make_unique<Cq>();
+	cq->domain = dom;
+	cq->format = format;
+	cq->entry_size = format_size(format);
+	cq->wait_obj = wait;
+	if (wait == FI_WAIT_FD) {
+		cq->channel.reset(ibv_create_comp_channel(dom->ctx));
+		if (!cq->channel) {
+			int err = errno;
+			VRMA_WARN(FI_LOG_CQ, "ibv_create_comp_channel: %s\n", strerror(err));
+			return errno_to_fi(err);
+		}
+		if (set_nonblock(cq->channel->fd))
+			return errno_to_fi(errno);
+		cq->signal_fd.reset(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+		if (cq->signal_fd.get() < 0)
+			return errno_to_fi(errno);
+		if (int rc = wait_epoll_create(cq->epoll_fd, {cq->channel->fd, cq->signal_fd.get()}))
+			return rc;
+	}
+	int comp_vector = (attr->flags & FI_AFFINITY) ? attr->signaling_vector : 0;
+	if (comp_vector >= dom->ctx->num_comp_vectors)
+		comp_vector = 0;
+	cq->cq.reset(ibv_create_cq(dom->ctx, static_cast<int>(size), cq.get(), cq->channel.get(),
+				   comp_vector));
+	if (!cq->cq) {
+		int err = errno;
+		VRMA_WARN(FI_LOG_CQ, "ibv_create_cq(%zu): %s\n", size, strerror(err));
+		return errno_to_fi(err);
+	}
+	cq->cqe = static_cast<size_t>(cq->cq->cqe);
+	if (wait == FI_WAIT_FD)
+		ibv_req_notify_cq(cq->cq.get(), 0);
+	cq->fid.fclass = FI_CLASS_CQ;
+	cq->fid.context = context;
+	cq->fid.ops = const_cast<fi_ops *>(&cq_fi_ops);
+	cq->ops = const_cast<fi_ops_cq *>(&cq_ops);
+	dom->refs++;
+	*cq_out = cq.release();
+	return 0;
+} catch (...) {
+	return -FI_ENOMEM;
+}
+
+} // namespace vrma

@@ -1,0 +1,160 @@
+// The domain: one protection domain on one RDMA device.
+#include "vrma.h"
+
+namespace vrma {
+
+namespace {
+
+int domain_close(fid *f) noexcept
+{
+	Domain *dom = from_fid<Domain>(f);
+	if (dom->refs.load()) {
+		VRMA_WARN(FI_LOG_DOMAIN, "domain still has %d open objects\n", dom->refs.load());
+		return -FI_EBUSY;
+	}
+	ibv_pd *pd = dom->pd.release();
+	if (int rc = ibv_dealloc_pd(pd)) {
+		VRMA_WARN(FI_LOG_DOMAIN, "ibv_dealloc_pd: %s\n", strerror(rc));
+		dom->pd.reset(pd);
+		return errno_to_fi(rc);
+	}
+	dom->fabric->refs--;
+	delete dom;
+	return 0;
+}
+
+int domain_av_open(fid_domain *, fi_av_attr *, fid_av **, void *) noexcept
+{
+	VRMA_WARN(FI_LOG_DOMAIN, "address vectors need FI_EP_RDM, which vrma does not offer yet\n");
+	return -FI_ENOSYS;
+}
+
+int domain_cntr_open(fid_domain *, fi_cntr_attr *, fid_cntr **, void *) noexcept
+{
+	VRMA_WARN(FI_LOG_DOMAIN, "counters are not supported yet\n");
+	return -FI_ENOSYS;
+}
+
+int domain_scalable_ep(fid_domain *, fi_info *, fid_ep **, void *) noexcept
+{
+	VRMA_WARN(FI_LOG_DOMAIN, "scalable endpoints are not supported\n");
+	return -FI_ENOSYS;
+}
+
+int domain_poll_open(fid_domain *, fi_poll_attr *, fid_poll **) noexcept
+{
+	VRMA_WARN(FI_LOG_DOMAIN, "poll sets are not supported\n");
+	return -FI_ENOSYS;
+}
+
+int domain_stx_ctx(fid_domain *, fi_tx_attr *, fid_stx **, void *) noexcept
+{
+	VRMA_WARN(FI_LOG_DOMAIN, "shared transmit contexts are not supported\n");
+	return -FI_ENOSYS;
+}
+
+int domain_srx_ctx(fid_domain *, fi_rx_attr *, fid_ep **, void *) noexcept
+{
+	VRMA_WARN(FI_LOG_DOMAIN, "shared receive contexts are not supported yet\n");
+	return -FI_ENOSYS;
+}
+
+int domain_query_atomic(fid_domain *, fi_datatype, fi_op, fi_atomic_attr *, uint64_t) noexcept
+{
+	return -FI_ENOSYS;
+}
+
+int domain_query_collective(fid_domain *, fi_collective_op, fi_collective_attr *,
+			    uint64_t) noexcept
+{
+	return -FI_ENOSYS;
+}
+
+int domain_endpoint2(fid_domain *domain, fi_info *info, fid_ep **ep, uint64_t flags,
+		     void *context) noexcept
+{
+	if (flags) {
+		VRMA_WARN(FI_LOG_DOMAIN, "fi_endpoint2: unsupported flags 0x%llx\n",
+			  static_cast<unsigned long long>(flags));
+		return -FI_EBADFLAGS;
+	}
+	return ep_open(domain, info, ep, context);
+}
+
+constexpr fi_ops domain_fi_ops = {
+	.size = sizeof(fi_ops),
+	.close = domain_close,
+	.bind = fid_no_bind,
+	.control = fid_no_control,
+	.ops_open = fid_no_ops_open,
+	.tostr = fid_tostr,
+	.ops_set = fid_no_ops_set,
+};
+
+constexpr fi_ops_domain domain_ops = {
+	.size = sizeof(fi_ops_domain),
+	.av_open = domain_av_open,
+	.cq_open = cq_open,
+	.endpoint = ep_open,
+	.scalable_ep = domain_scalable_ep,
+	.cntr_open = domain_cntr_open,
+	.poll_open = domain_poll_open,
+	.stx_ctx = domain_stx_ctx,
+	.srx_ctx = domain_srx_ctx,
+	.query_atomic = domain_query_atomic,
+	.query_collective = domain_query_collective,
+	.endpoint2 = domain_endpoint2,
+};
+
+} // namespace
+
+int domain_open(fid_fabric *fabric, fi_info *info, fid_domain **domain, void *context) noexcept
+try {
+	if (!fabric || !info || !domain || !info->domain_attr || !info->domain_attr->name) {
+		VRMA_WARN(FI_LOG_DOMAIN, "fi_domain: NULL fabric, info, output or domain name\n");
+		return -FI_EINVAL;
+	}
+	Fabric *fab = from_fid<Fabric>(&fabric->fid);
+	ibv_context *ctx = nullptr;
+	for (ibv_context **c = fab->devices.get(); c && *c; c++)
+		if (!strcmp((*c)->device->name, info->domain_attr->name))
+			ctx = *c;
+	if (!ctx) {
+		VRMA_WARN(FI_LOG_DOMAIN, "fi_domain: no RDMA device named '%s'\n",
+			  info->domain_attr->name);
+		return -FI_ENODEV;
+	}
+	auto dom = std::make_unique<Domain>();
+	dom->fabric = fab;
+	dom->ctx = ctx;
+	dom->pd.reset(ibv_alloc_pd(ctx));
+	if (!dom->pd) {
+		int err = errno;
+		VRMA_WARN(FI_LOG_DOMAIN, "ibv_alloc_pd(%s): %s\n", info->domain_attr->name,
+			  strerror(err));
+		return errno_to_fi(err);
+	}
+	if (int rc = ibv_query_device(ctx, &dom->dev_attr)) {
+		VRMA_WARN(FI_LOG_DOMAIN, "ibv_query_device: %s\n", strerror(rc));
+		return errno_to_fi(rc);
+	}
+	ibv_port_attr port{};
+	if (ibv_query_port(ctx, 1, &port) == 0)
+		dom->max_msg_size = port.max_msg_sz;
+	dom->info.reset(fi_dupinfo(info));
+	if (!dom->info)
+		return -FI_ENOMEM;
+	dom->inline_size = probe_inline_size(ctx);
+	dom->fid.fclass = FI_CLASS_DOMAIN;
+	dom->fid.context = context;
+	dom->fid.ops = const_cast<fi_ops *>(&domain_fi_ops);
+	dom->ops = const_cast<fi_ops_domain *>(&domain_ops);
+	dom->mr = const_cast<fi_ops_mr *>(&mr_ops);
+	fab->refs++;
+	*domain = dom.release();
+	return 0;
+} catch (...) {
+	return -FI_ENOMEM;
+}
+
+} // namespace vrma

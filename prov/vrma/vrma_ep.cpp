@@ -1,0 +1,489 @@
+// Active MSG endpoints: one RC QP on an rdma_cm id.
+#include "vrma.h"
+
+#include <rdma/fi_atomic.h>
+#include <rdma/fi_collective.h>
+#include <rdma/fi_tagged.h>
+
+namespace vrma {
+
+namespace {
+
+// Operations vrma does not offer on MSG endpoints answer -FI_ENOSYS.
+constexpr fi_ops_tagged tagged_nosys = {
+	.size = sizeof(fi_ops_tagged),
+	.recv = VRMA_NOSYS(fi_ops_tagged, recv),
+	.recvv = VRMA_NOSYS(fi_ops_tagged, recvv),
+	.recvmsg = VRMA_NOSYS(fi_ops_tagged, recvmsg),
+	.send = VRMA_NOSYS(fi_ops_tagged, send),
+	.sendv = VRMA_NOSYS(fi_ops_tagged, sendv),
+	.sendmsg = VRMA_NOSYS(fi_ops_tagged, sendmsg),
+	.inject = VRMA_NOSYS(fi_ops_tagged, inject),
+	.senddata = VRMA_NOSYS(fi_ops_tagged, senddata),
+	.injectdata = VRMA_NOSYS(fi_ops_tagged, injectdata),
+};
+
+constexpr fi_ops_atomic atomic_nosys = {
+	.size = sizeof(fi_ops_atomic),
+	.write = VRMA_NOSYS(fi_ops_atomic, write),
+	.writev = VRMA_NOSYS(fi_ops_atomic, writev),
+	.writemsg = VRMA_NOSYS(fi_ops_atomic, writemsg),
+	.inject = VRMA_NOSYS(fi_ops_atomic, inject),
+	.readwrite = VRMA_NOSYS(fi_ops_atomic, readwrite),
+	.readwritev = VRMA_NOSYS(fi_ops_atomic, readwritev),
+	.readwritemsg = VRMA_NOSYS(fi_ops_atomic, readwritemsg),
+	.compwrite = VRMA_NOSYS(fi_ops_atomic, compwrite),
+	.compwritev = VRMA_NOSYS(fi_ops_atomic, compwritev),
+	.compwritemsg = VRMA_NOSYS(fi_ops_atomic, compwritemsg),
+	.writevalid = VRMA_NOSYS(fi_ops_atomic, writevalid),
+	.readwritevalid = VRMA_NOSYS(fi_ops_atomic, readwritevalid),
+	.compwritevalid = VRMA_NOSYS(fi_ops_atomic, compwritevalid),
+};
+
+constexpr fi_ops_collective collective_nosys = {
+	.size = sizeof(fi_ops_collective),
+	.barrier = VRMA_NOSYS(fi_ops_collective, barrier),
+	.broadcast = VRMA_NOSYS(fi_ops_collective, broadcast),
+	.alltoall = VRMA_NOSYS(fi_ops_collective, alltoall),
+	.allreduce = VRMA_NOSYS(fi_ops_collective, allreduce),
+	.allgather = VRMA_NOSYS(fi_ops_collective, allgather),
+	.reduce_scatter = VRMA_NOSYS(fi_ops_collective, reduce_scatter),
+	.reduce = VRMA_NOSYS(fi_ops_collective, reduce),
+	.scatter = VRMA_NOSYS(fi_ops_collective, scatter),
+	.gather = VRMA_NOSYS(fi_ops_collective, gather),
+	.msg = VRMA_NOSYS(fi_ops_collective, msg),
+	.barrier2 = VRMA_NOSYS(fi_ops_collective, barrier2),
+};
+
+void release_cq(Ep *ep)
+{
+	Cq *send_cq = ep->tx_cq ? ep->tx_cq : ep->rx_cq;
+	Cq *recv_cq = ep->rx_cq ? ep->rx_cq : ep->tx_cq;
+	if (ep->tx.depth()) { // enabled: the rings hold what was reserved
+		cq_unreserve(send_cq, ep->tx.depth());
+		cq_unreserve(recv_cq, ep->rx.depth());
+	}
+	if (ep->tx_cq)
+		ep->tx_cq->refs--;
+	if (ep->rx_cq)
+		ep->rx_cq->refs--;
+}
+
+// Posts a signaled zero-length write on the error-state QP: its flush
+// completion retires every earlier unsignaled request, which otherwise never
+// reports.
+void post_sentinel(Ep *ep)
+{
+	std::lock_guard<std::mutex> guard(ep->tx_lock);
+	if (ep->tx.outstanding() == 0 || ep->tx.full())
+		return;
+	TxSlot &s = ep->tx.next();
+	s.seq = ep->tx.head();
+	s.context = nullptr;
+	s.comp_flags = 0;
+	s.len = 0;
+	s.report = false;
+	ibv_send_wr wr{};
+	wr.wr_id = reinterpret_cast<uintptr_t>(&s);
+	wr.opcode = IBV_WR_RDMA_WRITE;
+	wr.send_flags = IBV_SEND_SIGNALED;
+	ep->tx.push();
+	ibv_send_wr *bad;
+	if (ibv_post_send(ep->qp, &wr, &bad))
+		ep->tx.unpush();
+}
+
+int ep_close(fid *f) noexcept
+{
+	Ep *ep = from_fid<Ep>(f);
+	ep->closing.store(true);
+	if (ep->eq) {
+		// The EQ's progress thread handles events under the EQ lock: once the
+		// id no longer names the endpoint, no event handler touches it.
+		std::lock_guard<std::mutex> guard(ep->eq->lock);
+		ep->id->context = nullptr;
+	}
+	bool drained = true;
+	if (ep->qp) {
+		ep_set_error(ep);
+		post_sentinel(ep);
+		Cq *send_cq = ep->tx_cq ? ep->tx_cq : ep->rx_cq;
+		Cq *recv_cq = ep->rx_cq ? ep->rx_cq : ep->tx_cq;
+		drained = cq_drain_endpoint(send_cq, ep, true, 2000) &&
+			  cq_drain_endpoint(recv_cq, ep, false, 2000);
+		if (!drained) {
+			// Completions naming this endpoint may still arrive: keep its
+			// memory rather than let them point to freed slots.
+			VRMA_WARN(FI_LOG_EP_CTRL,
+				  "endpoint close: %zu send and %zu receive requests did not flush; leaking the endpoint\n",
+				  ep->tx.outstanding(), ep->rx.outstanding());
+		}
+		rdma_destroy_qp(ep->id.get());
+		ep->qp = nullptr;
+	}
+	if (ep->eq) {
+		// Events for this endpoint are read under the EQ lock: destroy the id
+		// under it too, then drop queued events that name the endpoint.
+		{
+			std::lock_guard<std::mutex> guard(ep->eq->lock);
+			ep->id.reset();
+		}
+		eq_purge(ep->eq, &ep->fid);
+		ep->eq->refs--;
+	} else {
+		ep->id.reset();
+	}
+	release_cq(ep);
+	ep->domain->refs--;
+	if (drained)
+		delete ep;
+	return 0;
+}
+
+int ep_bind(fid *f, fid *bfid, uint64_t flags) noexcept
+{
+	Ep *ep = from_fid<Ep>(f);
+	if (!bfid) {
+		VRMA_WARN(FI_LOG_EP_CTRL, "fi_ep_bind: NULL fid\n");
+		return -FI_EINVAL;
+	}
+	if (ep->qp) {
+		VRMA_WARN(FI_LOG_EP_CTRL, "fi_ep_bind: endpoint already enabled\n");
+		return -FI_EOPBADSTATE;
+	}
+	switch (bfid->fclass) {
+	case FI_CLASS_CQ: {
+		Cq *cq = from_fid<Cq>(bfid);
+		if (flags & ~(FI_TRANSMIT | FI_RECV | FI_SELECTIVE_COMPLETION)) {
+			VRMA_WARN(FI_LOG_EP_CTRL, "fi_ep_bind(cq): unsupported flags 0x%llx\n",
+				  static_cast<unsigned long long>(flags));
+			return -FI_EBADFLAGS;
+		}
+		if (!(flags & (FI_TRANSMIT | FI_RECV))) {
+			VRMA_WARN(FI_LOG_EP_CTRL, "fi_ep_bind(cq): need FI_TRANSMIT and/or FI_RECV\n");
+			return -FI_EINVAL;
+		}
+		if (cq->domain != ep->domain) {
+			VRMA_WARN(FI_LOG_EP_CTRL, "fi_ep_bind(cq): CQ belongs to another domain\n");
+			return -FI_EINVAL;
+		}
+		if (((flags & FI_TRANSMIT) && ep->tx_cq) || ((flags & FI_RECV) && ep->rx_cq)) {
+			VRMA_WARN(FI_LOG_EP_CTRL, "fi_ep_bind(cq): a CQ is already bound for that direction\n");
+			return -FI_EINVAL;
+		}
+		if (flags & FI_TRANSMIT) {
+			ep->tx_cq = cq;
+			ep->tx_selective = flags & FI_SELECTIVE_COMPLETION;
+			cq->refs++;
+		}
+		if (flags & FI_RECV) {
+			ep->rx_cq = cq;
+			ep->rx_selective = flags & FI_SELECTIVE_COMPLETION;
+			cq->refs++;
+		}
+		return 0;
+	}
+	case FI_CLASS_EQ: {
+		Eq *eq = from_fid<Eq>(bfid);
+		if (ep->eq) {
+			VRMA_WARN(FI_LOG_EP_CTRL, "fi_ep_bind(eq): an EQ is already bound\n");
+			return -FI_EINVAL;
+		}
+		ep->eq = eq;
+		eq->refs++;
+		return 0;
+	}
+	case FI_CLASS_CNTR:
+		VRMA_WARN(FI_LOG_EP_CTRL, "fi_ep_bind: counters are not supported yet\n");
+		return -FI_ENOSYS;
+	default:
+		VRMA_WARN(FI_LOG_EP_CTRL, "fi_ep_bind: cannot bind fid class %zu\n", bfid->fclass);
+		return -FI_EINVAL;
+	}
+}
+
+int ep_control(fid *f, int command, void *arg) noexcept
+{
+	Ep *ep = from_fid<Ep>(f);
+	switch (command) {
+	case FI_ENABLE:
+		return ep_enable(ep);
+	case FI_GETOPSFLAG: {
+		if (!arg)
+			return -FI_EINVAL;
+		uint64_t *flags = static_cast<uint64_t *>(arg);
+		if ((*flags & FI_TRANSMIT) && (*flags & FI_RECV))
+			return -FI_EINVAL;
+		*flags = (*flags & FI_TRANSMIT) ? ep->tx_op_flags : ep->rx_op_flags;
+		return 0;
+	}
+	case FI_SETOPSFLAG: {
+		if (!arg)
+			return -FI_EINVAL;
+		uint64_t flags = *static_cast<uint64_t *>(arg);
+		if (flags & FI_TRANSMIT) {
+			uint64_t f2 = flags & ~FI_TRANSMIT;
+			if (f2 & ~kTxOpFlags) {
+				VRMA_WARN(FI_LOG_EP_CTRL, "FI_SETOPSFLAG: unsupported transmit flags 0x%llx\n",
+					  static_cast<unsigned long long>(f2 & ~kTxOpFlags));
+				return -FI_EBADFLAGS;
+			}
+			ep->tx_op_flags = f2;
+		} else {
+			uint64_t f2 = flags & ~FI_RECV;
+			if (f2 & ~kRxOpFlags) {
+				VRMA_WARN(FI_LOG_EP_CTRL, "FI_SETOPSFLAG: unsupported receive flags 0x%llx\n",
+					  static_cast<unsigned long long>(f2 & ~kRxOpFlags));
+				return -FI_EBADFLAGS;
+			}
+			ep->rx_op_flags = f2;
+		}
+		return 0;
+	}
+	default:
+		VRMA_WARN(FI_LOG_EP_CTRL, "fi_control(ep, %d) is not supported\n", command);
+		return -FI_ENOSYS;
+	}
+}
+
+ssize_t ep_cancel(fid_t, void *) noexcept
+{
+	// Posted verbs receives cannot be withdrawn one by one.
+	return -FI_ENOENT;
+}
+
+ssize_t ep_rx_size_left(fid_ep *f) noexcept
+{
+	Ep *ep = static_cast<Ep *>(f);
+	if (!ep->qp)
+		return -FI_EOPBADSTATE;
+	return static_cast<ssize_t>(ep->rx_depth - ep->rx.outstanding());
+}
+
+ssize_t ep_tx_size_left(fid_ep *f) noexcept
+{
+	Ep *ep = static_cast<Ep *>(f);
+	if (!ep->qp)
+		return -FI_EOPBADSTATE;
+	size_t used = ep->tx.outstanding();
+	return used >= ep->tx_depth ? 0 : static_cast<ssize_t>(ep->tx_depth - used);
+}
+
+constexpr fi_ops ep_fi_ops = {
+	.size = sizeof(fi_ops),
+	.close = ep_close,
+	.bind = ep_bind,
+	.control = ep_control,
+	.ops_open = fid_no_ops_open,
+	.tostr = fid_tostr,
+	.ops_set = fid_no_ops_set,
+};
+
+constexpr fi_ops_ep ep_ops = {
+	.size = sizeof(fi_ops_ep),
+	.cancel = ep_cancel,
+	.getopt = ep_getopt,
+	.setopt = ep_setopt,
+	.tx_ctx = VRMA_NOSYS(fi_ops_ep, tx_ctx),
+	.rx_ctx = VRMA_NOSYS(fi_ops_ep, rx_ctx),
+	.rx_size_left = ep_rx_size_left,
+	.tx_size_left = ep_tx_size_left,
+};
+
+size_t clamp(size_t want, size_t fallback, int device_max)
+{
+	size_t v = want ? want : fallback;
+	size_t max = static_cast<size_t>(device_max > 0 ? device_max : 1);
+	return v > max ? max : v;
+}
+
+} // namespace
+
+void ep_set_error(Ep *ep) noexcept
+{
+	if (!ep->qp)
+		return;
+	ibv_qp_attr attr{};
+	attr.qp_state = IBV_QPS_ERR;
+	// After a disconnect rdma_cm may already have torn the QP's connection
+	// down; failing to move it again is expected then.
+	if (int rc = ibv_modify_qp(ep->qp, &attr, IBV_QP_STATE))
+		VRMA_INFO(FI_LOG_EP_CTRL, "moving QP %u to the error state: %s\n", ep->qp->qp_num,
+			  strerror(rc));
+}
+
+int ep_enable(Ep *ep) noexcept
+{
+	if (ep->qp)
+		return 0;
+	if (!ep->eq) {
+		VRMA_WARN(FI_LOG_EP_CTRL, "fi_enable: MSG endpoint needs an EQ\n");
+		return -FI_ENOEQ;
+	}
+	if (!ep->tx_cq && !ep->rx_cq) {
+		VRMA_WARN(FI_LOG_EP_CTRL, "fi_enable: endpoint needs a CQ\n");
+		return -FI_ENOCQ;
+	}
+	if (!ep->id->verbs) {
+		VRMA_WARN(FI_LOG_EP_CTRL,
+			  "fi_enable: endpoint has neither source nor destination address on an RDMA device\n");
+		return -FI_EOPBADSTATE;
+	}
+	if (ep->id->verbs != ep->domain->ctx) {
+		VRMA_WARN(FI_LOG_EP_CTRL, "fi_enable: the endpoint's address is on %s, not on domain %s\n",
+			  ep->id->verbs->device->name, ep->domain->ctx->device->name);
+		return -FI_EINVAL;
+	}
+	Cq *send_cq = ep->tx_cq ? ep->tx_cq : ep->rx_cq;
+	Cq *recv_cq = ep->rx_cq ? ep->rx_cq : ep->tx_cq;
+	// One extra send slot for the close-time sentinel.
+	const size_t send_wrs = ep->tx_depth + 1;
+	if (int rc = cq_reserve(send_cq, send_wrs))
+		return rc;
+	if (int rc = cq_reserve(recv_cq, ep->rx_depth)) {
+		cq_unreserve(send_cq, send_wrs);
+		return rc;
+	}
+	ibv_qp_init_attr attr{};
+	attr.qp_context = ep;
+	attr.send_cq = send_cq->cq.get();
+	attr.recv_cq = recv_cq->cq.get();
+	attr.qp_type = IBV_QPT_RC;
+	attr.sq_sig_all = 0;
+	attr.cap.max_send_wr = static_cast<uint32_t>(send_wrs);
+	attr.cap.max_recv_wr = static_cast<uint32_t>(ep->rx_depth);
+	attr.cap.max_send_sge = static_cast<uint32_t>(ep->tx_iov_limit);
+	attr.cap.max_recv_sge = static_cast<uint32_t>(ep->rx_iov_limit);
+	attr.cap.max_inline_data = static_cast<uint32_t>(ep->inline_size);
+	if (rdma_create_qp(ep->id.get(), ep->domain->pd.get(), &attr)) {
+		int err = errno;
+		VRMA_WARN(FI_LOG_EP_CTRL, "rdma_create_qp(send %zu, recv %zu, inline %zu): %s\n",
+			  send_wrs, ep->rx_depth, ep->inline_size, strerror(err));
+		cq_unreserve(send_cq, send_wrs);
+		cq_unreserve(recv_cq, ep->rx_depth);
+		return errno_to_fi(err);
+	}
+	ep->qp = ep->id->qp;
+	if (attr.cap.max_inline_data < ep->inline_size)
+		ep->inline_size = attr.cap.max_inline_data;
+	ep->tx.reset(send_wrs);
+	ep->rx.reset(ep->rx_depth);
+	for (uint64_t i = 0; i < ep->tx.capacity(); i++) {
+		ep->tx.at(i).ep = ep;
+		ep->tx.at(i).kind = SlotKind::Tx;
+	}
+	for (uint64_t i = 0; i < ep->rx.capacity(); i++) {
+		ep->rx.at(i).ep = ep;
+		ep->rx.at(i).kind = SlotKind::Rx;
+	}
+	ep->state.store(EpState::Enabled);
+	return 0;
+}
+
+int ep_open(fid_domain *domain, fi_info *info, fid_ep **ep_out, void *context) noexcept
+try {
+	if (!domain || !info || !ep_out) {
+		VRMA_WARN(FI_LOG_EP_CTRL, "fi_endpoint: NULL domain, info or output\n");
+		return -FI_EINVAL;
+	}
+	if (info->ep_attr && info->ep_attr->type != FI_EP_MSG && info->ep_attr->type != FI_EP_UNSPEC) {
+		VRMA_WARN(FI_LOG_EP_CTRL, "fi_endpoint: vrma offers FI_EP_MSG only\n");
+		return -FI_EINVAL;
+	}
+	Domain *dom = from_fid<Domain>(&domain->fid);
+	auto ep = std::make_unique<Ep>();
+	ep->domain = dom;
+	ep->info.reset(fi_dupinfo(info));
+	if (!ep->info)
+		return -FI_ENOMEM;
+	ep->info->handle = nullptr;
+	const ibv_device_attr &d = dom->dev_attr;
+	ep->tx_depth = clamp(info->tx_attr ? info->tx_attr->size : 0, params.tx_size, d.max_qp_wr - 1);
+	ep->rx_depth = clamp(info->rx_attr ? info->rx_attr->size : 0, params.rx_size, d.max_qp_wr);
+	const int max_sge = std::min(d.max_sge, static_cast<int>(kMaxSge));
+	ep->tx_iov_limit = clamp(info->tx_attr ? info->tx_attr->iov_limit : 0, params.iov_limit, max_sge);
+	ep->rx_iov_limit = clamp(info->rx_attr ? info->rx_attr->iov_limit : 0, params.iov_limit, max_sge);
+	ep->inline_size = static_cast<size_t>(dom->inline_size);
+	if (info->tx_attr && info->tx_attr->inject_size && info->tx_attr->inject_size < ep->inline_size)
+		ep->inline_size = info->tx_attr->inject_size;
+	ep->max_msg_size = dom->max_msg_size;
+	if (info->ep_attr && info->ep_attr->max_msg_size &&
+	    info->ep_attr->max_msg_size < ep->max_msg_size)
+		ep->max_msg_size = info->ep_attr->max_msg_size;
+	ep->tx_op_flags = info->tx_attr ? info->tx_attr->op_flags & kTxOpFlags : 0;
+	ep->rx_op_flags = info->rx_attr ? info->rx_attr->op_flags & kRxOpFlags : 0;
+	ep->rx_cq_data_mode = (info->mode | (info->rx_attr ? info->rx_attr->mode : 0)) & FI_RX_CQ_DATA;
+
+	if (info->handle) {
+		if (info->handle->fclass != FI_CLASS_CONNREQ) {
+			VRMA_WARN(FI_LOG_EP_CTRL, "fi_endpoint: info->handle is not a connection request\n");
+			return -FI_EINVAL;
+		}
+		auto *cr = static_cast<ConnReq *>(info->handle);
+		if (cr->id->verbs != dom->ctx) {
+			VRMA_WARN(FI_LOG_EP_CTRL, "fi_endpoint: connection request arrived on %s, not on domain %s\n",
+				  cr->id->verbs ? cr->id->verbs->device->name : "?", dom->ctx->device->name);
+			return -FI_EINVAL;
+		}
+		ep->id.reset(cr->id);
+		ep->responder_resources = cr->responder_resources;
+		ep->initiator_depth = cr->initiator_depth;
+		ep->passive_side = true;
+		ep->addr_resolved = true;
+		// The application's info keeps a dangling handle, as with every
+		// provider: the request is consumed here.
+		delete cr;
+		info->handle = nullptr;
+	} else {
+		rdma_cm_id *raw = nullptr;
+		// A synchronous id: address resolution blocks here (bounded by
+		// FI_VRMA_CM_TIMEOUT) so the device is known before fi_enable.
+		if (rdma_create_id(nullptr, &raw, nullptr, RDMA_PS_TCP)) {
+			int err = errno;
+			VRMA_WARN(FI_LOG_EP_CTRL, "rdma_create_id: %s\n", strerror(err));
+			return errno_to_fi(err);
+		}
+		ep->id.reset(raw);
+		auto *src = static_cast<sockaddr *>(info->src_addr);
+		auto *dst = static_cast<sockaddr *>(info->dest_addr);
+		if (dst) {
+			if (rdma_resolve_addr(ep->id.get(), src, dst, params.cm_timeout_ms)) {
+				int err = errno;
+				VRMA_WARN(FI_LOG_EP_CTRL, "fi_endpoint: resolving %s: %s\n",
+					  sockaddr_str(dst).c_str(), strerror(err));
+				return errno_to_fi(err);
+			}
+			ep->addr_resolved = true;
+		} else if (src) {
+			if (rdma_bind_addr(ep->id.get(), src)) {
+				int err = errno;
+				VRMA_WARN(FI_LOG_EP_CTRL, "fi_endpoint: binding %s: %s\n",
+					  sockaddr_str(src).c_str(), strerror(err));
+				return errno_to_fi(err);
+			}
+		}
+		if (ep->id->verbs && ep->id->verbs != dom->ctx) {
+			VRMA_WARN(FI_LOG_EP_CTRL, "fi_endpoint: address is on %s, not on domain %s\n",
+				  ep->id->verbs->device->name, dom->ctx->device->name);
+			return -FI_EINVAL;
+		}
+	}
+	ep->id->context = &ep->fid;
+	ep->fid.fclass = FI_CLASS_EP;
+	ep->fid.context = context;
+	ep->fid.ops = const_cast<fi_ops *>(&ep_fi_ops);
+	ep->ops = const_cast<fi_ops_ep *>(&ep_ops);
+	ep->cm = const_cast<fi_ops_cm *>(&ep_cm_ops);
+	ep->msg = const_cast<fi_ops_msg *>(&msg_ops);
+	ep->rma = const_cast<fi_ops_rma *>(&rma_ops);
+	ep->tagged = const_cast<fi_ops_tagged *>(&tagged_nosys);
+	ep->atomic = const_cast<fi_ops_atomic *>(&atomic_nosys);
+	ep->collective = const_cast<fi_ops_collective *>(&collective_nosys);
+	dom->refs++;
+	*ep_out = ep.release();
+	return 0;
+} catch (...) {
+	return -FI_ENOMEM;
+}
+
+} // namespace vrma

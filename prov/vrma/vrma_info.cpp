@@ -1,0 +1,541 @@
+// fi_getinfo: one fi_info per active verbs port that has an IP address,
+// limits read from the device, hints matched by src/info_match.
+#include "vrma.h"
+#include "info_match.h"
+
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netdb.h>
+
+#include <cstdio>
+#include <map>
+
+namespace vrma {
+
+namespace {
+
+struct PortAddr {
+	ibv_context *ctx = nullptr;
+	uint8_t port = 0;
+	sockaddr_storage addr{};
+	uint32_t prefix_len = 0; // netmask length of addr
+};
+
+struct Port {
+	ibv_context *ctx = nullptr;
+	uint8_t port = 0;
+	ibv_device_attr dev{};
+	ibv_port_attr attr{};
+	std::vector<PortAddr> addrs;
+};
+
+// Probed once per device. Heap-allocated and never destroyed: the core calls
+// provider.cleanup from its own destructor, after this library's static
+// objects may already be gone.
+std::mutex &inline_lock = *new std::mutex;
+std::map<std::string, int> &inline_cache = *new std::map<std::string, int>;
+
+uint32_t mask_prefix_len(const sockaddr *mask)
+{
+	uint32_t n = 0;
+	if (!mask)
+		return 0;
+	const uint8_t *b;
+	size_t len;
+	if (mask->sa_family == AF_INET) {
+		b = reinterpret_cast<const uint8_t *>(
+			&reinterpret_cast<const sockaddr_in *>(mask)->sin_addr);
+		len = 4;
+	} else if (mask->sa_family == AF_INET6) {
+		b = reinterpret_cast<const sockaddr_in6 *>(mask)->sin6_addr.s6_addr;
+		len = 16;
+	} else {
+		return 0;
+	}
+	for (size_t i = 0; i < len; i++)
+		n += __builtin_popcount(b[i]);
+	return n;
+}
+
+bool same_ip(const sockaddr *a, const sockaddr *b)
+{
+	if (a->sa_family != b->sa_family)
+		return false;
+	if (a->sa_family == AF_INET)
+		return reinterpret_cast<const sockaddr_in *>(a)->sin_addr.s_addr ==
+		       reinterpret_cast<const sockaddr_in *>(b)->sin_addr.s_addr;
+	return !memcmp(&reinterpret_cast<const sockaddr_in6 *>(a)->sin6_addr,
+		       &reinterpret_cast<const sockaddr_in6 *>(b)->sin6_addr, 16);
+}
+
+bool is_any_ip(const sockaddr *a)
+{
+	if (a->sa_family == AF_INET)
+		return reinterpret_cast<const sockaddr_in *>(a)->sin_addr.s_addr == htonl(INADDR_ANY);
+	if (a->sa_family == AF_INET6)
+		return IN6_IS_ADDR_UNSPECIFIED(&reinterpret_cast<const sockaddr_in6 *>(a)->sin6_addr);
+	return false;
+}
+
+void set_port(sockaddr *sa, uint16_t port_be)
+{
+	if (sa->sa_family == AF_INET)
+		reinterpret_cast<sockaddr_in *>(sa)->sin_port = port_be;
+	else if (sa->sa_family == AF_INET6)
+		reinterpret_cast<sockaddr_in6 *>(sa)->sin6_port = port_be;
+}
+
+uint16_t get_port(const sockaddr *sa)
+{
+	if (sa->sa_family == AF_INET)
+		return reinterpret_cast<const sockaddr_in *>(sa)->sin_port;
+	if (sa->sa_family == AF_INET6)
+		return reinterpret_cast<const sockaddr_in6 *>(sa)->sin6_port;
+	return 0;
+}
+
+// Which RDMA device and port each local IP address belongs to: binding an
+// rdma_cm id to the address tells (it stays unbound for non-RDMA netdevs).
+std::vector<PortAddr> discover_addresses(rdma_event_channel *ch)
+{
+	std::vector<PortAddr> out;
+	ifaddrs *ifa_list = nullptr;
+	if (getifaddrs(&ifa_list)) {
+		VRMA_WARN(FI_LOG_CORE, "getifaddrs: %s\n", strerror(errno));
+		return out;
+	}
+	for (ifaddrs *ifa = ifa_list; ifa; ifa = ifa->ifa_next) {
+		if (!ifa->ifa_addr || !(ifa->ifa_flags & IFF_UP) || (ifa->ifa_flags & IFF_LOOPBACK))
+			continue;
+		int family = ifa->ifa_addr->sa_family;
+		if (family != AF_INET && family != AF_INET6)
+			continue;
+		rdma_cm_id *raw = nullptr;
+		if (rdma_create_id(ch, &raw, nullptr, RDMA_PS_TCP))
+			continue;
+		CmIdPtr id(raw);
+		PortAddr pa;
+		memcpy(&pa.addr, ifa->ifa_addr, sockaddr_len(ifa->ifa_addr));
+		set_port(reinterpret_cast<sockaddr *>(&pa.addr), 0);
+		if (rdma_bind_addr(id.get(), reinterpret_cast<sockaddr *>(&pa.addr)) || !id->verbs)
+			continue;
+		pa.ctx = id->verbs;
+		pa.port = id->port_num;
+		pa.prefix_len = mask_prefix_len(ifa->ifa_netmask);
+		out.push_back(pa);
+	}
+	freeifaddrs(ifa_list);
+	return out;
+}
+
+std::string fabric_name_for(const Port &p, const PortAddr &a)
+{
+	char buf[128];
+	if (p.attr.link_layer == IBV_LINK_LAYER_INFINIBAND) {
+		ibv_gid gid{};
+		ibv_query_gid(p.ctx, p.port, 0, &gid);
+		std::snprintf(buf, sizeof buf, "IB-0x%016llx",
+			      static_cast<unsigned long long>(be64toh(gid.global.subnet_prefix)));
+		return buf;
+	}
+	// Ethernet (RoCE) and iWARP: the IP subnet the port's address is on.
+	sockaddr_storage net = a.addr;
+	char host[INET6_ADDRSTRLEN] = "";
+	if (net.ss_family == AF_INET) {
+		auto *in = reinterpret_cast<sockaddr_in *>(&net);
+		uint32_t mask = a.prefix_len ? htonl(~0u << (32 - a.prefix_len)) : 0;
+		in->sin_addr.s_addr &= mask;
+		inet_ntop(AF_INET, &in->sin_addr, host, sizeof host);
+	} else {
+		auto *in6 = reinterpret_cast<sockaddr_in6 *>(&net);
+		for (uint32_t i = 0; i < 16; i++) {
+			uint32_t bits = a.prefix_len > i * 8 ? a.prefix_len - i * 8 : 0;
+			uint8_t m = bits >= 8 ? 0xff : static_cast<uint8_t>(0xff << (8 - bits));
+			in6->sin6_addr.s6_addr[i] &= m;
+		}
+		inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof host);
+	}
+	std::snprintf(buf, sizeof buf, "%s/%u", host, a.prefix_len);
+	return buf;
+}
+
+void *dup_addr(const sockaddr *sa, size_t *len)
+{
+	*len = sockaddr_len(sa);
+	void *p = malloc(*len);
+	if (p)
+		memcpy(p, sa, *len);
+	return p;
+}
+
+// The most this port offers: the capability info hints are matched against.
+fi_info *build_cap_info(const Port &p, const PortAddr &a, int inline_size)
+{
+	fi_info *info = fi_allocinfo();
+	if (!info)
+		return nullptr;
+	const ibv_device_attr &d = p.dev;
+	info->caps = kCaps;
+	info->mode = 0;
+	info->addr_format = a.addr.ss_family == AF_INET6 ? FI_SOCKADDR_IN6 : FI_SOCKADDR_IN;
+	info->src_addr = dup_addr(reinterpret_cast<const sockaddr *>(&a.addr), &info->src_addrlen);
+
+	fi_tx_attr &tx = *info->tx_attr;
+	tx.caps = kMsgCaps | kRmaCaps;
+	tx.mode = 0;
+	tx.op_flags = kTxOpFlags;
+	tx.msg_order = kMsgOrder;
+	tx.comp_order = FI_ORDER_STRICT | FI_ORDER_DATA;
+	tx.inject_size = static_cast<size_t>(inline_size);
+	tx.size = static_cast<size_t>(d.max_qp_wr);
+	tx.iov_limit = std::min(static_cast<size_t>(d.max_sge), kMaxSge);
+	tx.rma_iov_limit = 1;
+
+	fi_rx_attr &rx = *info->rx_attr;
+	rx.caps = kMsgCaps | kRmaCaps;
+	rx.mode = 0;
+	rx.op_flags = kRxOpFlags;
+	rx.msg_order = kMsgOrder;
+	rx.comp_order = FI_ORDER_STRICT | FI_ORDER_DATA;
+	rx.total_buffered_recv = 0;
+	rx.size = static_cast<size_t>(d.max_qp_wr);
+	rx.iov_limit = std::min(static_cast<size_t>(d.max_sge), kMaxSge);
+
+	fi_ep_attr &ep = *info->ep_attr;
+	ep.type = FI_EP_MSG;
+	ep.protocol = p.ctx->device->transport_type == IBV_TRANSPORT_IWARP ? FI_PROTO_IWARP
+									   : FI_PROTO_RDMA_CM_IB_RC;
+	ep.protocol_version = 1;
+	ep.max_msg_size = p.attr.max_msg_sz;
+	ep.msg_prefix_size = 0;
+	ep.max_order_raw_size = p.attr.max_msg_sz;
+	ep.max_order_war_size = 0;
+	ep.max_order_waw_size = p.attr.max_msg_sz;
+	ep.mem_tag_format = 0;
+	ep.tx_ctx_cnt = 1;
+	ep.rx_ctx_cnt = 1;
+	ep.auth_key_size = 0;
+
+	fi_domain_attr &dom = *info->domain_attr;
+	dom.name = strdup(p.ctx->device->name);
+	dom.threading = FI_THREAD_SAFE;
+	dom.control_progress = FI_PROGRESS_AUTO;
+	dom.data_progress = FI_PROGRESS_AUTO;
+	dom.resource_mgmt = FI_RM_ENABLED;
+	dom.av_type = FI_AV_UNSPEC;
+	dom.mr_mode = kMrMode;
+	dom.mr_key_size = sizeof(uint32_t);
+	dom.cq_data_size = kCqDataSize;
+	dom.cq_cnt = static_cast<size_t>(d.max_cq);
+	dom.ep_cnt = static_cast<size_t>(d.max_qp);
+	dom.tx_ctx_cnt = static_cast<size_t>(d.max_qp);
+	dom.rx_ctx_cnt = static_cast<size_t>(d.max_qp);
+	dom.max_ep_tx_ctx = 1;
+	dom.max_ep_rx_ctx = 1;
+	dom.max_ep_stx_ctx = 0;
+	dom.max_ep_srx_ctx = 0;
+	dom.cntr_cnt = 0;
+	dom.mr_iov_limit = 1;
+	dom.caps = kDomainCaps;
+	dom.mode = 0;
+	dom.max_err_data = wire::kCmUserDataMax;
+	dom.mr_cnt = static_cast<size_t>(d.max_mr);
+
+	fi_fabric_attr &fab = *info->fabric_attr;
+	fab.name = strdup(fabric_name_for(p, a).c_str());
+	fab.prov_version = kProviderVersion;
+	fab.api_version = kApiVersion;
+	if (!dom.name || !fab.name || !info->src_addr) {
+		fi_freeinfo(info);
+		return nullptr;
+	}
+	return info;
+}
+
+int resolve_name(const char *node, const char *service, bool passive, int family,
+		 sockaddr_storage *out)
+{
+	addrinfo hints{};
+	hints.ai_family = family;
+	hints.ai_socktype = SOCK_STREAM;
+	if (passive)
+		hints.ai_flags |= AI_PASSIVE;
+	addrinfo *res = nullptr;
+	int rc = getaddrinfo(node, service, &hints, &res);
+	if (rc) {
+		VRMA_INFO(FI_LOG_CORE, "getaddrinfo(%s, %s): %s\n", node ? node : "-",
+			  service ? service : "-", gai_strerror(rc));
+		return -FI_ENODATA;
+	}
+	memcpy(out, res->ai_addr, res->ai_addrlen);
+	freeaddrinfo(res);
+	return 0;
+}
+
+// Finds the local RDMA port and address that reach `dest`.
+int resolve_route_source(rdma_event_channel *, const sockaddr *src, const sockaddr *dest,
+			 ibv_context **ctx, uint8_t *port, sockaddr_storage *local)
+{
+	rdma_cm_id *raw = nullptr;
+	// Synchronous id: rdma_resolve_addr blocks until resolved or timed out.
+	if (rdma_create_id(nullptr, &raw, nullptr, RDMA_PS_TCP))
+		return errno_to_fi(errno);
+	CmIdPtr id(raw);
+	if (rdma_resolve_addr(id.get(), const_cast<sockaddr *>(src), const_cast<sockaddr *>(dest),
+			      params.cm_timeout_ms)) {
+		VRMA_INFO(FI_LOG_CORE, "no RDMA route to %s: %s\n", sockaddr_str(dest).c_str(),
+			  strerror(errno));
+		return -FI_ENODATA;
+	}
+	if (!id->verbs)
+		return -FI_ENODATA;
+	*ctx = id->verbs;
+	*port = id->port_num;
+	const sockaddr *l = rdma_get_local_addr(id.get());
+	memcpy(local, l, sockaddr_len(l));
+	return 0;
+}
+
+} // namespace
+
+int probe_inline_size(ibv_context *ctx) noexcept
+{
+	std::lock_guard<std::mutex> guard(inline_lock);
+	auto it = inline_cache.find(ctx->device->name);
+	if (it != inline_cache.end())
+		return it->second;
+	int result = 0;
+	ibv_pd *pd = ibv_alloc_pd(ctx);
+	ibv_cq *cq = pd ? ibv_create_cq(ctx, 4, nullptr, nullptr, 0) : nullptr;
+	if (cq) {
+		// Ask for decreasing inline sizes; the device reports what it grants.
+		for (uint32_t want : {1024u, 512u, 256u, 128u, 64u, 32u, 0u}) {
+			ibv_qp_init_attr attr{};
+			attr.send_cq = cq;
+			attr.recv_cq = cq;
+			attr.qp_type = IBV_QPT_RC;
+			attr.cap.max_send_wr = static_cast<uint32_t>(params.tx_size);
+			attr.cap.max_recv_wr = 1;
+			attr.cap.max_send_sge = static_cast<uint32_t>(params.iov_limit);
+			attr.cap.max_recv_sge = 1;
+			attr.cap.max_inline_data = want;
+			ibv_qp *qp = ibv_create_qp(pd, &attr);
+			if (qp) {
+				result = static_cast<int>(attr.cap.max_inline_data);
+				ibv_destroy_qp(qp);
+				break;
+			}
+		}
+	}
+	if (cq)
+		ibv_destroy_cq(cq);
+	if (pd)
+		ibv_dealloc_pd(pd);
+	if (params.inline_size >= 0 && params.inline_size < result)
+		result = params.inline_size;
+	inline_cache[ctx->device->name] = result;
+	VRMA_INFO(FI_LOG_CORE, "%s: inline size %d\n", ctx->device->name, result);
+	return result;
+}
+
+void info_cleanup() noexcept
+{
+	std::lock_guard<std::mutex> guard(inline_lock);
+	inline_cache.clear();
+}
+
+int getinfo(uint32_t version, const char *node, const char *service, uint64_t flags,
+	    const fi_info *hints, fi_info **info) noexcept
+try {
+	*info = nullptr;
+	if (hints && hints->ep_attr && hints->ep_attr->type != FI_EP_UNSPEC &&
+	    hints->ep_attr->type != FI_EP_MSG) {
+		VRMA_INFO(FI_LOG_CORE, "only FI_EP_MSG endpoints are offered\n");
+		return -FI_ENODATA;
+	}
+	int family = AF_UNSPEC;
+	if (hints && hints->addr_format == FI_SOCKADDR_IN)
+		family = AF_INET;
+	else if (hints && hints->addr_format == FI_SOCKADDR_IN6)
+		family = AF_INET6;
+	else if (hints && hints->addr_format != FI_FORMAT_UNSPEC &&
+		 hints->addr_format != FI_SOCKADDR) {
+		VRMA_INFO(FI_LOG_CORE, "address format %u not offered\n", hints->addr_format);
+		return -FI_ENODATA;
+	}
+
+	int num = 0;
+	DeviceListPtr devices(rdma_get_devices(&num));
+	if (!devices || num == 0) {
+		VRMA_INFO(FI_LOG_CORE, "no RDMA device\n");
+		return -FI_ENODATA;
+	}
+	rdma_event_channel *raw_ch = rdma_create_event_channel();
+	if (!raw_ch) {
+		VRMA_INFO(FI_LOG_CORE, "rdma_cm unavailable: %s\n", strerror(errno));
+		return -FI_ENODATA;
+	}
+	EventChannelPtr ch(raw_ch);
+
+	// Addresses: what the application named, if anything.
+	sockaddr_storage src{}, dest{};
+	bool have_src = false, have_dest = false;
+	const bool source = flags & FI_SOURCE;
+	if (node || service) {
+		if (source || !node) {
+			if (node) {
+				if (int rc = resolve_name(node, service, true, family, &src))
+					return rc;
+				have_src = true;
+			}
+		} else {
+			if (int rc = resolve_name(node, service, false, family, &dest))
+				return rc;
+			have_dest = true;
+		}
+	}
+	if (hints && hints->src_addr && !have_src) {
+		if (hints->src_addrlen < sockaddr_len(static_cast<sockaddr *>(hints->src_addr)) ||
+		    !sockaddr_len(static_cast<sockaddr *>(hints->src_addr)))
+			return -FI_ENODATA;
+		memcpy(&src, hints->src_addr, sockaddr_len(static_cast<sockaddr *>(hints->src_addr)));
+		have_src = true;
+	}
+	if (hints && hints->dest_addr && !have_dest) {
+		if (hints->dest_addrlen < sockaddr_len(static_cast<sockaddr *>(hints->dest_addr)) ||
+		    !sockaddr_len(static_cast<sockaddr *>(hints->dest_addr)))
+			return -FI_ENODATA;
+		memcpy(&dest, hints->dest_addr, sockaddr_len(static_cast<sockaddr *>(hints->dest_addr)));
+		have_dest = true;
+	}
+	// A service without a node names the local port to listen on.
+	uint16_t src_port = 0;
+	if (service && !have_src && (source || !node)) {
+		char *end = nullptr;
+		unsigned long p = strtoul(service, &end, 10);
+		if (!end || *end || p > 65535) {
+			VRMA_WARN(FI_LOG_CORE, "service '%s' is not a port number\n", service);
+			return -FI_EINVAL;
+		}
+		src_port = htons(static_cast<uint16_t>(p));
+	}
+
+	std::vector<PortAddr> addrs = discover_addresses(ch.get());
+	if (have_dest) {
+		ibv_context *ctx = nullptr;
+		uint8_t port = 0;
+		sockaddr_storage local{};
+		int rc = resolve_route_source(ch.get(),
+					      have_src ? reinterpret_cast<sockaddr *>(&src) : nullptr,
+					      reinterpret_cast<sockaddr *>(&dest), &ctx, &port, &local);
+		if (rc)
+			return rc;
+		// The resolving id used its own device list: match by name.
+		std::vector<PortAddr> chosen;
+		for (PortAddr &a : addrs)
+			if (!strcmp(a.ctx->device->name, ctx->device->name) && a.port == port &&
+			    same_ip(reinterpret_cast<sockaddr *>(&a.addr),
+				    reinterpret_cast<sockaddr *>(&local))) {
+				if (have_src)
+					set_port(reinterpret_cast<sockaddr *>(&a.addr),
+						 get_port(reinterpret_cast<sockaddr *>(&src)));
+				chosen.push_back(a);
+			}
+		addrs.swap(chosen);
+	} else if (have_src) {
+		const sockaddr *s = reinterpret_cast<sockaddr *>(&src);
+		std::vector<PortAddr> chosen;
+		for (PortAddr &a : addrs) {
+			if (a.addr.ss_family != s->sa_family)
+				continue;
+			if (!is_any_ip(s) && !same_ip(reinterpret_cast<sockaddr *>(&a.addr), s))
+				continue;
+			set_port(reinterpret_cast<sockaddr *>(&a.addr), get_port(s));
+			chosen.push_back(a);
+		}
+		addrs.swap(chosen);
+	} else if (src_port) {
+		for (PortAddr &a : addrs)
+			set_port(reinterpret_cast<sockaddr *>(&a.addr), src_port);
+	}
+
+	// One info per (device, port): the first address of the wanted family,
+	// IPv4 preferred when the application has no preference.
+	std::vector<Port> ports;
+	for (const PortAddr &a : addrs) {
+		if (family != AF_UNSPEC && a.addr.ss_family != family)
+			continue;
+		Port *p = nullptr;
+		for (Port &q : ports)
+			if (!strcmp(q.ctx->device->name, a.ctx->device->name) && q.port == a.port)
+				p = &q;
+		if (!p) {
+			Port np;
+			np.ctx = a.ctx;
+			np.port = a.port;
+			if (ibv_query_device(a.ctx, &np.dev) || ibv_query_port(a.ctx, a.port, &np.attr))
+				continue;
+			if (np.attr.state != IBV_PORT_ACTIVE) {
+				VRMA_INFO(FI_LOG_CORE, "%s port %u is not active\n",
+					  a.ctx->device->name, a.port);
+				continue;
+			}
+			ports.push_back(np);
+			p = &ports.back();
+		}
+		p->addrs.push_back(a);
+	}
+
+	FiInfoPtr head;
+	fi_info **tail = nullptr;
+	const uint32_t api = version;
+	for (Port &p : ports) {
+		const PortAddr *chosen = nullptr;
+		for (const PortAddr &a : p.addrs) {
+			if (!chosen || (chosen->addr.ss_family == AF_INET6 && a.addr.ss_family == AF_INET))
+				chosen = &a;
+			// Prefer a global IPv6 address over a link-local one.
+			if (chosen->addr.ss_family == AF_INET6 && a.addr.ss_family == AF_INET6 &&
+			    IN6_IS_ADDR_LINKLOCAL(&reinterpret_cast<const sockaddr_in6 *>(&chosen->addr)->sin6_addr) &&
+			    !IN6_IS_ADDR_LINKLOCAL(&reinterpret_cast<const sockaddr_in6 *>(&a.addr)->sin6_addr))
+				chosen = &a;
+		}
+		if (!chosen)
+			continue;
+		FiInfoPtr cap(build_cap_info(p, *chosen, probe_inline_size(p.ctx)));
+		if (!cap)
+			return -FI_ENOMEM;
+		std::string why;
+		if (!hints_match(api, *cap, hints, why)) {
+			VRMA_INFO(FI_LOG_CORE, "%s: hints not satisfied: %s\n",
+				  p.ctx->device->name, why.c_str());
+			continue;
+		}
+		FiInfoPtr out(fi_dupinfo(cap.get()));
+		if (!out)
+			return -FI_ENOMEM;
+		apply_hints(api, *out, hints, params.tx_size, params.rx_size, params.iov_limit,
+			    kOptionalModes);
+		if (have_dest) {
+			out->dest_addr = dup_addr(reinterpret_cast<sockaddr *>(&dest), &out->dest_addrlen);
+			if (!out->dest_addr)
+				return -FI_ENOMEM;
+		}
+		fi_info *item = out.release();
+		if (tail)
+			*tail = item;
+		else
+			head.reset(item);
+		tail = &item->next;
+	}
+	if (!head)
+		return -FI_ENODATA;
+	*info = head.release();
+	return 0;
+} catch (...) {
+	VRMA_WARN(FI_LOG_CORE, "out of memory\n");
+	return -FI_ENOMEM;
+}
+
+} // namespace vrma

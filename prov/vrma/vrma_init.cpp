@@ -1,0 +1,152 @@
+// Provider registration and parameters.
+#include "vrma.h"
+
+#include <arpa/inet.h>
+#include <cstdio>
+
+namespace vrma {
+
+namespace {
+
+void cleanup() noexcept { info_cleanup(); }
+
+int fabric_entry(fi_fabric_attr *attr, fid_fabric **fabric, void *context)
+{
+	return fabric_open(attr, fabric, context);
+}
+
+int getinfo_entry(uint32_t version, const char *node, const char *service, uint64_t flags,
+		  const fi_info *hints, fi_info **info)
+{
+	return getinfo(version, node, service, flags, hints, info);
+}
+
+void define_size(const char *name, const char *help, size_t *value)
+{
+	fi_param_define(&provider, name, FI_PARAM_SIZE_T, help);
+	size_t v;
+	if (fi_param_get_size_t(&provider, name, &v) == FI_SUCCESS && v > 0)
+		*value = v;
+}
+
+void define_int(const char *name, const char *help, int *value)
+{
+	fi_param_define(&provider, name, FI_PARAM_INT, help);
+	int v;
+	if (fi_param_get_int(&provider, name, &v) == FI_SUCCESS)
+		*value = v;
+}
+
+} // namespace
+
+fi_provider provider = {
+	.version = kProviderVersion,
+	.fi_version = kApiVersion,
+	.context = {},
+	.name = "vrma",
+	.getinfo = getinfo_entry,
+	.fabric = fabric_entry,
+	.cleanup = cleanup,
+};
+
+Params params;
+
+void params_init() noexcept
+{
+	define_size("tx_size", "Default send queue depth of an endpoint (default: 384)",
+		    &params.tx_size);
+	define_size("rx_size", "Default receive queue depth of an endpoint (default: 384)",
+		    &params.rx_size);
+	define_size("iov_limit",
+		    "Default scatter/gather entries per operation, up to the device limit (default: 4)",
+		    &params.iov_limit);
+	define_size("cq_size", "Default completion queue size (default: 1024)", &params.cq_size);
+	define_int("inline_size",
+		   "Bytes sent inline in the work request; -1 uses the device maximum (default: -1)",
+		   &params.inline_size);
+	define_int("cm_timeout", "Address and route resolution timeout in ms (default: 2000)",
+		   &params.cm_timeout_ms);
+	define_int("listen_backlog", "Backlog of a listening passive endpoint (default: 1024)",
+		   &params.listen_backlog);
+	if (params.cm_timeout_ms <= 0)
+		params.cm_timeout_ms = 2000;
+	if (params.listen_backlog <= 0)
+		params.listen_backlog = 1024;
+}
+
+int fid_no_bind(fid *f, fid *bfid, uint64_t) noexcept
+{
+	VRMA_WARN(FI_LOG_CORE, "fid class %zu cannot bind fid class %zu\n", f->fclass,
+		  bfid ? bfid->fclass : 0);
+	return -FI_ENOSYS;
+}
+
+int fid_no_control(fid *f, int command, void *) noexcept
+{
+	VRMA_WARN(FI_LOG_CORE, "fi_control(%d) is not supported on fid class %zu\n", command,
+		  f->fclass);
+	return -FI_ENOSYS;
+}
+
+int fid_no_ops_open(fid *f, const char *name, uint64_t, void **, void *) noexcept
+{
+	// Applications and utility providers probe for extensions: not a warning.
+	VRMA_INFO(FI_LOG_CORE, "no ops '%s' on fid class %zu\n", name ? name : "(null)", f->fclass);
+	return -FI_ENOSYS;
+}
+
+int fid_tostr(const fid *f, char *buf, size_t len) noexcept
+{
+	int n = std::snprintf(buf, len, "vrma fid class %zu", f->fclass);
+	return n < 0 ? -FI_EINVAL : 0;
+}
+
+int fid_no_ops_set(fid *f, const char *name, uint64_t, void *, void *) noexcept
+{
+	// Utility providers probe this too (ofi_rxm: dynamic receive buffers).
+	VRMA_INFO(FI_LOG_CORE, "fi_ops_set('%s') is not supported on fid class %zu\n",
+		  name ? name : "(null)", f->fclass);
+	return -FI_ENOSYS;
+}
+
+size_t sockaddr_len(const sockaddr *sa) noexcept
+{
+	if (!sa)
+		return 0;
+	switch (sa->sa_family) {
+	case AF_INET:
+		return sizeof(sockaddr_in);
+	case AF_INET6:
+		return sizeof(sockaddr_in6);
+	default:
+		return 0;
+	}
+}
+
+std::string sockaddr_str(const sockaddr *sa)
+{
+	char host[INET6_ADDRSTRLEN] = "?";
+	unsigned port = 0;
+	if (sa && sa->sa_family == AF_INET) {
+		auto *in = reinterpret_cast<const sockaddr_in *>(sa);
+		inet_ntop(AF_INET, &in->sin_addr, host, sizeof host);
+		port = ntohs(in->sin_port);
+	} else if (sa && sa->sa_family == AF_INET6) {
+		auto *in6 = reinterpret_cast<const sockaddr_in6 *>(sa);
+		inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof host);
+		port = ntohs(in6->sin6_port);
+	}
+	char out[INET6_ADDRSTRLEN + 16];
+	std::snprintf(out, sizeof out, "%s:%u", host, port);
+	return out;
+}
+
+} // namespace vrma
+
+// The one symbol the library exports: the core dlopen()s libvrma-fi.so and
+// calls it once.
+extern "C" __attribute__((visibility("default"))) fi_provider *fi_prov_ini(void)
+{
+	vrma::params_init();
+	return &vrma::provider;
+}

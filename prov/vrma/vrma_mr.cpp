@@ -1,0 +1,156 @@
+// Memory registration: one ibv_mr per fid_mr; key = rkey, desc = the Mr.
+#include "vrma.h"
+
+namespace vrma {
+
+namespace {
+
+constexpr uint64_t kAccessKnown =
+	FI_SEND | FI_RECV | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
+
+// Each libfabric access right maps to the verbs right it needs. The device
+// enforces them: a remote write into a region without FI_REMOTE_WRITE fails.
+int access_to_ibv(uint64_t access)
+{
+	if (!(access & kAccessKnown))
+		access = FI_SEND | FI_RECV; // 0: local use only
+	int a = 0;
+	// Local write: the device writes received or read data into the buffer.
+	if (access & (FI_RECV | FI_READ))
+		a |= IBV_ACCESS_LOCAL_WRITE;
+	if (access & FI_REMOTE_WRITE)
+		a |= IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_LOCAL_WRITE; // verbs requires both
+	if (access & FI_REMOTE_READ)
+		a |= IBV_ACCESS_REMOTE_READ;
+	return a;
+}
+
+int mr_close(fid *f) noexcept
+{
+	Mr *mr = from_fid<Mr>(f);
+	ibv_mr *raw = mr->mr.release();
+	if (int rc = ibv_dereg_mr(raw)) {
+		VRMA_WARN(FI_LOG_MR, "ibv_dereg_mr: %s\n", strerror(rc));
+		mr->mr.reset(raw);
+		return errno_to_fi(rc);
+	}
+	mr->domain->refs--;
+	delete mr;
+	return 0;
+}
+
+int mr_bind(fid *, fid *, uint64_t) noexcept
+{
+	VRMA_WARN(FI_LOG_MR, "binding memory regions to counters or endpoints is not supported yet\n");
+	return -FI_ENOSYS;
+}
+
+int mr_control(fid *, int command, void *) noexcept
+{
+	VRMA_WARN(FI_LOG_MR, "fi_control(mr, %d) is not supported\n", command);
+	return -FI_ENOSYS;
+}
+
+constexpr fi_ops mr_fi_ops = {
+	.size = sizeof(fi_ops),
+	.close = mr_close,
+	.bind = mr_bind,
+	.control = mr_control,
+	.ops_open = fid_no_ops_open,
+	.tostr = fid_tostr,
+	.ops_set = fid_no_ops_set,
+};
+
+int mr_regattr(fid *f, const fi_mr_attr *attr, uint64_t flags, fid_mr **mr_out) noexcept
+try {
+	if (!f || f->fclass != FI_CLASS_DOMAIN) {
+		VRMA_WARN(FI_LOG_MR, "fi_mr_reg: not a domain\n");
+		return -FI_EINVAL;
+	}
+	Domain *dom = from_fid<Domain>(f);
+	if (!attr || !mr_out) {
+		VRMA_WARN(FI_LOG_MR, "fi_mr_regattr: NULL attribute or output\n");
+		return -FI_EINVAL;
+	}
+	// The top bits are libfabric's internal flags (ofi_rxm passes its
+	// registration-cache bit to the core provider): ignored.
+	constexpr uint64_t kPrivateFlags = ~((1ULL << 59) - 1);
+	if (flags & ~kPrivateFlags) {
+		VRMA_WARN(FI_LOG_MR, "fi_mr_reg: unsupported flags 0x%llx\n",
+			  static_cast<unsigned long long>(flags & ~kPrivateFlags));
+		return -FI_EBADFLAGS;
+	}
+	if (attr->iov_count != 1 || !attr->mr_iov) {
+		VRMA_WARN(FI_LOG_MR, "fi_mr_reg: %zu segments; vrma registers exactly one (mr_iov_limit 1)\n",
+			  attr->iov_count);
+		return -FI_EINVAL;
+	}
+	if (attr->access & ~kAccessKnown) {
+		VRMA_WARN(FI_LOG_MR, "fi_mr_reg: unsupported access bits 0x%llx\n",
+			  static_cast<unsigned long long>(attr->access & ~kAccessKnown));
+		return -FI_EINVAL;
+	}
+	if (attr->iface != FI_HMEM_SYSTEM) {
+		VRMA_WARN(FI_LOG_MR, "fi_mr_reg: only host memory (FI_HMEM_SYSTEM) is supported\n");
+		return -FI_EINVAL;
+	}
+	const iovec &iov = attr->mr_iov[0];
+	if (!iov.iov_base && iov.iov_len) {
+		VRMA_WARN(FI_LOG_MR, "fi_mr_reg: NULL buffer of length %zu\n", iov.iov_len);
+		return -FI_EINVAL;
+	}
+	auto mr = std::make_unique<Mr>();
+	mr->domain = dom;
+	mr->mr.reset(ibv_reg_mr(dom->pd.get(), iov.iov_base, iov.iov_len,
+				access_to_ibv(attr->access)));
+	if (!mr->mr) {
+		int err = errno;
+		VRMA_WARN(FI_LOG_MR, "ibv_reg_mr(%p, %zu): %s\n", iov.iov_base, iov.iov_len,
+			  strerror(err));
+		// EINVAL/EFAULT here mean a bad buffer, not a full table.
+		return err == ENOMEM ? -FI_ENOMEM : errno_to_fi(err);
+	}
+	mr->lkey = mr->mr->lkey;
+	mr->fid.fclass = FI_CLASS_MR;
+	mr->fid.context = attr->context;
+	mr->fid.ops = const_cast<fi_ops *>(&mr_fi_ops);
+	mr->mem_desc = mr.get();
+	mr->key = mr->mr->rkey;
+	dom->refs++;
+	*mr_out = mr.release();
+	return 0;
+} catch (...) {
+	return -FI_ENOMEM;
+}
+
+int mr_regv(fid *f, const iovec *iov, size_t count, uint64_t access, uint64_t offset,
+	    uint64_t requested_key, uint64_t flags, fid_mr **mr, void *context) noexcept
+{
+	fi_mr_attr attr{};
+	attr.mr_iov = iov;
+	attr.iov_count = count;
+	attr.access = access;
+	attr.offset = offset;
+	attr.requested_key = requested_key; // ignored: FI_MR_PROV_KEY
+	attr.context = context;
+	attr.iface = FI_HMEM_SYSTEM;
+	return mr_regattr(f, &attr, flags, mr);
+}
+
+int mr_reg(fid *f, const void *buf, size_t len, uint64_t access, uint64_t offset,
+	   uint64_t requested_key, uint64_t flags, fid_mr **mr, void *context) noexcept
+{
+	const iovec iov = {const_cast<void *>(buf), len};
+	return mr_regv(f, &iov, 1, access, offset, requested_key, flags, mr, context);
+}
+
+} // namespace
+
+const fi_ops_mr mr_ops = {
+	.size = sizeof(fi_ops_mr),
+	.reg = mr_reg,
+	.regv = mr_regv,
+	.regattr = mr_regattr,
+};
+
+} // namespace vrma

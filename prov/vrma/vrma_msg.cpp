@@ -1,0 +1,141 @@
+// Messaging on MSG endpoints: send/recv and their variants.
+#include "vrma_post.h"
+
+namespace vrma {
+
+namespace {
+
+constexpr uint64_t kSendFlags = FI_COMPLETION | FI_INJECT | FI_INJECT_COMPLETE |
+				FI_TRANSMIT_COMPLETE | FI_MORE | FI_REMOTE_CQ_DATA;
+constexpr uint64_t kRecvFlags = FI_COMPLETION | FI_MORE;
+
+ssize_t send_common(Ep *ep, const iovec *iov, void *const *desc, size_t count, uint64_t data,
+		    uint64_t flags, void *context, bool inject_call)
+{
+	if (ssize_t rc = check_op_flags(flags, kSendFlags, "send"))
+		return rc;
+	ibv_sge sge[kMaxSge];
+	size_t total;
+	const bool inject = inject_call || (flags & FI_INJECT);
+	if (ssize_t rc = build_sges(ep, iov, desc, count, ep->tx_iov_limit, sge, total, true))
+		return rc;
+	if (ssize_t rc = check_inject(ep, inject, total))
+		return rc;
+	ibv_send_wr wr{};
+	wr.sg_list = sge;
+	wr.num_sge = static_cast<int>(count);
+	wr.opcode = IBV_WR_SEND;
+	if (flags & FI_REMOTE_CQ_DATA) {
+		wr.opcode = IBV_WR_SEND_WITH_IMM;
+		wr.imm_data = htonl(static_cast<uint32_t>(data));
+	}
+	if (total <= ep->inline_size && total)
+		wr.send_flags = IBV_SEND_INLINE;
+	const TxOp op{context, FI_SEND | FI_MSG, total, !inject_call && tx_reports(ep, flags)};
+	return post_send(ep, wr, op);
+}
+
+ssize_t recv_common(Ep *ep, const iovec *iov, void *const *desc, size_t count, uint64_t flags,
+		    void *context)
+{
+	if (ssize_t rc = check_op_flags(flags, kRecvFlags, "recv"))
+		return rc;
+	ibv_sge sge[kMaxSge];
+	size_t total;
+	if (ssize_t rc = build_sges(ep, iov, desc, count, ep->rx_iov_limit, sge, total, false))
+		return rc;
+	ibv_recv_wr wr{};
+	wr.sg_list = sge;
+	wr.num_sge = static_cast<int>(count);
+	return post_recv(ep, wr, context, count ? iov[0].iov_base : nullptr, total,
+			 rx_reports(ep, flags));
+}
+
+ssize_t msg_recv(fid_ep *f, void *buf, size_t len, void *desc, fi_addr_t, void *context) noexcept
+{
+	Ep *ep = static_cast<Ep *>(f);
+	const iovec iov{buf, len};
+	return recv_common(ep, &iov, &desc, 1, ep->rx_op_flags, context);
+}
+
+ssize_t msg_recvv(fid_ep *f, const iovec *iov, void **desc, size_t count, fi_addr_t,
+		  void *context) noexcept
+{
+	Ep *ep = static_cast<Ep *>(f);
+	return recv_common(ep, iov, desc, count, ep->rx_op_flags, context);
+}
+
+ssize_t msg_recvmsg(fid_ep *f, const fi_msg *msg, uint64_t flags) noexcept
+{
+	if (!msg) {
+		VRMA_WARN(FI_LOG_EP_DATA, "fi_recvmsg: NULL message\n");
+		return -FI_EINVAL;
+	}
+	return recv_common(static_cast<Ep *>(f), msg->msg_iov, msg->desc, msg->iov_count, flags,
+			   msg->context);
+}
+
+ssize_t msg_send(fid_ep *f, const void *buf, size_t len, void *desc, fi_addr_t,
+		 void *context) noexcept
+{
+	Ep *ep = static_cast<Ep *>(f);
+	const iovec iov{const_cast<void *>(buf), len};
+	return send_common(ep, &iov, &desc, 1, 0, ep->tx_op_flags, context, false);
+}
+
+ssize_t msg_sendv(fid_ep *f, const iovec *iov, void **desc, size_t count, fi_addr_t,
+		  void *context) noexcept
+{
+	Ep *ep = static_cast<Ep *>(f);
+	return send_common(ep, iov, desc, count, 0, ep->tx_op_flags, context, false);
+}
+
+ssize_t msg_sendmsg(fid_ep *f, const fi_msg *msg, uint64_t flags) noexcept
+{
+	if (!msg) {
+		VRMA_WARN(FI_LOG_EP_DATA, "fi_sendmsg: NULL message\n");
+		return -FI_EINVAL;
+	}
+	return send_common(static_cast<Ep *>(f), msg->msg_iov, msg->desc, msg->iov_count,
+			   msg->data, flags, msg->context, false);
+}
+
+ssize_t msg_inject(fid_ep *f, const void *buf, size_t len, fi_addr_t) noexcept
+{
+	Ep *ep = static_cast<Ep *>(f);
+	const iovec iov{const_cast<void *>(buf), len};
+	return send_common(ep, &iov, nullptr, 1, 0, FI_INJECT, nullptr, true);
+}
+
+ssize_t msg_senddata(fid_ep *f, const void *buf, size_t len, void *desc, uint64_t data,
+		     fi_addr_t, void *context) noexcept
+{
+	Ep *ep = static_cast<Ep *>(f);
+	const iovec iov{const_cast<void *>(buf), len};
+	return send_common(ep, &iov, &desc, 1, data, ep->tx_op_flags | FI_REMOTE_CQ_DATA, context,
+			   false);
+}
+
+ssize_t msg_injectdata(fid_ep *f, const void *buf, size_t len, uint64_t data, fi_addr_t) noexcept
+{
+	Ep *ep = static_cast<Ep *>(f);
+	const iovec iov{const_cast<void *>(buf), len};
+	return send_common(ep, &iov, nullptr, 1, data, FI_INJECT | FI_REMOTE_CQ_DATA, nullptr, true);
+}
+
+} // namespace
+
+const fi_ops_msg msg_ops = {
+	.size = sizeof(fi_ops_msg),
+	.recv = msg_recv,
+	.recvv = msg_recvv,
+	.recvmsg = msg_recvmsg,
+	.send = msg_send,
+	.sendv = msg_sendv,
+	.sendmsg = msg_sendmsg,
+	.inject = msg_inject,
+	.senddata = msg_senddata,
+	.injectdata = msg_injectdata,
+};
+
+} // namespace vrma

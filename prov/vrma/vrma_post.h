@@ -1,0 +1,163 @@
+// The data path core shared by the message and RMA entry points: each
+// fi_* call builds its work request on the stack and hands it to one of the
+// two inlined posting functions below.
+#pragma once
+
+#include "vrma.h"
+
+namespace vrma {
+
+// What the caller of post_send decided about the operation.
+struct TxOp {
+	void *context;
+	uint64_t comp_flags; // flags of the completion entry
+	size_t len;
+	bool want_completion; // FI_COMPLETION semantics resolved by the caller
+};
+
+inline bool tx_reports(const Ep *ep, uint64_t flags) noexcept
+{
+	return ep->tx_cq && (!ep->tx_selective || (flags & FI_COMPLETION));
+}
+
+inline bool rx_reports(const Ep *ep, uint64_t flags) noexcept
+{
+	return ep->rx_cq && (!ep->rx_selective || (flags & FI_COMPLETION));
+}
+
+inline ssize_t post_failed(int rc, const char *what) noexcept
+{
+	int fi = errno_to_fi(rc);
+	if (fi != -FI_EAGAIN)
+		VRMA_WARN(FI_LOG_EP_DATA, "%s: %s\n", what, strerror(rc < 0 ? -rc : rc));
+	return fi;
+}
+
+// Posts one send-queue work request. Requests that need no completion are
+// posted unsignaled, except one every half queue so that the slots of the
+// unsignaled ones are reclaimed (RC completes send requests in order).
+inline ssize_t post_send(Ep *ep, ibv_send_wr &wr, const TxOp &op) noexcept
+{
+	std::lock_guard<std::mutex> guard(ep->tx_lock);
+	if (ep->state.load(std::memory_order_acquire) != EpState::Connected) [[unlikely]] {
+		VRMA_WARN(FI_LOG_EP_DATA, "transmit on an endpoint that is not connected\n");
+		return -FI_ENOTCONN;
+	}
+	if (ep->tx.outstanding() >= ep->tx_depth)
+		return -FI_EAGAIN;
+	const uint64_t seq = ep->tx.head();
+	TxSlot &s = ep->tx.next();
+	s.seq = seq;
+	s.context = op.context;
+	s.comp_flags = op.comp_flags;
+	s.len = op.len;
+	s.report = op.want_completion;
+	const uint64_t prev_signaled = ep->last_signaled;
+	if (op.want_completion || seq - ep->last_signaled >= ep->tx_depth / 2) {
+		wr.send_flags |= IBV_SEND_SIGNALED;
+		ep->last_signaled = seq;
+	}
+	wr.wr_id = reinterpret_cast<uintptr_t>(&s);
+	wr.next = nullptr;
+	ep->tx.push();
+	ibv_send_wr *bad;
+	if (int rc = ibv_post_send(ep->qp, &wr, &bad)) [[unlikely]] {
+		ep->tx.unpush();
+		ep->last_signaled = prev_signaled;
+		return post_failed(rc, "ibv_post_send");
+	}
+	return 0;
+}
+
+inline ssize_t post_recv(Ep *ep, ibv_recv_wr &wr, void *context, void *buf, size_t len,
+			 bool report) noexcept
+{
+	std::lock_guard<std::mutex> guard(ep->rx_lock);
+	if (!ep->qp) [[unlikely]] {
+		VRMA_WARN(FI_LOG_EP_DATA, "receive posted before fi_enable\n");
+		return -FI_EOPBADSTATE;
+	}
+	if (ep->rx.outstanding() >= ep->rx_depth)
+		return -FI_EAGAIN;
+	const uint64_t seq = ep->rx.head();
+	RxSlot &s = ep->rx.next();
+	s.seq = seq;
+	s.context = context;
+	s.buf = buf;
+	s.len = len;
+	s.report = report;
+	wr.wr_id = reinterpret_cast<uintptr_t>(&s);
+	wr.next = nullptr;
+	ep->rx.push();
+	ibv_recv_wr *bad;
+	if (int rc = ibv_post_recv(ep->qp, &wr, &bad)) [[unlikely]] {
+		ep->rx.unpush();
+		return post_failed(rc, "ibv_post_recv");
+	}
+	return 0;
+}
+
+// Fills scatter/gather entries from an iovec and its descriptors. With
+// FI_MR_LOCAL every non-empty segment needs a descriptor, unless the data goes
+// inline (the device copies it at post time and never uses the key).
+inline ssize_t build_sges(const Ep *ep, const iovec *iov, void *const *desc, size_t count,
+			  size_t limit, ibv_sge *sge, size_t &total, bool may_inline) noexcept
+{
+	if (count > limit) [[unlikely]] {
+		VRMA_WARN(FI_LOG_EP_DATA, "%zu segments exceed iov_limit %zu\n", count, limit);
+		return -FI_EINVAL;
+	}
+	if (count && !iov) [[unlikely]] {
+		VRMA_WARN(FI_LOG_EP_DATA, "NULL iov with count %zu\n", count);
+		return -FI_EINVAL;
+	}
+	total = 0;
+	bool need_keys = false;
+	for (size_t i = 0; i < count; i++) {
+		if (!iov[i].iov_base && iov[i].iov_len) [[unlikely]] {
+			VRMA_WARN(FI_LOG_EP_DATA, "NULL buffer of length %zu\n", iov[i].iov_len);
+			return -FI_EINVAL;
+		}
+		sge[i].addr = reinterpret_cast<uintptr_t>(iov[i].iov_base);
+		sge[i].length = static_cast<uint32_t>(iov[i].iov_len);
+		const Mr *mr = desc ? static_cast<const Mr *>(desc[i]) : nullptr;
+		sge[i].lkey = mr ? mr->lkey : 0;
+		if (!mr && iov[i].iov_len)
+			need_keys = true;
+		total += iov[i].iov_len;
+	}
+	if (total > ep->max_msg_size) [[unlikely]] {
+		VRMA_WARN(FI_LOG_EP_DATA, "%zu bytes exceed max_msg_size %zu\n", total, ep->max_msg_size);
+		return -FI_EINVAL;
+	}
+	if (need_keys && !(may_inline && total <= ep->inline_size)) [[unlikely]] {
+		VRMA_WARN(FI_LOG_EP_DATA, "missing memory descriptor (FI_MR_LOCAL)\n");
+		return -FI_EINVAL;
+	}
+	return 0;
+}
+
+// An injected payload must fit the inline size: the caller may reuse the
+// buffer as soon as the call returns.
+inline ssize_t check_inject(const Ep *ep, bool inject, size_t total) noexcept
+{
+	if (inject && total > ep->inline_size) [[unlikely]] {
+		VRMA_WARN(FI_LOG_EP_DATA, "inject of %zu bytes exceeds inject_size %zu\n", total,
+			  ep->inline_size);
+		return -FI_EINVAL;
+	}
+	return 0;
+}
+
+// Unknown operation flags are refused, not ignored.
+inline ssize_t check_op_flags(uint64_t flags, uint64_t accepted, const char *what) noexcept
+{
+	if (flags & ~accepted) [[unlikely]] {
+		VRMA_WARN(FI_LOG_EP_DATA, "%s: unsupported flags 0x%llx\n", what,
+			  static_cast<unsigned long long>(flags & ~accepted));
+		return -FI_EBADFLAGS;
+	}
+	return 0;
+}
+
+} // namespace vrma

@@ -1,0 +1,17 @@
+#!/bin/sh
+# make check's device part: on a host with an RDMA device the device tests run
+# directly; otherwise util/vrma-vm boots the soft-RoCE VM once and runs them
+# there.
+set -eu
+builddir=${VRMA_BUILDDIR:-$(pwd)}
+srcdir=${VRMA_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}
+export VRMA_BUILDDIR="$builddir"
+if [ -z "${VRMA_VM_FORCE:-}" ] && [ -n "$(ls /sys/class/infiniband 2>/dev/null)" ]; then
+	echo "device.sh: RDMA device present, running on the host"
+	exec sh "$srcdir/test/device/run-in-vm.sh"
+fi
+# The guest sees the host's files read-only, but its /tmp is its own and only
+# the working directory is shared writable: run a copy from the build tree.
+cd "$builddir"
+cp "$srcdir/test/device/run-in-vm.sh" test/run-in-vm.sh
+exec "$srcdir/util/vrma-vm" --timeout "${VRMA_VM_TIMEOUT:-2400}" -- sh test/run-in-vm.sh

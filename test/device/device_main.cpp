@@ -1,0 +1,21 @@
+// Device tests: need an RDMA device (the soft-RoCE VM provides rxe0) and
+// FI_PROVIDER_PATH pointing at the freshly built provider.
+#include "harness.h"
+
+#include <cstdio>
+#include <cstdlib>
+
+int main()
+{
+	if (!getenv("FI_PROVIDER_PATH"))
+		std::fprintf(stderr, "device_tests: FI_PROVIDER_PATH is not set; using the installed vrma\n");
+	SRunner *sr = srunner_create(objects_suite());
+	srunner_add_suite(sr, cm_suite());
+	srunner_add_suite(sr, msg_suite());
+	srunner_add_suite(sr, rma_suite());
+	srunner_add_suite(sr, errors_suite());
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

@@ -1,0 +1,251 @@
+#include "harness.h"
+
+#include <netinet/in.h>
+#include <poll.h>
+
+namespace vt {
+
+fi_info *base_hints()
+{
+	fi_info *h = fi_allocinfo();
+	ck_assert_ptr_nonnull(h);
+	h->ep_attr->type = FI_EP_MSG;
+	h->caps = FI_MSG | FI_RMA;
+	h->mode = FI_CONTEXT | FI_RX_CQ_DATA;
+	h->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
+	h->fabric_attr->prov_name = strdup("vrma");
+	h->addr_format = FI_SOCKADDR_IN;
+	return h;
+}
+
+fi_info *get_info(fi_info *hints, const char *node, const char *service, uint64_t flags)
+{
+	fi_info *own = nullptr;
+	if (!hints)
+		hints = own = base_hints();
+	fi_info *info = nullptr;
+	int rc = fi_getinfo(FI_VERSION(1, 17), node, service, flags, hints, &info);
+	if (own)
+		fi_freeinfo(own);
+	ck_assert_msg(rc == 0, "fi_getinfo: %s", fi_strerror(-rc));
+	ck_assert_ptr_nonnull(info);
+	return info;
+}
+
+Env::Env(uint64_t extra_mode, uint64_t tx_op_flags)
+{
+	fi_info *h = base_hints();
+	h->mode |= extra_mode;
+	h->tx_attr->op_flags = tx_op_flags;
+	info = get_info(h);
+	fi_freeinfo(h);
+	ck_assert_int_eq(fi_fabric(info->fabric_attr, &fabric, nullptr), 0);
+	ck_assert_int_eq(fi_domain(fabric, info, &domain, nullptr), 0);
+}
+
+Env::~Env()
+{
+	if (domain)
+		ck_assert_int_eq(fi_close(&domain->fid), 0);
+	if (fabric)
+		ck_assert_int_eq(fi_close(&fabric->fid), 0);
+	fi_freeinfo(info);
+}
+
+fid_eq *open_eq(Env &env)
+{
+	fi_eq_attr attr{};
+	attr.wait_obj = FI_WAIT_FD;
+	fid_eq *eq = nullptr;
+	ck_assert_int_eq(fi_eq_open(env.fabric, &attr, &eq, nullptr), 0);
+	return eq;
+}
+
+fid_cq *open_cq(Env &env, fi_cq_format format, fi_wait_obj wait, size_t size)
+{
+	fi_cq_attr attr{};
+	attr.format = format;
+	attr.wait_obj = wait;
+	attr.size = size;
+	fid_cq *cq = nullptr;
+	ck_assert_int_eq(fi_cq_open(env.domain, &attr, &cq, nullptr), 0);
+	return cq;
+}
+
+fid_pep *listen_pep(Env &env, fid_eq *eq, sockaddr_storage *bound)
+{
+	fi_info *info = fi_dupinfo(env.info);
+	// Listen on the device address, any port.
+	reinterpret_cast<sockaddr_in *>(info->src_addr)->sin_port = 0;
+	fid_pep *pep = nullptr;
+	ck_assert_int_eq(fi_passive_ep(env.fabric, info, &pep, nullptr), 0);
+	fi_freeinfo(info);
+	ck_assert_int_eq(fi_pep_bind(pep, &eq->fid, 0), 0);
+	ck_assert_int_eq(fi_listen(pep), 0);
+	size_t len = sizeof *bound;
+	ck_assert_int_eq(fi_getname(&pep->fid, bound, &len), 0);
+	ck_assert_int_eq(len, sizeof(sockaddr_in));
+	ck_assert_int_ne(reinterpret_cast<sockaddr_in *>(bound)->sin_port, 0);
+	return pep;
+}
+
+Side open_client(Env &env, const sockaddr *dest, uint64_t bind_flags, size_t tx_size,
+		 size_t rx_size)
+{
+	Side s;
+	s.info = fi_dupinfo(env.info);
+	s.info->dest_addr = malloc(sizeof(sockaddr_in));
+	memcpy(s.info->dest_addr, dest, sizeof(sockaddr_in));
+	s.info->dest_addrlen = sizeof(sockaddr_in);
+	reinterpret_cast<sockaddr_in *>(s.info->src_addr)->sin_port = 0;
+	if (tx_size)
+		s.info->tx_attr->size = tx_size;
+	if (rx_size)
+		s.info->rx_attr->size = rx_size;
+	s.eq = open_eq(env);
+	s.cq = open_cq(env);
+	ck_assert_int_eq(fi_endpoint(env.domain, s.info, &s.ep, nullptr), 0);
+	ck_assert_int_eq(fi_ep_bind(s.ep, &s.eq->fid, 0), 0);
+	ck_assert_int_eq(fi_ep_bind(s.ep, &s.cq->fid, FI_TRANSMIT | FI_RECV | bind_flags), 0);
+	ck_assert_int_eq(fi_enable(s.ep), 0);
+	return s;
+}
+
+void close_side(Side &s)
+{
+	if (s.ep)
+		ck_assert_int_eq(fi_close(&s.ep->fid), 0);
+	if (s.cq)
+		ck_assert_int_eq(fi_close(&s.cq->fid), 0);
+	if (s.eq)
+		ck_assert_int_eq(fi_close(&s.eq->fid), 0);
+	fi_freeinfo(s.info);
+	s = Side{};
+}
+
+ssize_t wait_eq(fid_eq *eq, uint32_t *event, void *buf, size_t len, int timeout_ms)
+{
+	return fi_eq_sread(eq, event, buf, len, timeout_ms, 0);
+}
+
+Pair::Pair(Env &e, const PairOptions &opt) : env(e)
+{
+	pep_eq = open_eq(env);
+	sockaddr_storage bound{};
+	pep = listen_pep(env, pep_eq, &bound);
+	client = open_client(env, reinterpret_cast<sockaddr *>(&bound), opt.bind_flags, opt.tx_size,
+			     opt.rx_size);
+	ck_assert_int_eq(fi_connect(client.ep, nullptr, opt.connect_data.data(),
+				    opt.connect_data.size()), 0);
+
+	alignas(fi_eq_cm_entry) uint8_t buf[sizeof(fi_eq_cm_entry) + 64];
+	auto *entry = reinterpret_cast<fi_eq_cm_entry *>(buf);
+	uint32_t event = 0;
+	ssize_t n = wait_eq(pep_eq, &event, buf, sizeof buf);
+	ck_assert_msg(n >= static_cast<ssize_t>(sizeof(fi_eq_cm_entry)), "CONNREQ: %zd", n);
+	ck_assert_uint_eq(event, FI_CONNREQ);
+	ck_assert_ptr_eq(entry->fid, &pep->fid);
+	connreq_data.assign(reinterpret_cast<char *>(entry->data), n - sizeof(fi_eq_cm_entry));
+	server.info = entry->info;
+	if (opt.tx_size)
+		server.info->tx_attr->size = opt.tx_size;
+	if (opt.rx_size)
+		server.info->rx_attr->size = opt.rx_size;
+	server.eq = open_eq(env);
+	server.cq = open_cq(env);
+	ck_assert_int_eq(fi_endpoint(env.domain, server.info, &server.ep, nullptr), 0);
+	ck_assert_int_eq(fi_ep_bind(server.ep, &server.eq->fid, 0), 0);
+	ck_assert_int_eq(fi_ep_bind(server.ep, &server.cq->fid, FI_TRANSMIT | FI_RECV), 0);
+	ck_assert_int_eq(fi_enable(server.ep), 0);
+	ck_assert_int_eq(fi_accept(server.ep, opt.accept_data.data(), opt.accept_data.size()), 0);
+
+	n = wait_eq(server.eq, &event, buf, sizeof buf);
+	ck_assert_msg(n >= static_cast<ssize_t>(sizeof(fi_eq_cm_entry)), "server CONNECTED: %zd", n);
+	ck_assert_uint_eq(event, FI_CONNECTED);
+	ck_assert_ptr_eq(entry->fid, &server.ep->fid);
+	n = wait_eq(client.eq, &event, buf, sizeof buf);
+	ck_assert_msg(n >= static_cast<ssize_t>(sizeof(fi_eq_cm_entry)), "client CONNECTED: %zd", n);
+	ck_assert_uint_eq(event, FI_CONNECTED);
+	ck_assert_ptr_eq(entry->fid, &client.ep->fid);
+	connected_data.assign(reinterpret_cast<char *>(entry->data), n - sizeof(fi_eq_cm_entry));
+}
+
+Pair::~Pair()
+{
+	close_side(client);
+	close_side(server);
+	if (pep)
+		ck_assert_int_eq(fi_close(&pep->fid), 0);
+	if (pep_eq)
+		ck_assert_int_eq(fi_close(&pep_eq->fid), 0);
+}
+
+ssize_t wait_cq(fid_cq *cq, fi_cq_data_entry *entry, fi_cq_err_entry *err, int timeout_ms)
+{
+	ssize_t n = fi_cq_sread(cq, entry, 1, nullptr, timeout_ms);
+	if (n == -FI_EAVAIL && err) {
+		*err = fi_cq_err_entry{};
+		ssize_t r = fi_cq_readerr(cq, err, 0);
+		ck_assert_int_eq(r, 1);
+	}
+	return n;
+}
+
+fi_cq_data_entry expect_completion(fid_cq *cq, void *context, uint64_t flags)
+{
+	fi_cq_data_entry e{};
+	fi_cq_err_entry err{};
+	ssize_t n = wait_cq(cq, &e, &err);
+	ck_assert_msg(n == 1, "expected a completion, got %zd (%s; err %d %s)", n,
+		      fi_strerror(n < 0 ? static_cast<int>(-n) : 0), err.err,
+		      err.err ? fi_strerror(err.err) : "");
+	ck_assert_ptr_eq(e.op_context, context);
+	ck_assert_msg(e.flags == flags, "flags 0x%llx, expected 0x%llx",
+		      static_cast<unsigned long long>(e.flags), static_cast<unsigned long long>(flags));
+	return e;
+}
+
+fi_cq_err_entry expect_error(fid_cq *cq)
+{
+	fi_cq_data_entry e{};
+	fi_cq_err_entry err{};
+	ssize_t n = wait_cq(cq, &e, &err);
+	ck_assert_msg(n == -FI_EAVAIL, "expected an error completion, got %zd", n);
+	return err;
+}
+
+void expect_no_completion(fid_cq *cq, int ms)
+{
+	fi_cq_data_entry e{};
+	ssize_t n = fi_cq_sread(cq, &e, 1, nullptr, ms);
+	ck_assert_msg(n == -FI_EAGAIN, "unexpected completion: %zd (context %p flags 0x%llx)", n,
+		      n == 1 ? e.op_context : nullptr,
+		      static_cast<unsigned long long>(n == 1 ? e.flags : 0));
+}
+
+Region::Region(Env &env, size_t len, uint64_t access) : buf(len ? len : 1)
+{
+	ck_assert_int_eq(fi_mr_reg(env.domain, buf.data(), buf.size(), access, 0, 0, 0, &mr, nullptr), 0);
+}
+
+Region::~Region()
+{
+	if (mr)
+		fi_close(&mr->fid);
+}
+
+void Region::fill(uint8_t seed)
+{
+	for (size_t i = 0; i < buf.size(); i++)
+		buf[i] = static_cast<uint8_t>(seed + i * 7 + (i >> 8));
+}
+
+bool Region::check(uint8_t seed, size_t len, size_t offset) const
+{
+	for (size_t i = 0; i < len; i++)
+		if (buf[offset + i] != static_cast<uint8_t>(seed + i * 7 + (i >> 8)))
+			return false;
+	return true;
+}
+
+} // namespace vt

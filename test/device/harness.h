@@ -1,0 +1,121 @@
+// Device-test harness: opens vrma on the first RDMA device and connects
+// endpoint pairs over it (client and server in one process, both through the
+// device and the fabric, as two processes would be).
+#pragma once
+
+#include <cerrno>
+
+// Standard headers first: check.h defines a `fail` macro.
+#include <algorithm>
+#include <thread>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <sys/socket.h>
+
+#include <check.h>
+
+#include <rdma/fabric.h>
+#include <rdma/fi_cm.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_eq.h>
+#include <rdma/fi_errno.h>
+#include <rdma/fi_rma.h>
+#include <rdma/fi_tagged.h>
+
+namespace vt {
+
+inline constexpr int kTimeoutMs = 10000;
+
+// fi_getinfo hints selecting vrma MSG endpoints.
+fi_info *base_hints();
+// fi_getinfo for vrma with `hints` (freed by caller); asserts success.
+fi_info *get_info(fi_info *hints = nullptr, const char *node = nullptr,
+		  const char *service = nullptr, uint64_t flags = 0);
+
+struct Env {
+	fi_info *info = nullptr; // what fi_getinfo returned for the device
+	fid_fabric *fabric = nullptr;
+	fid_domain *domain = nullptr;
+	explicit Env(uint64_t extra_mode = 0, uint64_t tx_op_flags = 0);
+	~Env();
+	Env(const Env &) = delete;
+	Env &operator=(const Env &) = delete;
+};
+
+struct Side {
+	fid_eq *eq = nullptr;
+	fid_cq *cq = nullptr;
+	fid_ep *ep = nullptr;
+	fi_info *info = nullptr;
+};
+
+struct PairOptions {
+	uint64_t bind_flags = 0; // e.g. FI_SELECTIVE_COMPLETION for the client's CQ
+	size_t tx_size = 0;
+	size_t rx_size = 0;
+	std::string connect_data;
+	std::string accept_data;
+};
+
+// A connected client/server pair, both with a FI_CQ_FORMAT_DATA CQ bound for
+// transmit and receive and their own EQ.
+struct Pair {
+	Env &env;
+	fid_pep *pep = nullptr;
+	fid_eq *pep_eq = nullptr;
+	Side client, server;
+	std::string connreq_data;   // what the server saw in FI_CONNREQ
+	std::string connected_data; // what the client saw in FI_CONNECTED
+	Pair(Env &env, const PairOptions &opt = {});
+	~Pair();
+	Pair(const Pair &) = delete;
+	Pair &operator=(const Pair &) = delete;
+};
+
+// Opens the server side: a listening passive endpoint; returns its port.
+fid_pep *listen_pep(Env &env, fid_eq *eq, sockaddr_storage *bound);
+fid_eq *open_eq(Env &env);
+fid_cq *open_cq(Env &env, fi_cq_format format = FI_CQ_FORMAT_DATA,
+		fi_wait_obj wait = FI_WAIT_FD, size_t size = 0);
+// Client endpoint for `dest` with its own EQ and CQ (not connected).
+Side open_client(Env &env, const sockaddr *dest, uint64_t bind_flags = 0, size_t tx_size = 0,
+		 size_t rx_size = 0);
+void close_side(Side &s);
+
+// Waits for one CQ entry: returns 1 with *entry filled, or -FI_EAVAIL with
+// *err filled, or -FI_EAGAIN on timeout.
+ssize_t wait_cq(fid_cq *cq, fi_cq_data_entry *entry, fi_cq_err_entry *err = nullptr,
+		int timeout_ms = kTimeoutMs);
+// Asserts that the CQ yields a success entry with the given context/flags.
+fi_cq_data_entry expect_completion(fid_cq *cq, void *context, uint64_t flags);
+// Asserts that the CQ yields an error entry; returns it.
+fi_cq_err_entry expect_error(fid_cq *cq);
+// Asserts that nothing arrives on the CQ for `ms` milliseconds.
+void expect_no_completion(fid_cq *cq, int ms = 200);
+// Reads one EQ event (sread with timeout); returns the event or a negative code.
+ssize_t wait_eq(fid_eq *eq, uint32_t *event, void *buf, size_t len, int timeout_ms = kTimeoutMs);
+
+struct Region {
+	std::vector<uint8_t> buf;
+	fid_mr *mr = nullptr;
+	Region(Env &env, size_t len, uint64_t access);
+	~Region();
+	void *desc() const { return fi_mr_desc(mr); }
+	uint64_t key() const { return fi_mr_key(mr); }
+	uint64_t addr() const { return reinterpret_cast<uintptr_t>(buf.data()); }
+	void fill(uint8_t seed);
+	bool check(uint8_t seed, size_t len, size_t offset = 0) const;
+};
+
+} // namespace vt
+
+// Suites, one per file.
+Suite *objects_suite();
+Suite *cm_suite();
+Suite *msg_suite();
+Suite *rma_suite();
+Suite *errors_suite();

@@ -1,0 +1,211 @@
+// RMA over a connected pair: read/write and variants with data verified, remote
+// CQ data, and the device enforcing keys and access rights.
+#include "harness.h"
+
+#include <infiniband/verbs.h>
+
+using namespace vt;
+
+START_TEST(write_read_sizes)
+{
+	Env env;
+	Pair p(env);
+	const size_t max = size_t(1) << 20;
+	Region local(env, max, FI_WRITE | FI_READ);
+	Region remote(env, max, FI_REMOTE_READ | FI_REMOTE_WRITE);
+	for (size_t len : {size_t(1), size_t(255), size_t(4096), size_t(65536), max}) {
+		local.fill(static_cast<uint8_t>(len));
+		std::fill(remote.buf.begin(), remote.buf.end(), 0);
+		int wctx, rctx;
+		ck_assert_int_eq(fi_write(p.client.ep, local.buf.data(), len, local.desc(), 0, remote.addr(),
+					  remote.key(), &wctx), 0);
+		fi_cq_data_entry e = expect_completion(p.client.cq, &wctx, FI_RMA | FI_WRITE);
+		ck_assert_msg(remote.check(static_cast<uint8_t>(len), len), "write of %zu differs", len);
+		if (len < max)
+			ck_assert_uint_eq(remote.buf[len], 0); // nothing beyond
+		// Read it back into a cleared buffer.
+		std::fill(local.buf.begin(), local.buf.end(), 0);
+		ck_assert_int_eq(fi_read(p.client.ep, local.buf.data(), len, local.desc(), 0, remote.addr(),
+					 remote.key(), &rctx), 0);
+		e = expect_completion(p.client.cq, &rctx, FI_RMA | FI_READ);
+		ck_assert_msg(local.check(static_cast<uint8_t>(len), len), "read of %zu differs", len);
+	}
+	// The target saw no completion for one-sided operations.
+	expect_no_completion(p.server.cq);
+}
+END_TEST
+
+START_TEST(writev_readv_msg)
+{
+	Env env;
+	Pair p(env);
+	Region local(env, 4096, FI_WRITE | FI_READ);
+	Region remote(env, 4096, FI_REMOTE_READ | FI_REMOTE_WRITE);
+	local.fill(5);
+	iovec iov[2] = {{local.buf.data(), 1000}, {local.buf.data() + 1000, 3000}};
+	void *desc[2] = {local.desc(), local.desc()};
+	int ctx;
+	ck_assert_int_eq(fi_writev(p.client.ep, iov, desc, 2, 0, remote.addr(), remote.key(), &ctx), 0);
+	expect_completion(p.client.cq, &ctx, FI_RMA | FI_WRITE);
+	ck_assert(remote.check(5, 4000));
+
+	std::fill(local.buf.begin(), local.buf.end(), 0);
+	ck_assert_int_eq(fi_readv(p.client.ep, iov, desc, 2, 0, remote.addr(), remote.key(), &ctx), 0);
+	expect_completion(p.client.cq, &ctx, FI_RMA | FI_READ);
+	ck_assert(local.check(5, 4000));
+
+	// writemsg at an offset, readmsg back.
+	local.fill(11);
+	iovec one = {local.buf.data(), 512};
+	void *d = local.desc();
+	fi_rma_iov rma = {remote.addr() + 1024, 512, remote.key()};
+	fi_msg_rma msg{};
+	msg.msg_iov = &one;
+	msg.desc = &d;
+	msg.iov_count = 1;
+	msg.rma_iov = &rma;
+	msg.rma_iov_count = 1;
+	msg.context = &ctx;
+	ck_assert_int_eq(fi_writemsg(p.client.ep, &msg, FI_COMPLETION), 0);
+	expect_completion(p.client.cq, &ctx, FI_RMA | FI_WRITE);
+	ck_assert(remote.check(11, 512, 1024));
+	std::fill(local.buf.begin(), local.buf.end(), 0);
+	ck_assert_int_eq(fi_readmsg(p.client.ep, &msg, FI_COMPLETION), 0);
+	expect_completion(p.client.cq, &ctx, FI_RMA | FI_READ);
+	ck_assert(local.check(11, 512));
+}
+END_TEST
+
+START_TEST(inject_write_and_writedata)
+{
+	Env env;
+	Pair p(env);
+	Region local(env, 4096, FI_WRITE | FI_READ);
+	Region remote(env, 4096, FI_REMOTE_READ | FI_REMOTE_WRITE);
+	Region rx(env, 64, FI_RECV);
+	uint64_t v = 0x0123456789abcdefULL;
+	ck_assert_int_eq(fi_inject_write(p.client.ep, &v, sizeof v, 0, remote.addr(), remote.key()), 0);
+	v = 0; // reusable at once
+	// A read after the write on the same connection sees it (RC order).
+	int ctx;
+	ck_assert_int_eq(fi_read(p.client.ep, local.buf.data(), 8, local.desc(), 0, remote.addr(),
+				 remote.key(), &ctx), 0);
+	expect_completion(p.client.cq, &ctx, FI_RMA | FI_READ);
+	uint64_t got;
+	memcpy(&got, local.buf.data(), 8);
+	ck_assert_uint_eq(got, 0x0123456789abcdefULL);
+
+	// Write with immediate data: the target's posted receive (FI_RX_CQ_DATA
+	// mode) reports the remote write and the data.
+	int rctx[2];
+	ck_assert_int_eq(fi_recv(p.server.ep, rx.buf.data(), 64, rx.desc(), 0, &rctx[0]), 0);
+	ck_assert_int_eq(fi_recv(p.server.ep, rx.buf.data(), 64, rx.desc(), 0, &rctx[1]), 0);
+	local.fill(21);
+	ck_assert_int_eq(fi_writedata(p.client.ep, local.buf.data(), 2048, local.desc(), 0xabcd, 0,
+				      remote.addr() + 100, remote.key(), &ctx), 0);
+	expect_completion(p.client.cq, &ctx, FI_RMA | FI_WRITE);
+	fi_cq_data_entry e =
+		expect_completion(p.server.cq, &rctx[0], FI_RMA | FI_REMOTE_WRITE | FI_REMOTE_CQ_DATA);
+	ck_assert_uint_eq(e.data, 0xabcd);
+	ck_assert_uint_eq(e.len, 2048);
+	ck_assert(remote.check(21, 2048, 100));
+
+	ck_assert_int_eq(fi_inject_writedata(p.client.ep, &v, 4, 0x77, 0, remote.addr(), remote.key()), 0);
+	e = expect_completion(p.server.cq, &rctx[1], FI_RMA | FI_REMOTE_WRITE | FI_REMOTE_CQ_DATA);
+	ck_assert_uint_eq(e.data, 0x77);
+	expect_no_completion(p.client.cq);
+}
+END_TEST
+
+namespace {
+
+// Runs one write that the target's device must refuse; checks the error
+// completion and that the target memory is untouched.
+void expect_write_refused(Env &env, Pair &p, Region &remote, uint64_t key)
+{
+	Region local(env, 256, FI_WRITE);
+	local.fill(1);
+	std::fill(remote.buf.begin(), remote.buf.end(), 0x5a);
+	int ctx;
+	ck_assert_int_eq(fi_write(p.client.ep, local.buf.data(), 256, local.desc(), 0, remote.addr(), key,
+				  &ctx), 0);
+	fi_cq_err_entry err = expect_error(p.client.cq);
+	ck_assert_ptr_eq(err.op_context, &ctx);
+	ck_assert_uint_eq(err.flags, FI_RMA | FI_WRITE);
+	ck_assert_int_eq(err.err, FI_EACCES);
+	ck_assert_int_eq(err.prov_errno, IBV_WC_REM_ACCESS_ERR);
+	char text[128];
+	const char *s = fi_cq_strerror(p.client.cq, err.prov_errno, err.err_data, text, sizeof text);
+	ck_assert_ptr_nonnull(s);
+	ck_assert_int_gt(strlen(s), 0);
+	for (uint8_t b : remote.buf)
+		ck_assert_uint_eq(b, 0x5a);
+	// The connection is dead: later operations are flushed, not lost.
+	ck_assert_int_eq(fi_write(p.client.ep, local.buf.data(), 8, local.desc(), 0, remote.addr(), key,
+				  &ctx), 0);
+	err = expect_error(p.client.cq);
+	ck_assert_int_eq(err.err, FI_ECANCELED);
+	ck_assert_ptr_eq(err.op_context, &ctx);
+}
+
+} // namespace
+
+START_TEST(wrong_key_refused)
+{
+	Env env;
+	Pair p(env);
+	Region remote(env, 4096, FI_REMOTE_WRITE);
+	expect_write_refused(env, p, remote, remote.key() ^ 0x5500);
+}
+END_TEST
+
+START_TEST(beyond_region_refused)
+{
+	Env env;
+	Pair p(env);
+	Region remote(env, 128, FI_REMOTE_WRITE); // the write is 256 bytes
+	expect_write_refused(env, p, remote, remote.key());
+}
+END_TEST
+
+START_TEST(no_remote_write_access_refused)
+{
+	Env env;
+	Pair p(env);
+	Region remote(env, 4096, FI_REMOTE_READ);
+	expect_write_refused(env, p, remote, remote.key());
+}
+END_TEST
+
+START_TEST(closed_mr_key_stops_working)
+{
+	Env env;
+	Pair p(env);
+	Region remote(env, 4096, FI_REMOTE_WRITE);
+	Region local(env, 64, FI_WRITE);
+	int ctx;
+	ck_assert_int_eq(fi_write(p.client.ep, local.buf.data(), 64, local.desc(), 0, remote.addr(),
+				  remote.key(), &ctx), 0);
+	expect_completion(p.client.cq, &ctx, FI_RMA | FI_WRITE);
+	uint64_t key = remote.key();
+	ck_assert_int_eq(fi_close(&remote.mr->fid), 0);
+	remote.mr = nullptr;
+	expect_write_refused(env, p, remote, key);
+}
+END_TEST
+
+Suite *rma_suite()
+{
+	Suite *s = suite_create("rma");
+	TCase *tc = tcase_create("rma");
+	tcase_set_timeout(tc, 300);
+	tcase_add_test(tc, write_read_sizes);
+	tcase_add_test(tc, writev_readv_msg);
+	tcase_add_test(tc, inject_write_and_writedata);
+	tcase_add_test(tc, wrong_key_refused);
+	tcase_add_test(tc, beyond_region_refused);
+	tcase_add_test(tc, no_remote_write_access_refused);
+	tcase_add_test(tc, closed_mr_key_stops_working);
+	suite_add_tcase(s, tc);
+	return s;
+}

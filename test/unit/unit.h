@@ -1,0 +1,13 @@
+// Host-side unit tests for the provider-neutral building blocks in src/:
+// no RDMA device is needed.
+#pragma once
+
+#include <check.h>
+
+// check.h's deprecated fail() macro breaks the C++ standard library headers
+// (std::basic_ios::fail) included after it.
+#undef fail
+
+Suite *info_match_suite();
+Suite *errno_suite();
+Suite *slot_ring_suite();

@@ -1,0 +1,15 @@
+// Runs every unit test suite; the exit status is non-zero on any failure.
+#include "unit.h"
+
+#include <cstdlib>
+
+int main()
+{
+	SRunner *sr = srunner_create(info_match_suite());
+	srunner_add_suite(sr, errno_suite());
+	srunner_add_suite(sr, slot_ring_suite());
+	srunner_run_all(sr, CK_NORMAL);
+	const int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
