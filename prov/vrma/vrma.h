@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -183,6 +184,19 @@ struct Cq final : fid_cq {
 	std::atomic<int> refs{0};
 };
 
+struct Cntr final : fid_cntr {
+	using FidType = fid_cntr;
+	Domain *domain = nullptr;
+	fi_wait_obj wait_obj = FI_WAIT_NONE;
+	std::atomic<uint64_t> value{0};
+	std::atomic<uint64_t> errors{0};
+	Fd event_fd; // written by fi_cntr_add/set: wakes fi_cntr_wait
+	Fd epoll_fd; // event_fd and the epoll descriptors of the feeding CQs
+	std::mutex lock;
+	std::map<Cq *, int> cqs; // CQs whose completions feed the counter
+	std::atomic<int> refs{0};
+};
+
 // Work request bookkeeping; wr_id points to a slot.
 enum class SlotKind : uint8_t { Tx, Rx };
 struct SlotHeader {
@@ -194,12 +208,14 @@ struct TxSlot : SlotHeader {
 	void *context = nullptr;
 	uint64_t comp_flags = 0; // FI_SEND|FI_MSG, FI_RMA|FI_WRITE, ...
 	size_t len = 0;
+	Cntr *cntr = nullptr;    // counts the completion (success or error)
 	bool report = false;     // a successful completion goes to the CQ
 };
 struct RxSlot : SlotHeader {
 	void *context = nullptr;
 	void *buf = nullptr;
 	size_t len = 0;
+	Cntr *cntr = nullptr;
 	bool report = true;
 };
 
@@ -213,6 +229,11 @@ struct Ep final : fid_ep {
 	ibv_qp *qp = nullptr; // id->qp once enabled
 	Cq *tx_cq = nullptr;
 	Cq *rx_cq = nullptr;
+	Cq *own_cq = nullptr; // created when only counters are bound
+	Cntr *cntr_send = nullptr;
+	Cntr *cntr_recv = nullptr;
+	Cntr *cntr_read = nullptr;
+	Cntr *cntr_write = nullptr;
 	bool tx_selective = false;
 	bool rx_selective = false;
 	Eq *eq = nullptr;
@@ -311,6 +332,14 @@ void cq_unreserve(Cq *cq, size_t entries) noexcept;
 // Polls the CQ until the endpoint has no outstanding work requests or the
 // deadline passes; entries of other endpoints are kept for the application.
 bool cq_drain_endpoint(Cq *cq, Ep *ep, bool tx_side, int timeout_ms) noexcept;
+// Polls what the device has completed into the CQ's queue (counting it).
+void cq_progress(Cq *cq) noexcept;
+
+// vrma_cntr.cpp
+int cntr_open(fid_domain *domain, fi_cntr_attr *attr, fid_cntr **cntr, void *context) noexcept;
+// The counter polls (and waits on) the CQs that carry its completions.
+int cntr_attach_cq(Cntr *cntr, Cq *cq) noexcept;
+void cntr_detach_cq(Cntr *cntr, Cq *cq) noexcept;
 
 // vrma_eq.cpp
 int eq_open(fid_fabric *fabric, fi_eq_attr *attr, fid_eq **eq, void *context) noexcept;

@@ -65,6 +65,12 @@ void fill_error(fi_cq_err_entry &e, const ibv_wc &wc, void *context, uint64_t fl
 	e.prov_errno = static_cast<int>(wc.status);
 }
 
+void count(Cntr *cntr, bool success)
+{
+	if (cntr)
+		(success ? cntr->value : cntr->errors).fetch_add(1, std::memory_order_acq_rel);
+}
+
 // Turns one work completion into what the application sees, retiring the
 // slots it covers.
 Outcome handle_wc(const ibv_wc &wc, Completion &c, fi_cq_err_entry &e)
@@ -76,10 +82,15 @@ Outcome handle_wc(const ibv_wc &wc, Completion &c, fi_cq_err_entry &e)
 		// Read the slot before retiring it: the poster may reuse it after.
 		const Completion done{s->context, s->comp_flags, s->len, nullptr, 0};
 		const bool report = s->report;
+		Cntr *cntr = s->cntr;
 		ep->tx.retire_through(s->seq, [](TxSlot &, uint64_t) {});
 		if (ep->closing.load(std::memory_order_relaxed))
 			return Outcome::None;
+		count(cntr, wc.status == IBV_WC_SUCCESS);
 		if (wc.status != IBV_WC_SUCCESS) {
+			// Errors go to the transmit CQ, if the endpoint has one.
+			if (!ep->tx_cq)
+				return Outcome::None;
 			fill_error(e, wc, done.op_context, done.flags, nullptr);
 			return Outcome::Error;
 		}
@@ -92,10 +103,14 @@ Outcome handle_wc(const ibv_wc &wc, Completion &c, fi_cq_err_entry &e)
 	void *context = s->context;
 	void *buf = s->buf;
 	const bool rx_report = s->report;
+	Cntr *cntr = s->cntr;
 	ep->rx.retire_through(s->seq, [](RxSlot &, uint64_t) {});
 	if (ep->closing.load(std::memory_order_relaxed))
 		return Outcome::None;
+	count(cntr, wc.status == IBV_WC_SUCCESS);
 	if (wc.status != IBV_WC_SUCCESS) {
+		if (!ep->rx_cq)
+			return Outcome::None;
 		fill_error(e, wc, context, FI_RECV | FI_MSG, buf);
 		return Outcome::Error;
 	}
@@ -370,6 +385,12 @@ int cq_trywait(Cq *cq) noexcept
 	// Completions that arrived before arming raise no event: look once more.
 	poll_to_pending(cq, 64);
 	return cq->pending.empty() ? 0 : -FI_EAGAIN;
+}
+
+void cq_progress(Cq *cq) noexcept
+{
+	std::lock_guard<std::mutex> guard(cq->lock);
+	poll_to_pending(cq, 256);
 }
 
 int cq_reserve(Cq *cq, size_t entries) noexcept

@@ -29,12 +29,6 @@ int domain_av_open(fid_domain *, fi_av_attr *, fid_av **, void *) noexcept
 	return -FI_ENOSYS;
 }
 
-int domain_cntr_open(fid_domain *, fi_cntr_attr *, fid_cntr **, void *) noexcept
-{
-	VRMA_WARN(FI_LOG_DOMAIN, "counters are not supported yet\n");
-	return -FI_ENOSYS;
-}
-
 int domain_scalable_ep(fid_domain *, fi_info *, fid_ep **, void *) noexcept
 {
 	VRMA_WARN(FI_LOG_DOMAIN, "scalable endpoints are not supported\n");
@@ -97,7 +91,7 @@ constexpr fi_ops_domain domain_ops = {
 	.cq_open = cq_open,
 	.endpoint = ep_open,
 	.scalable_ep = domain_scalable_ep,
-	.cntr_open = domain_cntr_open,
+	.cntr_open = cntr_open,
 	.poll_open = domain_poll_open,
 	.stx_ctx = domain_stx_ctx,
 	.srx_ctx = domain_srx_ctx,

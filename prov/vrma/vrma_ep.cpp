@@ -55,18 +55,49 @@ constexpr fi_ops_collective collective_nosys = {
 	.barrier2 = VRMA_NOSYS(fi_ops_collective, barrier2),
 };
 
+// The CQs the QP's queues complete into.
+Cq *send_cq_of(const Ep *ep)
+{
+	return ep->tx_cq ? ep->tx_cq : ep->rx_cq ? ep->rx_cq : ep->own_cq;
+}
+
+Cq *recv_cq_of(const Ep *ep)
+{
+	return ep->rx_cq ? ep->rx_cq : ep->tx_cq ? ep->tx_cq : ep->own_cq;
+}
+
+// Calls fn(counter, cq) for each bound counter and the CQ its completions
+// arrive on.
+template <typename Fn> void for_each_counter(const Ep *ep, Fn &&fn)
+{
+	if (ep->cntr_send)
+		fn(ep->cntr_send, send_cq_of(ep));
+	if (ep->cntr_read)
+		fn(ep->cntr_read, send_cq_of(ep));
+	if (ep->cntr_write)
+		fn(ep->cntr_write, send_cq_of(ep));
+	if (ep->cntr_recv)
+		fn(ep->cntr_recv, recv_cq_of(ep));
+}
+
 void release_cq(Ep *ep)
 {
-	Cq *send_cq = ep->tx_cq ? ep->tx_cq : ep->rx_cq;
-	Cq *recv_cq = ep->rx_cq ? ep->rx_cq : ep->tx_cq;
-	if (ep->tx.depth()) { // enabled: the rings hold what was reserved
-		cq_unreserve(send_cq, ep->tx.depth());
-		cq_unreserve(recv_cq, ep->rx.depth());
+	const bool enabled = ep->tx.depth() != 0; // the rings hold what was reserved
+	if (enabled) {
+		cq_unreserve(send_cq_of(ep), ep->tx.depth());
+		cq_unreserve(recv_cq_of(ep), ep->rx.depth());
 	}
+	for_each_counter(ep, [&](Cntr *c, Cq *cq) {
+		if (enabled)
+			cntr_detach_cq(c, cq);
+		c->refs--;
+	});
 	if (ep->tx_cq)
 		ep->tx_cq->refs--;
 	if (ep->rx_cq)
 		ep->rx_cq->refs--;
+	if (ep->own_cq)
+		fi_close(&ep->own_cq->fid);
 }
 
 // Posts a signaled zero-length write on the error-state QP: its flush
@@ -83,6 +114,7 @@ void post_sentinel(Ep *ep)
 	s.comp_flags = 0;
 	s.len = 0;
 	s.report = false;
+	s.cntr = nullptr;
 	ibv_send_wr wr{};
 	wr.wr_id = reinterpret_cast<uintptr_t>(&s);
 	wr.opcode = IBV_WR_RDMA_WRITE;
@@ -107,10 +139,8 @@ int ep_close(fid *f) noexcept
 	if (ep->qp) {
 		ep_set_error(ep);
 		post_sentinel(ep);
-		Cq *send_cq = ep->tx_cq ? ep->tx_cq : ep->rx_cq;
-		Cq *recv_cq = ep->rx_cq ? ep->rx_cq : ep->tx_cq;
-		drained = cq_drain_endpoint(send_cq, ep, true, 2000) &&
-			  cq_drain_endpoint(recv_cq, ep, false, 2000);
+		drained = cq_drain_endpoint(send_cq_of(ep), ep, true, 2000) &&
+			  cq_drain_endpoint(recv_cq_of(ep), ep, false, 2000);
 		if (!drained) {
 			// Completions naming this endpoint may still arrive: keep its
 			// memory rather than let them point to freed slots.
@@ -193,9 +223,40 @@ int ep_bind(fid *f, fid *bfid, uint64_t flags) noexcept
 		eq->refs++;
 		return 0;
 	}
-	case FI_CLASS_CNTR:
-		VRMA_WARN(FI_LOG_EP_CTRL, "fi_ep_bind: counters are not supported yet\n");
-		return -FI_ENOSYS;
+	case FI_CLASS_CNTR: {
+		Cntr *c = from_fid<Cntr>(bfid);
+		if (flags & (FI_REMOTE_READ | FI_REMOTE_WRITE)) {
+			// One-sided operations leave no trace at an RC target.
+			VRMA_WARN(FI_LOG_EP_CTRL, "fi_ep_bind(cntr): remote RMA events are not observable (no FI_RMA_EVENT)\n");
+			return -FI_EOPNOTSUPP;
+		}
+		if (flags & ~(FI_SEND | FI_RECV | FI_READ | FI_WRITE)) {
+			VRMA_WARN(FI_LOG_EP_CTRL, "fi_ep_bind(cntr): unsupported flags 0x%llx\n",
+				  static_cast<unsigned long long>(flags));
+			return -FI_EBADFLAGS;
+		}
+		if (!flags) {
+			VRMA_WARN(FI_LOG_EP_CTRL, "fi_ep_bind(cntr): no event named\n");
+			return -FI_EINVAL;
+		}
+		if (c->domain != ep->domain) {
+			VRMA_WARN(FI_LOG_EP_CTRL, "fi_ep_bind(cntr): counter belongs to another domain\n");
+			return -FI_EINVAL;
+		}
+		Cntr **slots[] = {&ep->cntr_send, &ep->cntr_recv, &ep->cntr_read, &ep->cntr_write};
+		const uint64_t bits[] = {FI_SEND, FI_RECV, FI_READ, FI_WRITE};
+		for (int i = 0; i < 4; i++)
+			if ((flags & bits[i]) && *slots[i]) {
+				VRMA_WARN(FI_LOG_EP_CTRL, "fi_ep_bind(cntr): a counter is already bound for that event\n");
+				return -FI_EINVAL;
+			}
+		for (int i = 0; i < 4; i++)
+			if (flags & bits[i]) {
+				*slots[i] = c;
+				c->refs++;
+			}
+		return 0;
+	}
 	default:
 		VRMA_WARN(FI_LOG_EP_CTRL, "fi_ep_bind: cannot bind fid class %zu\n", bfid->fclass);
 		return -FI_EINVAL;
@@ -320,9 +381,20 @@ int ep_enable(Ep *ep) noexcept
 		VRMA_WARN(FI_LOG_EP_CTRL, "fi_enable: MSG endpoint needs an EQ\n");
 		return -FI_ENOEQ;
 	}
-	if (!ep->tx_cq && !ep->rx_cq) {
-		VRMA_WARN(FI_LOG_EP_CTRL, "fi_enable: endpoint needs a CQ\n");
-		return -FI_ENOCQ;
+	if (!ep->tx_cq && !ep->rx_cq && !ep->own_cq) {
+		if (!ep->cntr_send && !ep->cntr_recv && !ep->cntr_read && !ep->cntr_write) {
+			VRMA_WARN(FI_LOG_EP_CTRL, "fi_enable: endpoint needs a CQ or a counter\n");
+			return -FI_ENOCQ;
+		}
+		// Counters only: the QP still needs a CQ to complete into.
+		fi_cq_attr attr{};
+		attr.format = FI_CQ_FORMAT_CONTEXT;
+		attr.wait_obj = FI_WAIT_FD;
+		attr.size = ep->tx_depth + 1 + ep->rx_depth;
+		fid_cq *cq = nullptr;
+		if (int rc = cq_open(ep->domain, &attr, &cq, nullptr))
+			return rc;
+		ep->own_cq = static_cast<Cq *>(cq);
 	}
 	if (!ep->id->verbs) {
 		VRMA_WARN(FI_LOG_EP_CTRL,
@@ -334,8 +406,8 @@ int ep_enable(Ep *ep) noexcept
 			  ep->id->verbs->device->name, ep->domain->ctx->device->name);
 		return -FI_EINVAL;
 	}
-	Cq *send_cq = ep->tx_cq ? ep->tx_cq : ep->rx_cq;
-	Cq *recv_cq = ep->rx_cq ? ep->rx_cq : ep->tx_cq;
+	Cq *send_cq = send_cq_of(ep);
+	Cq *recv_cq = recv_cq_of(ep);
 	// One extra send slot for the close-time sentinel.
 	const size_t send_wrs = ep->tx_depth + 1;
 	if (int rc = cq_reserve(send_cq, send_wrs))
@@ -376,6 +448,13 @@ int ep_enable(Ep *ep) noexcept
 		ep->rx.at(i).ep = ep;
 		ep->rx.at(i).kind = SlotKind::Rx;
 	}
+	int attach_rc = 0;
+	for_each_counter(ep, [&](Cntr *c, Cq *cq) {
+		if (int rc = cntr_attach_cq(c, cq))
+			attach_rc = rc;
+	});
+	if (attach_rc)
+		VRMA_WARN(FI_LOG_EP_CTRL, "fi_enable: counters cannot wait on the CQ; they still count\n");
 	ep->state.store(EpState::Enabled);
 	return 0;
 }

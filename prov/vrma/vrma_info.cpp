@@ -235,7 +235,8 @@ fi_info *build_cap_info(const Port &p, const PortAddr &a, int inline_size)
 	dom.max_ep_rx_ctx = 1;
 	dom.max_ep_stx_ctx = 0;
 	dom.max_ep_srx_ctx = 0;
-	dom.cntr_cnt = 0;
+	// Counters are software objects: as many as memory allows.
+	dom.cntr_cnt = static_cast<size_t>(d.max_cq);
 	dom.mr_iov_limit = 1;
 	dom.caps = kDomainCaps;
 	dom.mode = 0;

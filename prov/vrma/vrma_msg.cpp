@@ -31,7 +31,8 @@ ssize_t send_common(Ep *ep, const iovec *iov, void *const *desc, size_t count, u
 	}
 	if (total <= ep->inline_size && total)
 		wr.send_flags = IBV_SEND_INLINE;
-	const TxOp op{context, FI_SEND | FI_MSG, total, !inject_call && tx_reports(ep, flags)};
+	const TxOp op{context, FI_SEND | FI_MSG, total, !inject_call && tx_reports(ep, flags),
+		      ep->cntr_send};
 	return post_send(ep, wr, op);
 }
 
@@ -48,7 +49,7 @@ ssize_t recv_common(Ep *ep, const iovec *iov, void *const *desc, size_t count, u
 	wr.sg_list = sge;
 	wr.num_sge = static_cast<int>(count);
 	return post_recv(ep, wr, context, count ? iov[0].iov_base : nullptr, total,
-			 rx_reports(ep, flags));
+			 rx_reports(ep, flags), ep->cntr_recv);
 }
 
 ssize_t msg_recv(fid_ep *f, void *buf, size_t len, void *desc, fi_addr_t, void *context) noexcept

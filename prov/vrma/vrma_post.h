@@ -13,6 +13,7 @@ struct TxOp {
 	uint64_t comp_flags; // flags of the completion entry
 	size_t len;
 	bool want_completion; // FI_COMPLETION semantics resolved by the caller
+	Cntr *cntr;           // counts this operation (forces a signaled request)
 };
 
 inline bool tx_reports(const Ep *ep, uint64_t flags) noexcept
@@ -52,8 +53,9 @@ inline ssize_t post_send(Ep *ep, ibv_send_wr &wr, const TxOp &op) noexcept
 	s.comp_flags = op.comp_flags;
 	s.len = op.len;
 	s.report = op.want_completion;
+	s.cntr = op.cntr;
 	const uint64_t prev_signaled = ep->last_signaled;
-	if (op.want_completion || seq - ep->last_signaled >= ep->tx_depth / 2) {
+	if (op.want_completion || op.cntr || seq - ep->last_signaled >= ep->tx_depth / 2) {
 		wr.send_flags |= IBV_SEND_SIGNALED;
 		ep->last_signaled = seq;
 	}
@@ -70,7 +72,7 @@ inline ssize_t post_send(Ep *ep, ibv_send_wr &wr, const TxOp &op) noexcept
 }
 
 inline ssize_t post_recv(Ep *ep, ibv_recv_wr &wr, void *context, void *buf, size_t len,
-			 bool report) noexcept
+			 bool report, Cntr *cntr) noexcept
 {
 	std::lock_guard<std::mutex> guard(ep->rx_lock);
 	if (!ep->qp) [[unlikely]] {
@@ -86,6 +88,7 @@ inline ssize_t post_recv(Ep *ep, ibv_recv_wr &wr, void *context, void *buf, size
 	s.buf = buf;
 	s.len = len;
 	s.report = report;
+	s.cntr = cntr;
 	wr.wr_id = reinterpret_cast<uintptr_t>(&s);
 	wr.next = nullptr;
 	ep->rx.push();

@@ -53,7 +53,7 @@ ssize_t rma_common(Ep *ep, ibv_wr_opcode opcode, const iovec *iov, void *const *
 	if (!is_read && total && total <= ep->inline_size)
 		wr.send_flags = IBV_SEND_INLINE;
 	const TxOp op{context, FI_RMA | (is_read ? FI_READ : FI_WRITE), total,
-		      !inject_call && tx_reports(ep, flags)};
+		      !inject_call && tx_reports(ep, flags), is_read ? ep->cntr_read : ep->cntr_write};
 	return post_send(ep, wr, op);
 }
 

@@ -92,6 +92,27 @@ fid_pep *listen_pep(Env &env, fid_eq *eq, sockaddr_storage *bound)
 Side open_client(Env &env, const sockaddr *dest, uint64_t bind_flags, size_t tx_size,
 		 size_t rx_size)
 {
+	PairOptions opt;
+	opt.bind_flags = bind_flags;
+	opt.tx_size = tx_size;
+	opt.rx_size = rx_size;
+	return open_client(env, dest, opt);
+}
+
+fid_cntr *open_cntr(Env &env, fi_wait_obj wait)
+{
+	fi_cntr_attr attr{};
+	attr.events = FI_CNTR_EVENTS_COMP;
+	attr.wait_obj = wait;
+	fid_cntr *c = nullptr;
+	ck_assert_int_eq(fi_cntr_open(env.domain, &attr, &c, nullptr), 0);
+	return c;
+}
+
+Side open_client(Env &env, const sockaddr *dest, const PairOptions &opt)
+{
+	const uint64_t bind_flags = opt.bind_flags;
+	const size_t tx_size = opt.tx_size, rx_size = opt.rx_size;
 	Side s;
 	s.info = fi_dupinfo(env.info);
 	s.info->dest_addr = malloc(sizeof(sockaddr_in));
@@ -103,10 +124,14 @@ Side open_client(Env &env, const sockaddr *dest, uint64_t bind_flags, size_t tx_
 	if (rx_size)
 		s.info->rx_attr->size = rx_size;
 	s.eq = open_eq(env);
-	s.cq = open_cq(env);
 	ck_assert_int_eq(fi_endpoint(env.domain, s.info, &s.ep, nullptr), 0);
 	ck_assert_int_eq(fi_ep_bind(s.ep, &s.eq->fid, 0), 0);
-	ck_assert_int_eq(fi_ep_bind(s.ep, &s.cq->fid, FI_TRANSMIT | FI_RECV | bind_flags), 0);
+	if (opt.client_cq) {
+		s.cq = open_cq(env);
+		ck_assert_int_eq(fi_ep_bind(s.ep, &s.cq->fid, FI_TRANSMIT | FI_RECV | bind_flags), 0);
+	}
+	for (auto &[c, flags] : opt.client_cntrs)
+		ck_assert_int_eq(fi_ep_bind(s.ep, &c->fid, flags), 0);
 	ck_assert_int_eq(fi_enable(s.ep), 0);
 	return s;
 }
@@ -133,8 +158,7 @@ Pair::Pair(Env &e, const PairOptions &opt) : env(e)
 	pep_eq = open_eq(env);
 	sockaddr_storage bound{};
 	pep = listen_pep(env, pep_eq, &bound);
-	client = open_client(env, reinterpret_cast<sockaddr *>(&bound), opt.bind_flags, opt.tx_size,
-			     opt.rx_size);
+	client = open_client(env, reinterpret_cast<sockaddr *>(&bound), opt);
 	ck_assert_int_eq(fi_connect(client.ep, nullptr, opt.connect_data.data(),
 				    opt.connect_data.size()), 0);
 
@@ -156,6 +180,8 @@ Pair::Pair(Env &e, const PairOptions &opt) : env(e)
 	ck_assert_int_eq(fi_endpoint(env.domain, server.info, &server.ep, nullptr), 0);
 	ck_assert_int_eq(fi_ep_bind(server.ep, &server.eq->fid, 0), 0);
 	ck_assert_int_eq(fi_ep_bind(server.ep, &server.cq->fid, FI_TRANSMIT | FI_RECV), 0);
+	for (auto &[c, flags] : opt.server_cntrs)
+		ck_assert_int_eq(fi_ep_bind(server.ep, &c->fid, flags), 0);
 	ck_assert_int_eq(fi_enable(server.ep), 0);
 	ck_assert_int_eq(fi_accept(server.ep, opt.accept_data.data(), opt.accept_data.size()), 0);
 

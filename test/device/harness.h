@@ -7,6 +7,7 @@
 
 // Standard headers first: check.h defines a `fail` macro.
 #include <algorithm>
+#include <chrono>
 #include <thread>
 #include <cstdint>
 #include <cstring>
@@ -16,6 +17,8 @@
 #include <sys/socket.h>
 
 #include <check.h>
+// check.h's deprecated fail() macro breaks standard headers included later.
+#undef fail
 
 #include <rdma/fabric.h>
 #include <rdma/fi_cm.h>
@@ -59,6 +62,9 @@ struct PairOptions {
 	size_t rx_size = 0;
 	std::string connect_data;
 	std::string accept_data;
+	// Counters bound (before fi_enable) with the given flags.
+	std::vector<std::pair<fid_cntr *, uint64_t>> client_cntrs, server_cntrs;
+	bool client_cq = true; // false: the client has counters only
 };
 
 // A connected client/server pair, both with a FI_CQ_FORMAT_DATA CQ bound for
@@ -84,6 +90,8 @@ fid_cq *open_cq(Env &env, fi_cq_format format = FI_CQ_FORMAT_DATA,
 // Client endpoint for `dest` with its own EQ and CQ (not connected).
 Side open_client(Env &env, const sockaddr *dest, uint64_t bind_flags = 0, size_t tx_size = 0,
 		 size_t rx_size = 0);
+Side open_client(Env &env, const sockaddr *dest, const PairOptions &opt);
+fid_cntr *open_cntr(Env &env, fi_wait_obj wait = FI_WAIT_UNSPEC);
 void close_side(Side &s);
 
 // Waits for one CQ entry: returns 1 with *entry filled, or -FI_EAVAIL with
@@ -119,3 +127,4 @@ Suite *cm_suite();
 Suite *msg_suite();
 Suite *rma_suite();
 Suite *errors_suite();
+Suite *cntr_suite();

@@ -1,0 +1,246 @@
+// Counters: completion counts of the endpoints bound to them, advanced as the
+// CQs those endpoints use are polled.
+//
+// Contract: an operation that feeds a counter is always posted signaled, so
+// its completion is seen individually. fi_cntr_read/wait poll the CQs of the
+// bound endpoints (entries meant for the application stay queued for it), and
+// fi_cntr_wait blocks on those CQs' completion channels and on the counter's
+// own eventfd (fi_cntr_add/set from another thread wake it).
+#include "vrma.h"
+
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+
+namespace vrma {
+
+namespace {
+
+void wake(Cntr *c)
+{
+	uint64_t one = 1;
+	if (write(c->event_fd.get(), &one, sizeof one) < 0)
+		VRMA_WARN(FI_LOG_CNTR, "counter eventfd: %s\n", strerror(errno));
+}
+
+std::vector<Cq *> feeding_cqs(Cntr *c)
+{
+	std::lock_guard<std::mutex> guard(c->lock);
+	std::vector<Cq *> out;
+	for (auto &[cq, n] : c->cqs)
+		out.push_back(cq);
+	return out;
+}
+
+void progress(Cntr *c)
+{
+	for (Cq *cq : feeding_cqs(c))
+		cq_progress(cq);
+}
+
+uint64_t cntr_read(fid_cntr *f) noexcept
+{
+	Cntr *c = static_cast<Cntr *>(f);
+	progress(c);
+	return c->value.load(std::memory_order_acquire);
+}
+
+uint64_t cntr_readerr(fid_cntr *f) noexcept
+{
+	Cntr *c = static_cast<Cntr *>(f);
+	progress(c);
+	return c->errors.load(std::memory_order_acquire);
+}
+
+int cntr_add(fid_cntr *f, uint64_t value) noexcept
+{
+	Cntr *c = static_cast<Cntr *>(f);
+	c->value.fetch_add(value, std::memory_order_acq_rel);
+	wake(c);
+	return 0;
+}
+
+int cntr_set(fid_cntr *f, uint64_t value) noexcept
+{
+	Cntr *c = static_cast<Cntr *>(f);
+	c->value.store(value, std::memory_order_release);
+	wake(c);
+	return 0;
+}
+
+int cntr_adderr(fid_cntr *f, uint64_t value) noexcept
+{
+	Cntr *c = static_cast<Cntr *>(f);
+	c->errors.fetch_add(value, std::memory_order_acq_rel);
+	wake(c);
+	return 0;
+}
+
+int cntr_seterr(fid_cntr *f, uint64_t value) noexcept
+{
+	Cntr *c = static_cast<Cntr *>(f);
+	c->errors.store(value, std::memory_order_release);
+	wake(c);
+	return 0;
+}
+
+int cntr_wait(fid_cntr *f, uint64_t threshold, int timeout) noexcept
+{
+	Cntr *c = static_cast<Cntr *>(f);
+	const Deadline deadline(timeout);
+	const uint64_t errors_before = c->errors.load(std::memory_order_acquire);
+	for (;;) {
+		progress(c);
+		if (c->value.load(std::memory_order_acquire) >= threshold)
+			return 0;
+		if (c->errors.load(std::memory_order_acquire) != errors_before)
+			return -FI_EAVAIL;
+		if (deadline.expired())
+			return -FI_ETIMEDOUT;
+		// Arm every feeding CQ; completions that slipped in before arming are
+		// counted by the next progress() instead of raising an event.
+		bool armed = true, blocking = true;
+		for (Cq *cq : feeding_cqs(c)) {
+			if (cq->wait_obj != FI_WAIT_FD)
+				blocking = false;
+			else if (cq_trywait(cq))
+				armed = false;
+		}
+		if (!armed)
+			continue;
+		if (!blocking) {
+			// A CQ without a wait object cannot wake us: poll gently.
+			const Deadline slice(1);
+			int ready[4];
+			wait_epoll(c->epoll_fd.get(), slice, ready, 4);
+			continue;
+		}
+		int ready[4];
+		int n = wait_epoll(c->epoll_fd.get(), deadline, ready, 4);
+		if (n < 0)
+			return n;
+		for (int i = 0; i < n; i++)
+			if (ready[i] == c->event_fd.get()) {
+				uint64_t v;
+				if (read(c->event_fd.get(), &v, sizeof v) < 0) {
+					// drained by another waiter
+				}
+			}
+	}
+}
+
+int cntr_close(fid *f) noexcept
+{
+	Cntr *c = from_fid<Cntr>(f);
+	if (c->refs.load()) {
+		VRMA_WARN(FI_LOG_CNTR, "counter still bound to %d endpoints\n", c->refs.load());
+		return -FI_EBUSY;
+	}
+	c->domain->refs--;
+	delete c;
+	return 0;
+}
+
+int cntr_control(fid *f, int command, void *arg) noexcept
+{
+	Cntr *c = from_fid<Cntr>(f);
+	return wait_control(c->wait_obj, c->epoll_fd.get(), command, arg, "counter");
+}
+
+constexpr fi_ops cntr_fi_ops = {
+	.size = sizeof(fi_ops),
+	.close = cntr_close,
+	.bind = fid_no_bind,
+	.control = cntr_control,
+	.ops_open = fid_no_ops_open,
+	.tostr = fid_tostr,
+	.ops_set = fid_no_ops_set,
+};
+
+constexpr fi_ops_cntr cntr_ops = {
+	.size = sizeof(fi_ops_cntr),
+	.read = cntr_read,
+	.readerr = cntr_readerr,
+	.add = cntr_add,
+	.set = cntr_set,
+	.wait = cntr_wait,
+	.adderr = cntr_adderr,
+	.seterr = cntr_seterr,
+};
+
+} // namespace
+
+int cntr_attach_cq(Cntr *c, Cq *cq) noexcept
+try {
+	std::lock_guard<std::mutex> guard(c->lock);
+	if (c->cqs[cq]++ == 0 && cq->wait_obj == FI_WAIT_FD) {
+		epoll_event ev{};
+		ev.events = EPOLLIN;
+		ev.data.fd = cq->epoll_fd.get();
+		if (epoll_ctl(c->epoll_fd.get(), EPOLL_CTL_ADD, cq->epoll_fd.get(), &ev)) {
+			int err = errno;
+			c->cqs.erase(cq);
+			VRMA_WARN(FI_LOG_CNTR, "counter: watching the CQ: %s\n", strerror(err));
+			return errno_to_fi(err);
+		}
+	}
+	return 0;
+} catch (...) {
+	return -FI_ENOMEM;
+}
+
+void cntr_detach_cq(Cntr *c, Cq *cq) noexcept
+{
+	std::lock_guard<std::mutex> guard(c->lock);
+	auto it = c->cqs.find(cq);
+	if (it == c->cqs.end() || --it->second)
+		return;
+	if (cq->wait_obj == FI_WAIT_FD)
+		epoll_ctl(c->epoll_fd.get(), EPOLL_CTL_DEL, cq->epoll_fd.get(), nullptr);
+	c->cqs.erase(it);
+}
+
+int cntr_open(fid_domain *domain, fi_cntr_attr *attr, fid_cntr **cntr_out, void *context) noexcept
+try {
+	if (!domain || !cntr_out) {
+		VRMA_WARN(FI_LOG_CNTR, "fi_cntr_open: NULL domain or output\n");
+		return -FI_EINVAL;
+	}
+	fi_cntr_attr defaults{};
+	defaults.events = FI_CNTR_EVENTS_COMP;
+	defaults.wait_obj = FI_WAIT_UNSPEC;
+	if (!attr)
+		attr = &defaults;
+	if (attr->events != FI_CNTR_EVENTS_COMP) {
+		VRMA_WARN(FI_LOG_CNTR, "fi_cntr_open: only FI_CNTR_EVENTS_COMP counters\n");
+		return -FI_ENOSYS;
+	}
+	if (attr->flags) {
+		VRMA_WARN(FI_LOG_CNTR, "fi_cntr_open: unsupported flags 0x%llx\n",
+			  static_cast<unsigned long long>(attr->flags));
+		return -FI_EBADFLAGS;
+	}
+	const fi_wait_obj wait = wait_obj_resolve(attr->wait_obj);
+	if (wait == FI_WAIT_SET)
+		return -FI_ENOSYS;
+	auto c = std::make_unique<Cntr>();
+	c->domain = from_fid<Domain>(&domain->fid);
+	c->wait_obj = wait;
+	c->event_fd.reset(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+	if (c->event_fd.get() < 0)
+		return errno_to_fi(errno);
+	// The counter always has an epoll descriptor: fi_cntr_wait blocks on it
+	// even when the application asked for no wait object of its own.
+	if (int rc = wait_epoll_create(c->epoll_fd, {c->event_fd.get()}))
+		return rc;
+	c->fid.fclass = FI_CLASS_CNTR;
+	c->fid.context = context;
+	c->fid.ops = const_cast<fi_ops *>(&cntr_fi_ops);
+	c->ops = const_cast<fi_ops_cntr *>(&cntr_ops);
+	c->domain->refs++;
+	*cntr_out = c.release();
+	return 0;
+} catch (...) {
+	return -FI_ENOMEM;
+}
+
+} // namespace vrma
