@@ -67,13 +67,12 @@ inline constexpr uint64_t kMsgCaps = FI_MSG | FI_SEND | FI_RECV;
 inline constexpr uint64_t kRmaCaps =
 	FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
 inline constexpr uint64_t kDomainCaps = FI_LOCAL_COMM | FI_REMOTE_COMM;
-inline constexpr uint64_t kCaps = kMsgCaps | kRmaCaps | kDomainCaps;
-inline constexpr uint64_t kTxOpFlags =
-	FI_COMPLETION | FI_INJECT | FI_INJECT_COMPLETE | FI_TRANSMIT_COMPLETE;
+inline constexpr uint64_t kCaps = kMsgCaps | kRmaCaps | kDomainCaps | FI_FENCE;
+// FI_DELIVERY_COMPLETE is honoured for RMA writes (and trivially for reads),
+// not for sends: getinfo offers it only without FI_MSG.
+inline constexpr uint64_t kTxOpFlags = FI_COMPLETION | FI_INJECT | FI_INJECT_COMPLETE |
+				       FI_TRANSMIT_COMPLETE | FI_DELIVERY_COMPLETE;
 inline constexpr uint64_t kRxOpFlags = FI_COMPLETION;
-// Flags an operation may carry that vrma understands.
-inline constexpr uint64_t kTxOpFlagsAccepted =
-	kTxOpFlags | FI_MORE | FI_REMOTE_CQ_DATA;
 // RC orders everything except a later write or send overtaking an earlier
 // read's data (WAR/SAR are not promised).
 inline constexpr uint64_t kMsgOrder = FI_ORDER_RAR | FI_ORDER_RAW | FI_ORDER_RAS |
@@ -85,6 +84,8 @@ inline constexpr uint64_t kOptionalModes = FI_RX_CQ_DATA;
 inline constexpr size_t kCqDataSize = 4; // 32-bit immediate data
 // Scatter/gather entries are built on the stack: at most this many.
 inline constexpr size_t kMaxSge = 32;
+// Remote segments of one RMA operation (rma_iov_limit).
+inline constexpr size_t kMaxRmaIov = 16;
 
 // fi_info owned by a provider object.
 struct FiInfoDeleter {
@@ -205,6 +206,7 @@ struct SlotHeader {
 	SlotKind kind = SlotKind::Tx;
 };
 struct TxSlot : SlotHeader {
+	uint64_t op_end = 0; // sequence of the operation's last work request
 	void *context = nullptr;
 	uint64_t comp_flags = 0; // FI_SEND|FI_MSG, FI_RMA|FI_WRITE, ...
 	size_t len = 0;
@@ -259,6 +261,12 @@ struct Ep final : fid_ep {
 	SlotRing<TxSlot> tx;
 	SlotRing<RxSlot> rx;
 	uint64_t last_signaled = 0; // sequence of the last signaled send WR
+	// Touched by the CQ poller only: the last operation an error was
+	// reported for (its other requests' flushes are not reported again).
+	uint64_t failed_op_end = UINT64_MAX;
+	// Target of the small RDMA READ that makes a write delivery-complete.
+	uint64_t scratch[2] = {0, 0};
+	MrPtr scratch_mr;
 };
 
 struct Pep final : fid_pep {

@@ -82,18 +82,29 @@ Outcome handle_wc(const ibv_wc &wc, Completion &c, fi_cq_err_entry &e)
 		// Read the slot before retiring it: the poster may reuse it after.
 		const Completion done{s->context, s->comp_flags, s->len, nullptr, 0};
 		const bool report = s->report;
+		const bool op_done = s->seq == s->op_end;
+		const uint64_t op_end = s->op_end;
 		Cntr *cntr = s->cntr;
 		ep->tx.retire_through(s->seq, [](TxSlot &, uint64_t) {});
 		if (ep->closing.load(std::memory_order_relaxed))
 			return Outcome::None;
-		count(cntr, wc.status == IBV_WC_SUCCESS);
 		if (wc.status != IBV_WC_SUCCESS) {
+			// One error per operation: the flushes of its later requests
+			// are not reported again.
+			if (op_end == ep->failed_op_end)
+				return Outcome::None;
+			ep->failed_op_end = op_end;
+			count(cntr, false);
 			// Errors go to the transmit CQ, if the endpoint has one.
 			if (!ep->tx_cq)
 				return Outcome::None;
 			fill_error(e, wc, done.op_context, done.flags, nullptr);
 			return Outcome::Error;
 		}
+		// An intermediate request signaled to reclaim slots: not the end.
+		if (!op_done)
+			return Outcome::None;
+		count(cntr, true);
 		if (!report)
 			return Outcome::None;
 		c = done;

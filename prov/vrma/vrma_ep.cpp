@@ -110,6 +110,7 @@ void post_sentinel(Ep *ep)
 		return;
 	TxSlot &s = ep->tx.next();
 	s.seq = ep->tx.head();
+	s.op_end = s.seq;
 	s.context = nullptr;
 	s.comp_flags = 0;
 	s.len = 0;
@@ -436,6 +437,17 @@ int ep_enable(Ep *ep) noexcept
 		return errno_to_fi(err);
 	}
 	ep->qp = ep->id->qp;
+	ep->scratch_mr.reset(ibv_reg_mr(ep->domain->pd.get(), ep->scratch, sizeof ep->scratch,
+					IBV_ACCESS_LOCAL_WRITE));
+	if (!ep->scratch_mr) {
+		int err = errno;
+		VRMA_WARN(FI_LOG_EP_CTRL, "registering the endpoint's scratch buffer: %s\n", strerror(err));
+		rdma_destroy_qp(ep->id.get());
+		ep->qp = nullptr;
+		cq_unreserve(send_cq, send_wrs);
+		cq_unreserve(recv_cq, ep->rx_depth);
+		return errno_to_fi(err);
+	}
 	if (attr.cap.max_inline_data < ep->inline_size)
 		ep->inline_size = attr.cap.max_inline_data;
 	ep->tx.reset(send_wrs);

@@ -182,7 +182,7 @@ fi_info *build_cap_info(const Port &p, const PortAddr &a, int inline_size)
 	info->src_addr = dup_addr(reinterpret_cast<const sockaddr *>(&a.addr), &info->src_addrlen);
 
 	fi_tx_attr &tx = *info->tx_attr;
-	tx.caps = kMsgCaps | kRmaCaps;
+	tx.caps = kMsgCaps | kRmaCaps | FI_FENCE;
 	tx.mode = 0;
 	tx.op_flags = kTxOpFlags;
 	tx.msg_order = kMsgOrder;
@@ -190,7 +190,7 @@ fi_info *build_cap_info(const Port &p, const PortAddr &a, int inline_size)
 	tx.inject_size = static_cast<size_t>(inline_size);
 	tx.size = static_cast<size_t>(d.max_qp_wr);
 	tx.iov_limit = std::min(static_cast<size_t>(d.max_sge), kMaxSge);
-	tx.rma_iov_limit = 1;
+	tx.rma_iov_limit = kMaxRmaIov;
 
 	fi_rx_attr &rx = *info->rx_attr;
 	rx.caps = kMsgCaps | kRmaCaps;
@@ -518,6 +518,18 @@ try {
 			return -FI_ENOMEM;
 		apply_hints(api, *out, hints, params.tx_size, params.rx_size, params.iov_limit,
 			    kOptionalModes);
+		if (out->tx_attr->op_flags & FI_DELIVERY_COMPLETE) {
+			// Delivery is proven by reading the written region back: RMA
+			// only. An application that asked for messages too gets no
+			// info; one that named no capabilities gets RMA.
+			if (hints->caps & (FI_MSG | FI_SEND | FI_RECV)) {
+				VRMA_INFO(FI_LOG_CORE, "FI_DELIVERY_COMPLETE is honoured for RMA only, not with FI_MSG\n");
+				continue;
+			}
+			out->caps &= ~kMsgCaps;
+			out->tx_attr->caps &= ~kMsgCaps;
+			out->rx_attr->caps &= ~kMsgCaps;
+		}
 		if (have_dest) {
 			out->dest_addr = dup_addr(reinterpret_cast<sockaddr *>(&dest), &out->dest_addrlen);
 			if (!out->dest_addr)

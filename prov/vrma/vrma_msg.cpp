@@ -6,12 +6,18 @@ namespace vrma {
 namespace {
 
 constexpr uint64_t kSendFlags = FI_COMPLETION | FI_INJECT | FI_INJECT_COMPLETE |
-				FI_TRANSMIT_COMPLETE | FI_MORE | FI_REMOTE_CQ_DATA;
+				FI_TRANSMIT_COMPLETE | FI_FENCE | FI_MORE | FI_REMOTE_CQ_DATA;
 constexpr uint64_t kRecvFlags = FI_COMPLETION | FI_MORE;
 
 ssize_t send_common(Ep *ep, const iovec *iov, void *const *desc, size_t count, uint64_t data,
 		    uint64_t flags, void *context, bool inject_call)
 {
+	if (flags & (FI_DELIVERY_COMPLETE | FI_COMMIT_COMPLETE)) [[unlikely]] {
+		// No remote region to read back: vrma cannot prove a message was
+		// placed, and says so rather than complete it early.
+		VRMA_WARN(FI_LOG_EP_DATA, "send: delivery/commit completion is offered for RMA writes only\n");
+		return -FI_EBADFLAGS;
+	}
 	if (ssize_t rc = check_op_flags(flags, kSendFlags, "send"))
 		return rc;
 	ibv_sge sge[kMaxSge];
@@ -31,6 +37,8 @@ ssize_t send_common(Ep *ep, const iovec *iov, void *const *desc, size_t count, u
 	}
 	if (total <= ep->inline_size && total)
 		wr.send_flags = IBV_SEND_INLINE;
+	if (flags & FI_FENCE) // waits for every earlier read (and so every delivery)
+		wr.send_flags |= IBV_SEND_FENCE;
 	const TxOp op{context, FI_SEND | FI_MSG, total, !inject_call && tx_reports(ep, flags),
 		      ep->cntr_send};
 	return post_send(ep, wr, op);

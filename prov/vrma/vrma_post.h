@@ -34,41 +34,73 @@ inline ssize_t post_failed(int rc, const char *what) noexcept
 	return fi;
 }
 
-// Posts one send-queue work request. Requests that need no completion are
-// posted unsignaled, except one every half queue so that the slots of the
-// unsignaled ones are reclaimed (RC completes send requests in order).
-inline ssize_t post_send(Ep *ep, ibv_send_wr &wr, const TxOp &op) noexcept
+// Posts the work requests of one operation (a chain of n, linked here) with
+// one doorbell. Only the last request carries the operation's completion
+// and counter; the others are unsignaled. Requests that need no completion
+// are unsignaled too, except one every half queue so that slots come back
+// (RC completes send requests in order). Every slot records the operation's
+// last sequence so an error is reported once per operation.
+inline ssize_t post_send_chain(Ep *ep, ibv_send_wr *wrs, size_t n, const TxOp &op) noexcept
 {
 	std::lock_guard<std::mutex> guard(ep->tx_lock);
 	if (ep->state.load(std::memory_order_acquire) != EpState::Connected) [[unlikely]] {
 		VRMA_WARN(FI_LOG_EP_DATA, "transmit on an endpoint that is not connected\n");
 		return -FI_ENOTCONN;
 	}
-	if (ep->tx.outstanding() >= ep->tx_depth)
+	if (ep->tx.outstanding() + n > ep->tx_depth) [[unlikely]] {
+		if (n > ep->tx_depth) {
+			VRMA_WARN(FI_LOG_EP_DATA, "operation needs %zu work requests; tx size is %zu\n", n,
+				  ep->tx_depth);
+			return -FI_EINVAL;
+		}
 		return -FI_EAGAIN;
-	const uint64_t seq = ep->tx.head();
-	TxSlot &s = ep->tx.next();
-	s.seq = seq;
-	s.context = op.context;
-	s.comp_flags = op.comp_flags;
-	s.len = op.len;
-	s.report = op.want_completion;
-	s.cntr = op.cntr;
-	const uint64_t prev_signaled = ep->last_signaled;
-	if (op.want_completion || op.cntr || seq - ep->last_signaled >= ep->tx_depth / 2) {
-		wr.send_flags |= IBV_SEND_SIGNALED;
-		ep->last_signaled = seq;
 	}
-	wr.wr_id = reinterpret_cast<uintptr_t>(&s);
-	wr.next = nullptr;
-	ep->tx.push();
-	ibv_send_wr *bad;
-	if (int rc = ibv_post_send(ep->qp, &wr, &bad)) [[unlikely]] {
-		ep->tx.unpush();
-		ep->last_signaled = prev_signaled;
+	const uint64_t first = ep->tx.head();
+	const uint64_t last = first + n - 1;
+	const uint64_t prev_signaled = ep->last_signaled;
+	for (size_t i = 0; i < n; i++) {
+		const uint64_t seq = first + i;
+		TxSlot &s = ep->tx.next();
+		s.seq = seq;
+		s.op_end = last;
+		s.context = op.context;
+		s.comp_flags = op.comp_flags;
+		s.len = op.len;
+		s.report = op.want_completion;
+		s.cntr = op.cntr;
+		const bool needed = seq == last && (op.want_completion || op.cntr);
+		if (needed || seq - ep->last_signaled >= ep->tx_depth / 2) {
+			wrs[i].send_flags |= IBV_SEND_SIGNALED;
+			ep->last_signaled = seq;
+		}
+		wrs[i].wr_id = reinterpret_cast<uintptr_t>(&s);
+		wrs[i].next = i + 1 < n ? &wrs[i + 1] : nullptr;
+		ep->tx.push();
+	}
+	ibv_send_wr *bad = nullptr;
+	if (int rc = ibv_post_send(ep->qp, wrs, &bad)) [[unlikely]] {
+		// Requests before `bad` went out; take back the slots of the rest.
+		size_t posted = 0;
+		while (posted < n && &wrs[posted] != bad)
+			posted++;
+		for (size_t i = posted; i < n; i++)
+			ep->tx.unpush();
+		for (size_t i = 0; i < posted; i++) {
+			// Part of a failed operation: no completion, no count.
+			TxSlot &s = ep->tx.at(first + i);
+			s.report = false;
+			s.cntr = nullptr;
+		}
+		if (!posted)
+			ep->last_signaled = prev_signaled;
 		return post_failed(rc, "ibv_post_send");
 	}
 	return 0;
+}
+
+inline ssize_t post_send(Ep *ep, ibv_send_wr &wr, const TxOp &op) noexcept
+{
+	return post_send_chain(ep, &wr, 1, op);
 }
 
 inline ssize_t post_recv(Ep *ep, ibv_recv_wr &wr, void *context, void *buf, size_t len,

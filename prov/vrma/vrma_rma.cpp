@@ -6,7 +6,19 @@ namespace vrma {
 namespace {
 
 constexpr uint64_t kRmaFlags = FI_COMPLETION | FI_INJECT | FI_INJECT_COMPLETE |
-			       FI_TRANSMIT_COMPLETE | FI_MORE | FI_REMOTE_CQ_DATA;
+			       FI_TRANSMIT_COMPLETE | FI_DELIVERY_COMPLETE | FI_FENCE | FI_MORE |
+			       FI_REMOTE_CQ_DATA;
+
+// Work requests of one operation: one per remote segment, plus the read that
+// makes a write delivery-complete.
+constexpr size_t kMaxOpWr = kMaxRmaIov + 1;
+// Local pieces: each remote boundary may split one local segment in two.
+constexpr size_t kMaxOpSge = kMaxSge + kMaxRmaIov;
+
+// Bytes the delivery-complete read fetches back: as librpma does, a few
+// bytes of the region just written, on the same QP. RC executes the read
+// after the writes, so its completion means they were placed.
+constexpr size_t kDeliveryReadLen = 8;
 
 ssize_t rma_common(Ep *ep, ibv_wr_opcode opcode, const iovec *iov, void *const *desc,
 		   size_t count, const fi_rma_iov *rma_iov, size_t rma_count, uint64_t data,
@@ -14,47 +26,99 @@ ssize_t rma_common(Ep *ep, ibv_wr_opcode opcode, const iovec *iov, void *const *
 {
 	if (ssize_t rc = check_op_flags(flags, kRmaFlags, "RMA"))
 		return rc;
-	if (rma_count != 1 || !rma_iov) [[unlikely]] {
-		VRMA_WARN(FI_LOG_EP_DATA, "RMA: %zu remote segments; rma_iov_limit is 1\n", rma_count);
+	if (!rma_iov || rma_count == 0 || rma_count > kMaxRmaIov) [[unlikely]] {
+		VRMA_WARN(FI_LOG_EP_DATA, "RMA: %zu remote segments; rma_iov_limit is %zu\n", rma_count,
+			  kMaxRmaIov);
 		return -FI_EINVAL;
 	}
-	if (rma_iov->key > UINT32_MAX) [[unlikely]] {
-		VRMA_WARN(FI_LOG_EP_DATA, "RMA: key 0x%llx is wider than mr_key_size 4\n",
-			  static_cast<unsigned long long>(rma_iov->key));
-		return -FI_EINVAL;
+	size_t remote_total = 0;
+	for (size_t r = 0; r < rma_count; r++) {
+		if (rma_iov[r].key > UINT32_MAX) [[unlikely]] {
+			VRMA_WARN(FI_LOG_EP_DATA, "RMA: key 0x%llx is wider than mr_key_size 4\n",
+				  static_cast<unsigned long long>(rma_iov[r].key));
+			return -FI_EINVAL;
+		}
+		remote_total = rma_iov[r].len > SIZE_MAX - remote_total ? SIZE_MAX
+									  : remote_total + rma_iov[r].len;
 	}
 	const bool is_read = opcode == IBV_WR_RDMA_READ;
 	if (is_read && (inject_call || (flags & (FI_INJECT | FI_REMOTE_CQ_DATA)))) [[unlikely]] {
 		VRMA_WARN(FI_LOG_EP_DATA, "RMA read cannot be injected or carry CQ data\n");
 		return -FI_EINVAL;
 	}
-	ibv_sge sge[kMaxSge];
+	ibv_sge local[kMaxSge];
 	size_t total;
 	const bool inject = inject_call || (flags & FI_INJECT);
-	if (ssize_t rc = build_sges(ep, iov, desc, count, ep->tx_iov_limit, sge, total, !is_read))
+	if (ssize_t rc = build_sges(ep, iov, desc, count, ep->tx_iov_limit, local, total, !is_read))
 		return rc;
 	if (ssize_t rc = check_inject(ep, inject, total))
 		return rc;
-	if (rma_iov->len < total) [[unlikely]] {
-		VRMA_WARN(FI_LOG_EP_DATA, "RMA: %zu local bytes but the remote segment holds %zu\n",
-			  total, rma_iov->len);
+	if (remote_total < total) [[unlikely]] {
+		VRMA_WARN(FI_LOG_EP_DATA, "RMA: %zu local bytes but the remote segments hold %zu\n",
+			  total, remote_total);
 		return -FI_EINVAL;
 	}
-	ibv_send_wr wr{};
-	wr.sg_list = sge;
-	wr.num_sge = static_cast<int>(count);
-	wr.opcode = opcode;
-	if (flags & FI_REMOTE_CQ_DATA) {
-		wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
-		wr.imm_data = htonl(static_cast<uint32_t>(data));
+
+	// One work request per remote segment, carving the local pieces.
+	ibv_send_wr wrs[kMaxOpWr] = {};
+	ibv_sge sges[kMaxOpSge];
+	size_t nwr = 0, nsge = 0, li = 0, loff = 0, left = total;
+	const fi_rma_iov *last_written = nullptr;
+	size_t last_written_len = 0; // bytes of that segment the operation fills
+	for (size_t r = 0; r < rma_count && (left || nwr == 0); r++) {
+		size_t seg = std::min(rma_iov[r].len, left);
+		if (!seg && left)
+			continue; // an empty remote segment takes nothing
+		ibv_send_wr &wr = wrs[nwr++];
+		wr.sg_list = &sges[nsge];
+		wr.opcode = opcode;
+		wr.wr.rdma.remote_addr = rma_iov[r].addr;
+		wr.wr.rdma.rkey = static_cast<uint32_t>(rma_iov[r].key);
+		for (size_t need = seg; need;) {
+			while (local[li].length == loff) { // skip empty and used-up pieces
+				li++;
+				loff = 0;
+			}
+			const size_t take = std::min<size_t>(need, local[li].length - loff);
+			sges[nsge++] = {local[li].addr + loff, static_cast<uint32_t>(take), local[li].lkey};
+			wr.num_sge++;
+			loff += take;
+			need -= take;
+		}
+		if (static_cast<size_t>(wr.num_sge) > ep->tx_iov_limit) [[unlikely]] {
+			VRMA_WARN(FI_LOG_EP_DATA, "RMA: a remote segment spans more than iov_limit %zu local pieces\n",
+				  ep->tx_iov_limit);
+			return -FI_EINVAL;
+		}
+		if (!is_read && seg && seg <= ep->inline_size)
+			wr.send_flags = IBV_SEND_INLINE;
+		left -= seg;
+		if (seg) {
+			last_written = &rma_iov[r];
+			last_written_len = seg;
+		}
 	}
-	wr.wr.rdma.remote_addr = rma_iov->addr;
-	wr.wr.rdma.rkey = static_cast<uint32_t>(rma_iov->key);
-	if (!is_read && total && total <= ep->inline_size)
-		wr.send_flags = IBV_SEND_INLINE;
+	if (flags & FI_REMOTE_CQ_DATA) {
+		// The target hears of the operation once, after all of its data.
+		wrs[nwr - 1].opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+		wrs[nwr - 1].imm_data = htonl(static_cast<uint32_t>(data));
+	}
+	if (!is_read && (flags & FI_DELIVERY_COMPLETE) && last_written) {
+		const size_t n = std::min(kDeliveryReadLen, last_written_len);
+		ibv_send_wr &rd = wrs[nwr++];
+		sges[nsge] = {reinterpret_cast<uintptr_t>(ep->scratch), static_cast<uint32_t>(n),
+			      ep->scratch_mr->lkey};
+		rd.sg_list = &sges[nsge++];
+		rd.num_sge = 1;
+		rd.opcode = IBV_WR_RDMA_READ;
+		rd.wr.rdma.remote_addr = last_written->addr + last_written_len - n;
+		rd.wr.rdma.rkey = static_cast<uint32_t>(last_written->key);
+	}
+	if (flags & FI_FENCE) // waits for every earlier read (and so every delivery)
+		wrs[0].send_flags |= IBV_SEND_FENCE;
 	const TxOp op{context, FI_RMA | (is_read ? FI_READ : FI_WRITE), total,
 		      !inject_call && tx_reports(ep, flags), is_read ? ep->cntr_read : ep->cntr_write};
-	return post_send(ep, wr, op);
+	return post_send_chain(ep, wrs, nwr, op);
 }
 
 ssize_t rma_read(fid_ep *f, void *buf, size_t len, void *desc, fi_addr_t, uint64_t addr,

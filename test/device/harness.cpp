@@ -37,6 +37,8 @@ Env::Env(uint64_t extra_mode, uint64_t tx_op_flags)
 	fi_info *h = base_hints();
 	h->mode |= extra_mode;
 	h->tx_attr->op_flags = tx_op_flags;
+	if (tx_op_flags & FI_DELIVERY_COMPLETE)
+		h->caps = FI_RMA; // honoured for RMA only
 	info = get_info(h);
 	fi_freeinfo(h);
 	ck_assert_int_eq(fi_fabric(info->fabric_attr, &fabric, nullptr), 0);

@@ -58,6 +58,7 @@ START_TEST(getinfo_reports_device)
 		ck_assert_int_eq(i->domain_attr->mr_mode,
 				 FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY);
 		ck_assert_uint_gt(i->tx_attr->inject_size, 0);
+		ck_assert_uint_gt(i->tx_attr->rma_iov_limit, 1);
 		// The RoCE fabric name is the port address's subnet.
 		if (port.link_layer == IBV_LINK_LAYER_ETHERNET)
 			ck_assert_ptr_nonnull(strchr(i->fabric_attr->name, '/'));
@@ -89,9 +90,24 @@ START_TEST(getinfo_filters)
 	h->domain_attr->mr_mode = FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY; // no FI_MR_LOCAL
 	ck_assert_int_eq(fi_getinfo(FI_VERSION(1, 17), nullptr, nullptr, 0, h, &info), -FI_ENODATA);
 	h->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
-	h->tx_attr->op_flags = FI_DELIVERY_COMPLETE; // not honoured yet: not offered
+	// Delivery completion is honoured for RMA only: not offered with FI_MSG,
+	// offered (with the RMA caps only) otherwise.
+	h->tx_attr->op_flags = FI_DELIVERY_COMPLETE;
+	ck_assert_int_eq(fi_getinfo(FI_VERSION(1, 17), nullptr, nullptr, 0, h, &info), -FI_ENODATA);
+	h->caps = 0;
+	ck_assert_int_eq(fi_getinfo(FI_VERSION(1, 17), nullptr, nullptr, 0, h, &info), 0);
+	ck_assert_uint_eq(info->caps & FI_MSG, 0);
+	ck_assert_uint_eq(info->caps & FI_RMA, FI_RMA);
+	ck_assert_uint_eq(info->tx_attr->op_flags, FI_DELIVERY_COMPLETE);
+	fi_freeinfo(info);
+	h->caps = FI_RMA;
+	ck_assert_int_eq(fi_getinfo(FI_VERSION(1, 17), nullptr, nullptr, 0, h, &info), 0);
+	fi_freeinfo(info);
+	// Commit completion is not offered yet.
+	h->tx_attr->op_flags = FI_COMMIT_COMPLETE;
 	ck_assert_int_eq(fi_getinfo(FI_VERSION(1, 17), nullptr, nullptr, 0, h, &info), -FI_ENODATA);
 	h->tx_attr->op_flags = 0;
+	h->caps = FI_MSG | FI_RMA;
 	h->caps = FI_TAGGED;
 	ck_assert_int_eq(fi_getinfo(FI_VERSION(1, 17), nullptr, nullptr, 0, h, &info), -FI_ENODATA);
 	// ofi_rxm sets a private flag bit: unknown bits are ignored.

@@ -194,6 +194,165 @@ START_TEST(closed_mr_key_stops_working)
 }
 END_TEST
 
+START_TEST(several_remote_segments)
+{
+	Env env;
+	fid_cntr *wc = open_cntr(env);
+	PairOptions opt;
+	opt.client_cntrs = {{wc, FI_WRITE}};
+	{
+		Pair p(env, opt);
+		Region local(env, 8192, FI_WRITE | FI_READ);
+		Region remote(env, 8192, FI_REMOTE_READ | FI_REMOTE_WRITE);
+		local.fill(60);
+		std::fill(remote.buf.begin(), remote.buf.end(), 0);
+		// Two local pieces (1000 + 3000) into three remote segments whose
+		// boundaries fall inside the local pieces, plus an empty one.
+		iovec iov[2] = {{local.buf.data(), 1000}, {local.buf.data() + 1000, 3000}};
+		void *desc[2] = {local.desc(), local.desc()};
+		fi_rma_iov rma[4] = {{remote.addr() + 100, 700, remote.key()},
+				     {remote.addr() + 2000, 0, remote.key()},
+				     {remote.addr() + 3000, 1800, remote.key()},
+				     {remote.addr() + 6000, 1500, remote.key()}};
+		fi_msg_rma msg{};
+		msg.msg_iov = iov;
+		msg.desc = desc;
+		msg.iov_count = 2;
+		msg.rma_iov = rma;
+		msg.rma_iov_count = 4;
+		int ctx;
+		msg.context = &ctx;
+		ck_assert_int_eq(fi_writemsg(p.client.ep, &msg, FI_COMPLETION), 0);
+		// One completion and one count for the whole operation.
+		fi_cq_data_entry e = expect_completion(p.client.cq, &ctx, FI_RMA | FI_WRITE);
+		ck_assert_uint_eq(fi_cntr_read(wc), 1);
+		(void)e;
+		expect_no_completion(p.client.cq, 100);
+		ck_assert(remote.check(60, 700, 100));
+		// Bytes 700..2499 of the source went to the third segment, the rest
+		// to the fourth.
+		for (size_t i = 0; i < 1800; i++)
+			ck_assert_uint_eq(remote.buf[3000 + i], local.buf[700 + i]);
+		for (size_t i = 0; i < 1500; i++)
+			ck_assert_uint_eq(remote.buf[6000 + i], local.buf[2500 + i]);
+		ck_assert_uint_eq(remote.buf[99], 0);
+		ck_assert_uint_eq(remote.buf[800], 0);
+		ck_assert_uint_eq(remote.buf[7500], 0);
+
+		// Read the same segments back into a cleared buffer.
+		std::fill(local.buf.begin(), local.buf.end(), 0);
+		ck_assert_int_eq(fi_readmsg(p.client.ep, &msg, FI_COMPLETION), 0);
+		expect_completion(p.client.cq, &ctx, FI_RMA | FI_READ);
+		ck_assert(local.check(60, 4000));
+
+		// More segments than rma_iov_limit.
+		std::vector<fi_rma_iov> many(17, fi_rma_iov{remote.addr(), 1, remote.key()});
+		msg.rma_iov = many.data();
+		msg.rma_iov_count = many.size();
+		ck_assert_int_eq(fi_writemsg(p.client.ep, &msg, 0), -FI_EINVAL);
+	}
+	ck_assert_int_eq(fi_close(&wc->fid), 0);
+}
+END_TEST
+
+START_TEST(error_in_one_segment_reported_once)
+{
+	Env env;
+	Pair p(env);
+	Region local(env, 4096, FI_WRITE);
+	Region remote(env, 4096, FI_REMOTE_WRITE);
+	std::fill(remote.buf.begin(), remote.buf.end(), 0x33);
+	iovec iov = {local.buf.data(), 3000};
+	void *desc = local.desc();
+	fi_rma_iov rma[3] = {{remote.addr(), 1000, remote.key()},
+			     {remote.addr() + 1000, 1000, remote.key() ^ 0x5500},
+			     {remote.addr() + 2000, 1000, remote.key()}};
+	fi_msg_rma msg{};
+	msg.msg_iov = &iov;
+	msg.desc = &desc;
+	msg.iov_count = 1;
+	msg.rma_iov = rma;
+	msg.rma_iov_count = 3;
+	int ctx;
+	msg.context = &ctx;
+	ck_assert_int_eq(fi_writemsg(p.client.ep, &msg, FI_COMPLETION), 0);
+	fi_cq_err_entry err = expect_error(p.client.cq);
+	ck_assert_ptr_eq(err.op_context, &ctx);
+	ck_assert_int_eq(err.err, FI_EACCES);
+	ck_assert_uint_eq(err.flags, FI_RMA | FI_WRITE);
+	// The third segment's flush is not a second error for the operation.
+	expect_no_completion(p.client.cq, 300);
+	for (size_t i = 1000; i < 3000; i++)
+		ck_assert_uint_eq(remote.buf[i], 0x33);
+}
+END_TEST
+
+START_TEST(delivery_complete_write)
+{
+	Env env(0, FI_DELIVERY_COMPLETE); // default op_flags: rma only
+	ck_assert_uint_eq(env.info->tx_attr->op_flags & FI_DELIVERY_COMPLETE, FI_DELIVERY_COMPLETE);
+	Pair p(env);
+	Region local(env, 1 << 16, FI_WRITE | FI_READ | FI_SEND);
+	Region remote(env, 1 << 16, FI_REMOTE_READ | FI_REMOTE_WRITE);
+	for (size_t len : {size_t(1), size_t(7), size_t(8), size_t(4096), size_t(1) << 16}) {
+		local.fill(static_cast<uint8_t>(len + 1));
+		std::fill(remote.buf.begin(), remote.buf.end(), 0);
+		int ctx;
+		// fi_write: the endpoint's default flags carry FI_DELIVERY_COMPLETE.
+		ck_assert_int_eq(fi_write(p.client.ep, local.buf.data(), len, local.desc(), 0, remote.addr(),
+					  remote.key(), &ctx), 0);
+		fi_cq_data_entry e = expect_completion(p.client.cq, &ctx, FI_RMA | FI_WRITE);
+		ck_assert_uint_eq(e.len, len);
+		// Completion means placed: the data is there when the completion is.
+		ck_assert_msg(remote.check(static_cast<uint8_t>(len + 1), len), "len %zu", len);
+	}
+	// Explicitly, and fenced after a read: the read sees the old data.
+	uint64_t old_value = 0x0101010101010101ULL, new_value = 0x0202020202020202ULL;
+	memcpy(remote.buf.data(), &old_value, 8);
+	memcpy(local.buf.data() + 64, &new_value, 8);
+	int rctx, wctx;
+	ck_assert_int_eq(fi_read(p.client.ep, local.buf.data(), 8, local.desc(), 0, remote.addr(),
+				 remote.key(), &rctx), 0);
+	iovec iov = {local.buf.data() + 64, 8};
+	void *desc = local.desc();
+	fi_rma_iov rma = {remote.addr(), 8, remote.key()};
+	fi_msg_rma msg{};
+	msg.msg_iov = &iov;
+	msg.desc = &desc;
+	msg.iov_count = 1;
+	msg.rma_iov = &rma;
+	msg.rma_iov_count = 1;
+	msg.context = &wctx;
+	ck_assert_int_eq(fi_writemsg(p.client.ep, &msg, FI_FENCE | FI_DELIVERY_COMPLETE | FI_COMPLETION), 0);
+	expect_completion(p.client.cq, &rctx, FI_RMA | FI_READ);
+	expect_completion(p.client.cq, &wctx, FI_RMA | FI_WRITE);
+	uint64_t got;
+	memcpy(&got, local.buf.data(), 8);
+	ck_assert_uint_eq(got, old_value);
+	memcpy(&got, remote.buf.data(), 8);
+	ck_assert_uint_eq(got, new_value);
+	// Messages cannot be delivery-complete: refused, not completed early.
+	ck_assert_int_eq(fi_send(p.client.ep, local.buf.data(), 8, local.desc(), 0, nullptr), -FI_EBADFLAGS);
+}
+END_TEST
+
+START_TEST(delivery_complete_needs_remote_read)
+{
+	// The read-back needs FI_REMOTE_READ on the target region (as with
+	// librpma); without it the operation fails visibly.
+	Env env(0, FI_DELIVERY_COMPLETE);
+	Pair p(env);
+	Region local(env, 64, FI_WRITE);
+	Region remote(env, 64, FI_REMOTE_WRITE);
+	int ctx;
+	ck_assert_int_eq(fi_write(p.client.ep, local.buf.data(), 64, local.desc(), 0, remote.addr(),
+				  remote.key(), &ctx), 0);
+	fi_cq_err_entry err = expect_error(p.client.cq);
+	ck_assert_ptr_eq(err.op_context, &ctx);
+	ck_assert_int_eq(err.err, FI_EACCES);
+}
+END_TEST
+
 Suite *rma_suite()
 {
 	Suite *s = suite_create("rma");
@@ -206,6 +365,10 @@ Suite *rma_suite()
 	tcase_add_test(tc, beyond_region_refused);
 	tcase_add_test(tc, no_remote_write_access_refused);
 	tcase_add_test(tc, closed_mr_key_stops_working);
+	tcase_add_test(tc, several_remote_segments);
+	tcase_add_test(tc, error_in_one_segment_reported_once);
+	tcase_add_test(tc, delivery_complete_write);
+	tcase_add_test(tc, delivery_complete_needs_remote_read);
 	suite_add_tcase(s, tc);
 	return s;
 }
