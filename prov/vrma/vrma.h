@@ -223,6 +223,16 @@ struct RxSlot : SlotHeader {
 
 enum class EpState : uint8_t { Idle, Enabled, Connecting, Connected, Shutdown };
 
+// Work requests held back by FI_MORE, posted with one doorbell by the first
+// operation without it (or when full). Copies: the caller's stack is gone.
+struct MoreChain {
+	static constexpr size_t kMaxWr = 32;
+	ibv_send_wr wr[kMaxWr];
+	ibv_sge sge[kMaxWr * kMaxSge];
+	size_t nwr = 0;
+	size_t nsge = 0;
+};
+
 struct Ep final : fid_ep {
 	using FidType = fid_ep;
 	Domain *domain = nullptr;
@@ -267,6 +277,7 @@ struct Ep final : fid_ep {
 	// Target of the small RDMA READ that makes a write delivery-complete.
 	uint64_t scratch[2] = {0, 0};
 	MrPtr scratch_mr;
+	std::unique_ptr<MoreChain> more; // allocated at the first FI_MORE
 };
 
 struct Pep final : fid_pep {

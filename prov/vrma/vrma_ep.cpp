@@ -361,6 +361,32 @@ size_t clamp(size_t want, size_t fallback, int device_max)
 
 } // namespace
 
+void report_unposted(Ep *ep, const ibv_send_wr *first, int err) noexcept
+{
+	const int fi_err = -errno_to_fi(err);
+	for (const ibv_send_wr *w = first; w; w = w->next) {
+		auto *s = reinterpret_cast<TxSlot *>(w->wr_id);
+		if (s->seq != s->op_end)
+			continue; // one report per operation, at its last request
+		if (s->cntr)
+			s->cntr->errors.fetch_add(1, std::memory_order_acq_rel);
+		if (!ep->tx_cq)
+			continue;
+		CqPending p;
+		p.is_error = true;
+		p.err.op_context = s->context;
+		p.err.flags = s->comp_flags;
+		p.err.err = fi_err;
+		p.err.prov_errno = 0; // not a work completion status
+		try {
+			std::lock_guard<std::mutex> guard(ep->tx_cq->lock);
+			ep->tx_cq->pending.push_back(p);
+		} catch (...) {
+			VRMA_WARN(FI_LOG_EP_DATA, "out of memory reporting a failed operation\n");
+		}
+	}
+}
+
 void ep_set_error(Ep *ep) noexcept
 {
 	if (!ep->qp)

@@ -40,7 +40,7 @@ ssize_t send_common(Ep *ep, const iovec *iov, void *const *desc, size_t count, u
 	if (flags & FI_FENCE) // waits for every earlier read (and so every delivery)
 		wr.send_flags |= IBV_SEND_FENCE;
 	const TxOp op{context, FI_SEND | FI_MSG, total, !inject_call && tx_reports(ep, flags),
-		      ep->cntr_send};
+		      ep->cntr_send, (flags & FI_MORE) != 0};
 	return post_send(ep, wr, op);
 }
 

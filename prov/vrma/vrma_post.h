@@ -14,7 +14,52 @@ struct TxOp {
 	size_t len;
 	bool want_completion; // FI_COMPLETION semantics resolved by the caller
 	Cntr *cntr;           // counts this operation (forces a signaled request)
+	bool more = false;    // FI_MORE: more operations follow, hold the doorbell
 };
+
+// Reports the operations of requests that were accepted but could not be
+// posted (a held-back chain whose ibv_post_send failed): their completions
+// become errors, nothing is lost. Called with the tx lock held.
+void report_unposted(Ep *ep, const ibv_send_wr *first, int err) noexcept;
+
+// Posts the held-back chain (tx lock held).
+inline void flush_more(Ep *ep) noexcept
+{
+	MoreChain &mc = *ep->more;
+	if (!mc.nwr)
+		return;
+	ibv_send_wr *bad = nullptr;
+	if (int rc = ibv_post_send(ep->qp, mc.wr, &bad)) [[unlikely]] {
+		VRMA_WARN(FI_LOG_EP_DATA, "ibv_post_send of a held-back chain: %s\n", strerror(rc));
+		report_unposted(ep, bad, rc);
+	}
+	mc.nwr = 0;
+	mc.nsge = 0;
+}
+
+// Appends the operation's requests to the held-back chain; false if it does
+// not fit even when empty.
+inline bool hold_back(Ep *ep, const ibv_send_wr *wrs, size_t n) noexcept
+{
+	MoreChain &mc = *ep->more;
+	size_t nsge = 0;
+	for (size_t i = 0; i < n; i++)
+		nsge += static_cast<size_t>(wrs[i].num_sge);
+	if (mc.nwr + n > MoreChain::kMaxWr || mc.nsge + nsge > MoreChain::kMaxWr * kMaxSge)
+		flush_more(ep);
+	for (size_t i = 0; i < n; i++) {
+		ibv_send_wr &w = mc.wr[mc.nwr];
+		w = wrs[i];
+		w.sg_list = &mc.sge[mc.nsge];
+		for (int k = 0; k < wrs[i].num_sge; k++)
+			mc.sge[mc.nsge++] = wrs[i].sg_list[k];
+		w.next = nullptr;
+		if (mc.nwr)
+			mc.wr[mc.nwr - 1].next = &w;
+		mc.nwr++;
+	}
+	return true;
+}
 
 inline bool tx_reports(const Ep *ep, uint64_t flags) noexcept
 {
@@ -77,6 +122,25 @@ inline ssize_t post_send_chain(Ep *ep, ibv_send_wr *wrs, size_t n, const TxOp &o
 		wrs[i].next = i + 1 < n ? &wrs[i + 1] : nullptr;
 		ep->tx.push();
 	}
+	// FI_MORE: hold the doorbell. Inline data is copied at post time, so an
+	// operation with inline data (the caller may reuse its buffer at once)
+	// rings it now, for everything held back before it too.
+	const bool inline_data = wrs[n - 1].send_flags & IBV_SEND_INLINE;
+	const bool held = ep->more && ep->more->nwr;
+	if ((op.more && !inline_data) || held) [[unlikely]] {
+		if (!ep->more) {
+			try {
+				ep->more = std::make_unique<MoreChain>();
+			} catch (...) {
+				goto post_now; // no memory for batching: post at once
+			}
+		}
+		hold_back(ep, wrs, n);
+		if (!op.more || inline_data)
+			flush_more(ep);
+		return 0;
+	}
+post_now:
 	ibv_send_wr *bad = nullptr;
 	if (int rc = ibv_post_send(ep->qp, wrs, &bad)) [[unlikely]] {
 		// Requests before `bad` went out; take back the slots of the rest.

@@ -117,7 +117,8 @@ ssize_t rma_common(Ep *ep, ibv_wr_opcode opcode, const iovec *iov, void *const *
 	if (flags & FI_FENCE) // waits for every earlier read (and so every delivery)
 		wrs[0].send_flags |= IBV_SEND_FENCE;
 	const TxOp op{context, FI_RMA | (is_read ? FI_READ : FI_WRITE), total,
-		      !inject_call && tx_reports(ep, flags), is_read ? ep->cntr_read : ep->cntr_write};
+		      !inject_call && tx_reports(ep, flags), is_read ? ep->cntr_read : ep->cntr_write,
+		      (flags & FI_MORE) != 0};
 	return post_send_chain(ep, wrs, nwr, op);
 }
 

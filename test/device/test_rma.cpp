@@ -353,6 +353,51 @@ START_TEST(delivery_complete_needs_remote_read)
 }
 END_TEST
 
+START_TEST(more_holds_the_doorbell)
+{
+	Env env;
+	Pair p(env);
+	const size_t len = 4096; // beyond the inline size: not copied at post time
+	ck_assert_uint_lt(env.info->tx_attr->inject_size, len);
+	Region local(env, 11 * len, FI_WRITE);
+	Region remote(env, 11 * len, FI_REMOTE_WRITE);
+	local.fill(90);
+	std::fill(remote.buf.begin(), remote.buf.end(), 0);
+	int ctx[11];
+	auto write = [&](int i, uint64_t flags) {
+		iovec iov = {local.buf.data() + i * len, len};
+		void *desc = local.desc();
+		fi_rma_iov rma = {remote.addr() + i * len, len, remote.key()};
+		fi_msg_rma msg{};
+		msg.msg_iov = &iov;
+		msg.desc = &desc;
+		msg.iov_count = 1;
+		msg.rma_iov = &rma;
+		msg.rma_iov_count = 1;
+		msg.context = &ctx[i];
+		return fi_writemsg(p.client.ep, &msg, flags);
+	};
+	for (int i = 0; i < 10; i++)
+		ck_assert_int_eq(write(i, FI_COMPLETION | FI_MORE), 0);
+	// Held back: nothing went out yet.
+	expect_no_completion(p.client.cq, 300);
+	for (size_t i = 0; i < 10 * len; i++)
+		ck_assert_uint_eq(remote.buf[i], 0);
+	// The first operation without FI_MORE rings the doorbell for all.
+	ck_assert_int_eq(write(10, FI_COMPLETION), 0);
+	for (int i = 0; i < 11; i++)
+		expect_completion(p.client.cq, &ctx[i], FI_RMA | FI_WRITE);
+	ck_assert(remote.check(90, 11 * len));
+
+	// An injected operation is copied at once, so it rings the doorbell for
+	// what was held back before it.
+	ck_assert_int_eq(write(0, FI_COMPLETION | FI_MORE), 0);
+	uint64_t v = 42;
+	ck_assert_int_eq(fi_inject_write(p.client.ep, &v, 8, 0, remote.addr() + 11 * len - 8, remote.key()), 0);
+	expect_completion(p.client.cq, &ctx[0], FI_RMA | FI_WRITE);
+}
+END_TEST
+
 Suite *rma_suite()
 {
 	Suite *s = suite_create("rma");
@@ -369,6 +414,7 @@ Suite *rma_suite()
 	tcase_add_test(tc, error_in_one_segment_reported_once);
 	tcase_add_test(tc, delivery_complete_write);
 	tcase_add_test(tc, delivery_complete_needs_remote_read);
+	tcase_add_test(tc, more_holds_the_doorbell);
 	suite_add_tcase(s, tc);
 	return s;
 }
