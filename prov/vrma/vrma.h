@@ -56,6 +56,7 @@ struct Params {
 	size_t iov_limit = 4;      // default scatter/gather entries per operation
 	size_t cq_size = 1024;     // default completion queue entries
 	int inline_size = -1;      // -1: as much as the device allows
+	size_t inject_size = 4096; // beyond the inline size: bounce buffers
 	int cm_timeout_ms = 2000;  // address/route resolution timeout
 	int listen_backlog = 1024;
 };
@@ -86,6 +87,9 @@ inline constexpr size_t kCqDataSize = 4; // 32-bit immediate data
 inline constexpr size_t kMaxSge = 32;
 // Remote segments of one RMA operation (rma_iov_limit).
 inline constexpr size_t kMaxRmaIov = 16;
+// Work requests of one operation: one per remote segment, plus the read that
+// makes a write delivery-complete.
+inline constexpr size_t kMaxOpWr = kMaxRmaIov + 1;
 
 // fi_info owned by a provider object.
 struct FiInfoDeleter {
@@ -242,6 +246,7 @@ struct Ep final : fid_ep {
 	Cq *tx_cq = nullptr;
 	Cq *rx_cq = nullptr;
 	Cq *own_cq = nullptr; // created when only counters are bound
+	Cq *send_cq = nullptr; // the CQ the send queue completes into (set at enable)
 	Cntr *cntr_send = nullptr;
 	Cntr *cntr_recv = nullptr;
 	Cntr *cntr_read = nullptr;
@@ -262,7 +267,8 @@ struct Ep final : fid_ep {
 	size_t rx_depth = 0;
 	size_t tx_iov_limit = 0;
 	size_t rx_iov_limit = 0;
-	size_t inline_size = 0;
+	size_t inline_size = 0; // bytes the QP takes inline
+	size_t inject_size = 0; // bytes an inject may carry (bounce beyond inline)
 	size_t max_msg_size = 0;
 	bool rx_cq_data_mode = false;
 
@@ -278,6 +284,13 @@ struct Ep final : fid_ep {
 	uint64_t scratch[2] = {0, 0};
 	MrPtr scratch_mr;
 	std::unique_ptr<MoreChain> more; // allocated at the first FI_MORE
+	// Registered copies of injected payloads too large for inline data,
+	// allocated at the first such inject. Buffer i serves the operation
+	// whose first sequence is i modulo kBounceCount: free once that
+	// operation retired, which post_send_chain checks from the ring.
+	static constexpr size_t kBounceCount = 64;
+	std::unique_ptr<uint8_t[]> bounce;
+	MrPtr bounce_mr;
 };
 
 struct Pep final : fid_pep {

@@ -463,6 +463,7 @@ int ep_enable(Ep *ep) noexcept
 		return errno_to_fi(err);
 	}
 	ep->qp = ep->id->qp;
+	ep->send_cq = send_cq;
 	ep->scratch_mr.reset(ibv_reg_mr(ep->domain->pd.get(), ep->scratch, sizeof ep->scratch,
 					IBV_ACCESS_LOCAL_WRITE));
 	if (!ep->scratch_mr) {
@@ -521,8 +522,10 @@ try {
 	ep->tx_iov_limit = clamp(info->tx_attr ? info->tx_attr->iov_limit : 0, params.iov_limit, max_sge);
 	ep->rx_iov_limit = clamp(info->rx_attr ? info->rx_attr->iov_limit : 0, params.iov_limit, max_sge);
 	ep->inline_size = static_cast<size_t>(dom->inline_size);
-	if (info->tx_attr && info->tx_attr->inject_size && info->tx_attr->inject_size < ep->inline_size)
-		ep->inline_size = info->tx_attr->inject_size;
+	ep->inject_size = std::max(ep->inline_size, params.inject_size);
+	if (info->tx_attr && info->tx_attr->inject_size && info->tx_attr->inject_size < ep->inject_size)
+		ep->inject_size = info->tx_attr->inject_size;
+	ep->inline_size = std::min(ep->inline_size, ep->inject_size);
 	ep->max_msg_size = dom->max_msg_size;
 	if (info->ep_attr && info->ep_attr->max_msg_size &&
 	    info->ep_attr->max_msg_size < ep->max_msg_size)

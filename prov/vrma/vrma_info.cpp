@@ -187,7 +187,7 @@ fi_info *build_cap_info(const Port &p, const PortAddr &a, int inline_size)
 	tx.op_flags = kTxOpFlags;
 	tx.msg_order = kMsgOrder;
 	tx.comp_order = FI_ORDER_STRICT | FI_ORDER_DATA;
-	tx.inject_size = static_cast<size_t>(inline_size);
+	tx.inject_size = std::max(static_cast<size_t>(inline_size), params.inject_size);
 	tx.size = static_cast<size_t>(d.max_qp_wr);
 	tx.iov_limit = std::min(static_cast<size_t>(d.max_sge), kMaxSge);
 	tx.rma_iov_limit = kMaxRmaIov;

@@ -64,6 +64,9 @@ void params_init() noexcept
 	define_int("inline_size",
 		   "Bytes sent inline in the work request; -1 uses the device maximum (default: -1)",
 		   &params.inline_size);
+	define_size("inject_size",
+		    "Bytes an inject may carry; beyond the inline size they are copied into registered bounce buffers (default: 4096)",
+		    &params.inject_size);
 	define_int("cm_timeout", "Address and route resolution timeout in ms (default: 2000)",
 		   &params.cm_timeout_ms);
 	define_int("listen_backlog", "Backlog of a listening passive endpoint (default: 1024)",

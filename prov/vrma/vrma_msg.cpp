@@ -23,24 +23,30 @@ ssize_t send_common(Ep *ep, const iovec *iov, void *const *desc, size_t count, u
 	ibv_sge sge[kMaxSge];
 	size_t total;
 	const bool inject = inject_call || (flags & FI_INJECT);
-	if (ssize_t rc = build_sges(ep, iov, desc, count, ep->tx_iov_limit, sge, total, true))
+	if (ssize_t rc = build_sges(ep, iov, desc, count, ep->tx_iov_limit, sge, total,
+				    inject ? ep->inject_size : ep->inline_size))
 		return rc;
 	if (ssize_t rc = check_inject(ep, inject, total))
 		return rc;
+	// Too large for inline data: the payload goes through a bounce buffer
+	// (one piece, filled and addressed when the slot is known).
+	const bool bounce = inject && total > ep->inline_size;
+	if (bounce)
+		sge[0] = {0, static_cast<uint32_t>(total), 0};
 	ibv_send_wr wr{};
 	wr.sg_list = sge;
-	wr.num_sge = static_cast<int>(count);
+	wr.num_sge = bounce ? 1 : static_cast<int>(count);
 	wr.opcode = IBV_WR_SEND;
 	if (flags & FI_REMOTE_CQ_DATA) {
 		wr.opcode = IBV_WR_SEND_WITH_IMM;
 		wr.imm_data = htonl(static_cast<uint32_t>(data));
 	}
-	if (total <= ep->inline_size && total)
+	if (!bounce && total <= ep->inline_size && total)
 		wr.send_flags = IBV_SEND_INLINE;
 	if (flags & FI_FENCE) // waits for every earlier read (and so every delivery)
 		wr.send_flags |= IBV_SEND_FENCE;
 	const TxOp op{context, FI_SEND | FI_MSG, total, !inject_call && tx_reports(ep, flags),
-		      ep->cntr_send, (flags & FI_MORE) != 0};
+		      ep->cntr_send, (flags & FI_MORE) != 0, bounce ? iov : nullptr, count};
 	return post_send(ep, wr, op);
 }
 
@@ -51,7 +57,7 @@ ssize_t recv_common(Ep *ep, const iovec *iov, void *const *desc, size_t count, u
 		return rc;
 	ibv_sge sge[kMaxSge];
 	size_t total;
-	if (ssize_t rc = build_sges(ep, iov, desc, count, ep->rx_iov_limit, sge, total, false))
+	if (ssize_t rc = build_sges(ep, iov, desc, count, ep->rx_iov_limit, sge, total, 0))
 		return rc;
 	ibv_recv_wr wr{};
 	wr.sg_list = sge;

@@ -15,7 +15,54 @@ struct TxOp {
 	bool want_completion; // FI_COMPLETION semantics resolved by the caller
 	Cntr *cntr;           // counts this operation (forces a signaled request)
 	bool more = false;    // FI_MORE: more operations follow, hold the doorbell
+	// An inject beyond the inline size: the payload to copy into a bounce
+	// buffer. The requests' sges then hold offsets into that buffer.
+	const iovec *bounce_src = nullptr;
+	size_t bounce_count = 0;
 };
+
+// Copies an injected payload into the bounce buffer of the operation that
+// starts at sequence `first` and points its sges there (tx lock held).
+// -FI_EAGAIN while that buffer's previous operation is outstanding.
+inline ssize_t fill_bounce(Ep *ep, uint64_t first, ibv_send_wr *wrs, size_t n,
+			   const TxOp &op) noexcept
+{
+	constexpr size_t kCount = Ep::kBounceCount;
+	if (!ep->bounce) [[unlikely]] {
+		const size_t bytes = kCount * ep->inject_size;
+		ep->bounce.reset(new (std::nothrow) uint8_t[bytes]);
+		if (ep->bounce)
+			ep->bounce_mr.reset(ibv_reg_mr(ep->domain->pd.get(), ep->bounce.get(), bytes,
+						       IBV_ACCESS_LOCAL_WRITE));
+		if (!ep->bounce_mr) {
+			VRMA_WARN(FI_LOG_EP_DATA, "cannot set up %zu bytes of inject bounce buffers\n", bytes);
+			ep->bounce.reset();
+			return -FI_ENOMEM;
+		}
+	}
+	// The buffer's previous user started kCount sequences ago and spans at
+	// most kMaxOpWr of them: it has retired once the ring's tail passed it.
+	if (ep->tx.outstanding() + n + kMaxOpWr > kCount) {
+		cq_progress(ep->send_cq);
+		if (ep->tx.outstanding() + n + kMaxOpWr > kCount)
+			return -FI_EAGAIN;
+	}
+	uint8_t *base = ep->bounce.get() + (first % kCount) * ep->inject_size;
+	size_t off = 0;
+	for (size_t i = 0; i < op.bounce_count; i++) {
+		memcpy(base + off, op.bounce_src[i].iov_base, op.bounce_src[i].iov_len);
+		off += op.bounce_src[i].iov_len;
+	}
+	for (size_t i = 0; i < n; i++) {
+		if (wrs[i].opcode == IBV_WR_RDMA_READ)
+			continue; // the delivery read-back lands in the scratch buffer
+		for (int k = 0; k < wrs[i].num_sge; k++) {
+			wrs[i].sg_list[k].addr += reinterpret_cast<uintptr_t>(base);
+			wrs[i].sg_list[k].lkey = ep->bounce_mr->lkey;
+		}
+	}
+	return 0;
+}
 
 // Reports the operations of requests that were accepted but could not be
 // posted (a held-back chain whose ibv_post_send failed): their completions
@@ -98,11 +145,19 @@ inline ssize_t post_send_chain(Ep *ep, ibv_send_wr *wrs, size_t n, const TxOp &o
 				  ep->tx_depth);
 			return -FI_EINVAL;
 		}
-		return -FI_EAGAIN;
+		// Automatic progress: reclaim what the device finished before
+		// saying the queue is full (lock order: tx, then CQ).
+		cq_progress(ep->send_cq);
+		if (ep->tx.outstanding() + n > ep->tx_depth)
+			return -FI_EAGAIN;
 	}
 	const uint64_t first = ep->tx.head();
 	const uint64_t last = first + n - 1;
 	const uint64_t prev_signaled = ep->last_signaled;
+	if (op.bounce_src) {
+		if (ssize_t rc = fill_bounce(ep, first, wrs, n, op))
+			return rc;
+	}
 	for (size_t i = 0; i < n; i++) {
 		const uint64_t seq = first + i;
 		TxSlot &s = ep->tx.next();
@@ -114,7 +169,10 @@ inline ssize_t post_send_chain(Ep *ep, ibv_send_wr *wrs, size_t n, const TxOp &o
 		s.report = op.want_completion;
 		s.cntr = op.cntr;
 		const bool needed = seq == last && (op.want_completion || op.cntr);
-		if (needed || seq - ep->last_signaled >= ep->tx_depth / 2) {
+		// Bounce buffers come back with their slots: reclaim those sooner.
+		const uint64_t period = op.bounce_src ? std::min<uint64_t>(ep->tx_depth / 2, Ep::kBounceCount / 4)
+						      : ep->tx_depth / 2;
+		if (needed || seq - ep->last_signaled >= period) {
 			wrs[i].send_flags |= IBV_SEND_SIGNALED;
 			ep->last_signaled = seq;
 		}
@@ -197,10 +255,10 @@ inline ssize_t post_recv(Ep *ep, ibv_recv_wr &wr, void *context, void *buf, size
 }
 
 // Fills scatter/gather entries from an iovec and its descriptors. With
-// FI_MR_LOCAL every non-empty segment needs a descriptor, unless the data goes
-// inline (the device copies it at post time and never uses the key).
+// FI_MR_LOCAL every non-empty segment needs a descriptor, unless the data is
+// copied (inline, or into a bounce buffer): up to keyless_max bytes.
 inline ssize_t build_sges(const Ep *ep, const iovec *iov, void *const *desc, size_t count,
-			  size_t limit, ibv_sge *sge, size_t &total, bool may_inline) noexcept
+			  size_t limit, ibv_sge *sge, size_t &total, size_t keyless_max) noexcept
 {
 	if (count > limit) [[unlikely]] {
 		VRMA_WARN(FI_LOG_EP_DATA, "%zu segments exceed iov_limit %zu\n", count, limit);
@@ -229,7 +287,7 @@ inline ssize_t build_sges(const Ep *ep, const iovec *iov, void *const *desc, siz
 		VRMA_WARN(FI_LOG_EP_DATA, "%zu bytes exceed max_msg_size %zu\n", total, ep->max_msg_size);
 		return -FI_EINVAL;
 	}
-	if (need_keys && !(may_inline && total <= ep->inline_size)) [[unlikely]] {
+	if (need_keys && total > keyless_max) [[unlikely]] {
 		VRMA_WARN(FI_LOG_EP_DATA, "missing memory descriptor (FI_MR_LOCAL)\n");
 		return -FI_EINVAL;
 	}
@@ -240,9 +298,9 @@ inline ssize_t build_sges(const Ep *ep, const iovec *iov, void *const *desc, siz
 // buffer as soon as the call returns.
 inline ssize_t check_inject(const Ep *ep, bool inject, size_t total) noexcept
 {
-	if (inject && total > ep->inline_size) [[unlikely]] {
+	if (inject && total > ep->inject_size) [[unlikely]] {
 		VRMA_WARN(FI_LOG_EP_DATA, "inject of %zu bytes exceeds inject_size %zu\n", total,
-			  ep->inline_size);
+			  ep->inject_size);
 		return -FI_EINVAL;
 	}
 	return 0;

@@ -9,9 +9,6 @@ constexpr uint64_t kRmaFlags = FI_COMPLETION | FI_INJECT | FI_INJECT_COMPLETE |
 			       FI_TRANSMIT_COMPLETE | FI_DELIVERY_COMPLETE | FI_FENCE | FI_MORE |
 			       FI_REMOTE_CQ_DATA;
 
-// Work requests of one operation: one per remote segment, plus the read that
-// makes a write delivery-complete.
-constexpr size_t kMaxOpWr = kMaxRmaIov + 1;
 // Local pieces: each remote boundary may split one local segment in two.
 constexpr size_t kMaxOpSge = kMaxSge + kMaxRmaIov;
 
@@ -49,10 +46,16 @@ ssize_t rma_common(Ep *ep, ibv_wr_opcode opcode, const iovec *iov, void *const *
 	ibv_sge local[kMaxSge];
 	size_t total;
 	const bool inject = inject_call || (flags & FI_INJECT);
-	if (ssize_t rc = build_sges(ep, iov, desc, count, ep->tx_iov_limit, local, total, !is_read))
+	const size_t keyless = is_read ? 0 : inject ? ep->inject_size : ep->inline_size;
+	if (ssize_t rc = build_sges(ep, iov, desc, count, ep->tx_iov_limit, local, total, keyless))
 		return rc;
 	if (ssize_t rc = check_inject(ep, inject, total))
 		return rc;
+	// Too large for inline data: the payload goes through a bounce buffer;
+	// the pieces below are offsets into it until the slot is known.
+	const bool bounce = inject && total > ep->inline_size;
+	if (bounce)
+		local[0] = {0, static_cast<uint32_t>(total), 0};
 	if (remote_total < total) [[unlikely]] {
 		VRMA_WARN(FI_LOG_EP_DATA, "RMA: %zu local bytes but the remote segments hold %zu\n",
 			  total, remote_total);
@@ -118,7 +121,7 @@ ssize_t rma_common(Ep *ep, ibv_wr_opcode opcode, const iovec *iov, void *const *
 		wrs[0].send_flags |= IBV_SEND_FENCE;
 	const TxOp op{context, FI_RMA | (is_read ? FI_READ : FI_WRITE), total,
 		      !inject_call && tx_reports(ep, flags), is_read ? ep->cntr_read : ep->cntr_write,
-		      (flags & FI_MORE) != 0};
+		      (flags & FI_MORE) != 0, bounce ? iov : nullptr, count};
 	return post_send_chain(ep, wrs, nwr, op);
 }
 

@@ -243,6 +243,52 @@ START_TEST(receive_too_small)
 }
 END_TEST
 
+START_TEST(inject_beyond_inline)
+{
+	Env env;
+	Pair p(env);
+	const size_t inject = env.info->tx_attr->inject_size;
+	ck_assert_uint_ge(inject, 4096); // not capped by the device's inline size
+	Region dst(env, 3 * inject, FI_RECV);
+	int rctx[3];
+	for (int i = 0; i < 3; i++)
+		ck_assert_int_eq(fi_recv(p.server.ep, dst.buf.data() + i * inject, inject, dst.desc(), 0,
+					 &rctx[i]), 0);
+	std::vector<uint8_t> src(inject);
+	for (size_t i = 0; i < inject; i++)
+		src[i] = static_cast<uint8_t>(i * 13 + 1);
+	// fi_inject with no descriptor: copied before the call returns.
+	ck_assert_int_eq(fi_inject(p.client.ep, src.data(), inject, 0), 0);
+	std::vector<uint8_t> expect = src;
+	std::fill(src.begin(), src.end(), 0xee);
+	fi_cq_data_entry e = expect_completion(p.server.cq, &rctx[0], FI_RECV | FI_MSG);
+	ck_assert_uint_eq(e.len, inject);
+	ck_assert(!memcmp(dst.buf.data(), expect.data(), inject));
+	// fi_sendmsg(FI_INJECT) from two pieces still reports its completion.
+	for (size_t i = 0; i < inject; i++)
+		src[i] = static_cast<uint8_t>(i * 5 + 3);
+	expect = src;
+	iovec iov[2] = {{src.data(), 1000}, {src.data() + 1000, 1500}};
+	int sctx;
+	fi_msg msg{};
+	msg.msg_iov = iov;
+	msg.iov_count = 2;
+	msg.context = &sctx;
+	ck_assert_int_eq(fi_sendmsg(p.client.ep, &msg, FI_INJECT | FI_COMPLETION), 0);
+	std::fill(src.begin(), src.end(), 0xdd);
+	expect_completion(p.client.cq, &sctx, FI_SEND | FI_MSG);
+	e = expect_completion(p.server.cq, &rctx[1], FI_RECV | FI_MSG);
+	ck_assert_uint_eq(e.len, 2500);
+	ck_assert(!memcmp(dst.buf.data() + inject, expect.data(), 2500));
+	// With immediate data.
+	ck_assert_int_eq(fi_injectdata(p.client.ep, expect.data(), 3000, 0x5151, 0), 0);
+	e = expect_completion(p.server.cq, &rctx[2], FI_RECV | FI_MSG | FI_REMOTE_CQ_DATA);
+	ck_assert_uint_eq(e.data, 0x5151);
+	ck_assert(!memcmp(dst.buf.data() + 2 * inject, expect.data(), 3000));
+	expect_no_completion(p.client.cq);
+}
+END_TEST
+
 Suite *msg_suite()
 {
 	Suite *s = suite_create("msg");
@@ -255,6 +301,7 @@ Suite *msg_suite()
 	tcase_add_test(tc, selective_completion);
 	tcase_add_test(tc, send_queue_full);
 	tcase_add_test(tc, receive_too_small);
+	tcase_add_test(tc, inject_beyond_inline);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -357,7 +357,7 @@ START_TEST(more_holds_the_doorbell)
 {
 	Env env;
 	Pair p(env);
-	const size_t len = 4096; // beyond the inline size: not copied at post time
+	const size_t len = 8192; // beyond the inject size: not copied at post time
 	ck_assert_uint_lt(env.info->tx_attr->inject_size, len);
 	Region local(env, 11 * len, FI_WRITE);
 	Region remote(env, 11 * len, FI_REMOTE_WRITE);
@@ -398,6 +398,46 @@ START_TEST(more_holds_the_doorbell)
 }
 END_TEST
 
+START_TEST(inject_write_beyond_inline)
+{
+	Env env;
+	Pair p(env);
+	const size_t inject = env.info->tx_attr->inject_size;
+	const int count = 200; // cycles the bounce buffers several times
+	Region remote(env, count * 64 + inject, FI_REMOTE_READ | FI_REMOTE_WRITE);
+	Region local(env, count * 64 + inject, FI_READ);
+	std::vector<uint8_t> src(inject);
+	for (int i = 0; i < count; i++) {
+		std::fill(src.begin(), src.begin() + 1000, static_cast<uint8_t>(i));
+		ssize_t rc;
+		while ((rc = fi_inject_write(p.client.ep, src.data(), 1000, 0, remote.addr() + i * 64,
+					     remote.key())) == -FI_EAGAIN) {
+			fi_cq_data_entry e;
+			ck_assert_int_eq(fi_cq_read(p.client.cq, &e, 1), -FI_EAGAIN);
+		}
+		ck_assert_int_eq(rc, 0);
+	}
+	// Largest inject, then read everything back behind it.
+	for (size_t i = 0; i < inject; i++)
+		src[i] = static_cast<uint8_t>(i * 3);
+	ck_assert_int_eq(fi_inject_write(p.client.ep, src.data(), inject, 0, remote.addr() + count * 64,
+					 remote.key()), 0);
+	std::vector<uint8_t> expect = src;
+	std::fill(src.begin(), src.end(), 0);
+	int ctx;
+	ck_assert_int_eq(fi_read(p.client.ep, local.buf.data(), local.buf.size(), local.desc(), 0,
+				 remote.addr(), remote.key(), &ctx), 0);
+	expect_completion(p.client.cq, &ctx, FI_RMA | FI_READ);
+	// Each 1000-byte write was overlapped by the next ones, in order: bytes
+	// i*64 .. i*64+63 hold i.
+	for (int i = 0; i < count; i++)
+		for (int k = 0; k < 64; k++)
+			ck_assert_uint_eq(local.buf[i * 64 + k], static_cast<uint8_t>(i));
+	ck_assert(!memcmp(local.buf.data() + count * 64, expect.data(), inject));
+	expect_no_completion(p.client.cq);
+}
+END_TEST
+
 Suite *rma_suite()
 {
 	Suite *s = suite_create("rma");
@@ -415,6 +455,7 @@ Suite *rma_suite()
 	tcase_add_test(tc, delivery_complete_write);
 	tcase_add_test(tc, delivery_complete_needs_remote_read);
 	tcase_add_test(tc, more_holds_the_doorbell);
+	tcase_add_test(tc, inject_write_beyond_inline);
 	suite_add_tcase(s, tc);
 	return s;
 }
