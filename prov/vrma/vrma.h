@@ -385,6 +385,9 @@ extern const fi_ops_ep pep_ep_ops;
 // Handles one rdma_cm event for the EQ (called with eq->lock held). Returns
 // an id to destroy once the event was acked (a refused connection request).
 rdma_cm_id *eq_handle_cm_event(Eq *eq, rdma_cm_event *event) noexcept;
+// A work request failed (not flushed): the QP is dead. Reports FI_SHUTDOWN
+// on the endpoint's EQ once and disconnects. Lock order: CQ, then EQ.
+void ep_connection_failed(Ep *ep) noexcept;
 int ep_getopt(fid_t fid, int level, int optname, void *optval, size_t *optlen) noexcept;
 int ep_setopt(fid_t fid, int level, int optname, const void *optval, size_t optlen) noexcept;
 

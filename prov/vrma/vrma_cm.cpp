@@ -140,6 +140,32 @@ rdma_cm_id *handle_connect_request(Eq *eq, rdma_cm_event *ev)
 
 } // namespace
 
+void ep_connection_failed(Ep *ep) noexcept
+try {
+	EpState expected = EpState::Connected;
+	if (!ep->state.compare_exchange_strong(expected, EpState::Shutdown))
+		return; // already reported (or never connected)
+	VRMA_INFO(FI_LOG_EP_DATA, "QP %u failed: connection shut down\n", ep->qp ? ep->qp->qp_num : 0);
+	if (ep->eq) {
+		EqEntry e;
+		e.event = FI_SHUTDOWN;
+		e.source = &ep->fid;
+		e.data = cm_entry(&ep->fid, nullptr, nullptr, 0);
+		{
+			std::lock_guard<std::mutex> guard(ep->eq->lock);
+			ep->eq->queue.push_back(std::move(e));
+		}
+		uint64_t one = 1;
+		if (write(ep->eq->event_fd.get(), &one, sizeof one) < 0)
+			VRMA_WARN(FI_LOG_EQ, "eventfd write: %s\n", strerror(errno));
+	}
+	// Tell the peer: its side shuts down too instead of waiting for a
+	// retry timeout.
+	rdma_disconnect(ep->id.get());
+} catch (...) {
+	VRMA_WARN(FI_LOG_EQ, "out of memory reporting a failed connection\n");
+}
+
 rdma_cm_id *eq_handle_cm_event(Eq *eq, rdma_cm_event *ev) noexcept
 try {
 	if (ev->event == RDMA_CM_EVENT_CONNECT_REQUEST)

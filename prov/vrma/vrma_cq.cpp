@@ -94,6 +94,8 @@ Outcome handle_wc(const ibv_wc &wc, Completion &c, fi_cq_err_entry &e)
 			if (op_end == ep->failed_op_end)
 				return Outcome::None;
 			ep->failed_op_end = op_end;
+			if (wc.status != IBV_WC_WR_FLUSH_ERR)
+				ep_connection_failed(ep);
 			count(cntr, false);
 			// Errors go to the transmit CQ, if the endpoint has one.
 			if (!ep->tx_cq)
@@ -120,6 +122,8 @@ Outcome handle_wc(const ibv_wc &wc, Completion &c, fi_cq_err_entry &e)
 		return Outcome::None;
 	count(cntr, wc.status == IBV_WC_SUCCESS);
 	if (wc.status != IBV_WC_SUCCESS) {
+		if (wc.status != IBV_WC_WR_FLUSH_ERR)
+			ep_connection_failed(ep);
 		if (!ep->rx_cq)
 			return Outcome::None;
 		fill_error(e, wc, context, FI_RECV | FI_MSG, buf);

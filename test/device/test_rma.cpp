@@ -126,9 +126,12 @@ void expect_write_refused(Env &env, Pair &p, Region &remote, uint64_t key)
 	Region local(env, 256, FI_WRITE);
 	local.fill(1);
 	std::fill(remote.buf.begin(), remote.buf.end(), 0x5a);
-	int ctx;
+	// The refused write, and one posted behind it before anything failed.
+	int ctx, behind;
 	ck_assert_int_eq(fi_write(p.client.ep, local.buf.data(), 256, local.desc(), 0, remote.addr(), key,
 				  &ctx), 0);
+	ck_assert_int_eq(fi_write(p.client.ep, local.buf.data(), 8, local.desc(), 0, remote.addr(), key,
+				  &behind), 0);
 	fi_cq_err_entry err = expect_error(p.client.cq);
 	ck_assert_ptr_eq(err.op_context, &ctx);
 	ck_assert_uint_eq(err.flags, FI_RMA | FI_WRITE);
@@ -138,14 +141,24 @@ void expect_write_refused(Env &env, Pair &p, Region &remote, uint64_t key)
 	const char *s = fi_cq_strerror(p.client.cq, err.prov_errno, err.err_data, text, sizeof text);
 	ck_assert_ptr_nonnull(s);
 	ck_assert_int_gt(strlen(s), 0);
+	// The one behind it is flushed, not lost.
+	err = expect_error(p.client.cq);
+	ck_assert_ptr_eq(err.op_context, &behind);
+	ck_assert_int_eq(err.err, FI_ECANCELED);
 	for (uint8_t b : remote.buf)
 		ck_assert_uint_eq(b, 0x5a);
-	// The connection is dead: later operations are flushed, not lost.
+	// The QP is dead: both ends learn it on their EQ, once.
+	alignas(fi_eq_cm_entry) uint8_t ev[sizeof(fi_eq_cm_entry) + 64];
+	uint32_t event;
+	ck_assert_int_eq(wait_eq(p.client.eq, &event, ev, sizeof ev), sizeof(fi_eq_cm_entry));
+	ck_assert_uint_eq(event, FI_SHUTDOWN);
+	ck_assert_ptr_eq(reinterpret_cast<fi_eq_cm_entry *>(ev)->fid, &p.client.ep->fid);
+	ck_assert_int_eq(wait_eq(p.server.eq, &event, ev, sizeof ev), sizeof(fi_eq_cm_entry));
+	ck_assert_uint_eq(event, FI_SHUTDOWN);
+	ck_assert_int_eq(wait_eq(p.client.eq, &event, ev, sizeof ev, 300), -FI_EAGAIN);
+	// Later operations are refused: the endpoint is not connected any more.
 	ck_assert_int_eq(fi_write(p.client.ep, local.buf.data(), 8, local.desc(), 0, remote.addr(), key,
-				  &ctx), 0);
-	err = expect_error(p.client.cq);
-	ck_assert_int_eq(err.err, FI_ECANCELED);
-	ck_assert_ptr_eq(err.op_context, &ctx);
+				  &ctx), -FI_ENOTCONN);
 }
 
 } // namespace
