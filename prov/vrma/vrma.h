@@ -143,6 +143,12 @@ struct Domain final : fid_domain {
 	PdPtr pd;
 	FiInfoPtr info;
 	ibv_device_attr dev_attr{};
+	// IBTA 1.5 capabilities from device_cap_flags_ex (bits 38-40; Debian's
+	// rdma-core 44 headers lack the names). Detected, not assumed: the 6.1
+	// rxe has none of them.
+	bool cap_flush_global = false;
+	bool cap_flush_persistent = false;
+	bool cap_atomic_write = false;
 	uint32_t max_msg_size = 0;
 	int inline_size = 0; // what a QP of this domain is created with
 	std::atomic<int> refs{0};

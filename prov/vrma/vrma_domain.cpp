@@ -132,6 +132,19 @@ try {
 		VRMA_WARN(FI_LOG_DOMAIN, "ibv_query_device: %s\n", strerror(rc));
 		return errno_to_fi(rc);
 	}
+	ibv_device_attr_ex ex{};
+	if (ibv_query_device_ex(ctx, nullptr, &ex) == 0) {
+		constexpr uint64_t kFlushGlobal = 1ULL << 38;
+		constexpr uint64_t kFlushPersistent = 1ULL << 39;
+		constexpr uint64_t kAtomicWrite = 1ULL << 40;
+		dom->cap_flush_global = ex.device_cap_flags_ex & kFlushGlobal;
+		dom->cap_flush_persistent = ex.device_cap_flags_ex & kFlushPersistent;
+		dom->cap_atomic_write = ex.device_cap_flags_ex & kAtomicWrite;
+	}
+	VRMA_INFO(FI_LOG_DOMAIN,
+		  "%s: RDMA FLUSH global %s, persistent %s, ATOMIC WRITE %s; delivery completion by read-back\n",
+		  info->domain_attr->name, dom->cap_flush_global ? "yes" : "no",
+		  dom->cap_flush_persistent ? "yes" : "no", dom->cap_atomic_write ? "yes" : "no");
 	ibv_port_attr port{};
 	if (ibv_query_port(ctx, 1, &port) == 0)
 		dom->max_msg_size = port.max_msg_sz;
