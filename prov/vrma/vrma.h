@@ -90,6 +90,9 @@ inline constexpr size_t kMaxRmaIov = 16;
 // Work requests of one operation: one per remote segment, plus the read that
 // makes a write delivery-complete.
 inline constexpr size_t kMaxOpWr = kMaxRmaIov + 1;
+// At least one send request in this many is signaled (fewer completions to
+// poll, yet slots and bounce buffers always come back; see post_send_chain).
+inline constexpr uint64_t kSignalPeriod = 16;
 
 // fi_info owned by a provider object.
 struct FiInfoDeleter {

@@ -295,7 +295,9 @@ ssize_t cq_sreadfrom(fid_cq *f, void *buf, size_t count, fi_addr_t *src_addr, co
 				if (read(cq->signal_fd.get(), &v, sizeof v) < 0) {
 					// drained by another waiter
 				}
-				return -FI_EAGAIN; // fi_cq_signal: wake up empty-handed
+				// fi_cq_signal (or an entry queued by the provider):
+				// return what there is, or -FI_EAGAIN.
+				return cq_read_impl(cq, buf, count, src_addr);
 			}
 		}
 	}

@@ -377,12 +377,18 @@ void report_unposted(Ep *ep, const ibv_send_wr *first, int err) noexcept
 		p.err.op_context = s->context;
 		p.err.flags = s->comp_flags;
 		p.err.err = fi_err;
-		p.err.prov_errno = 0; // not a work completion status
+		p.err.prov_errno = IBV_WC_GENERAL_ERR; // the post failed, not a request
 		try {
 			std::lock_guard<std::mutex> guard(ep->tx_cq->lock);
 			ep->tx_cq->pending.push_back(p);
 		} catch (...) {
 			VRMA_WARN(FI_LOG_EP_DATA, "out of memory reporting a failed operation\n");
+		}
+		// Wake a reader blocked in fi_cq_sread: no device event will.
+		if (ep->tx_cq->signal_fd.get() >= 0) {
+			uint64_t one = 1;
+			if (write(ep->tx_cq->signal_fd.get(), &one, sizeof one) < 0)
+				VRMA_WARN(FI_LOG_EP_DATA, "waking the CQ: %s\n", strerror(errno));
 		}
 	}
 }

@@ -145,8 +145,11 @@ inline ssize_t post_send_chain(Ep *ep, ibv_send_wr *wrs, size_t n, const TxOp &o
 				  ep->tx_depth);
 			return -FI_EINVAL;
 		}
-		// Automatic progress: reclaim what the device finished before
-		// saying the queue is full (lock order: tx, then CQ).
+		// Automatic progress: post what FI_MORE held back (its slots can
+		// only come back once posted), reclaim what the device finished,
+		// and only then say the queue is full (lock order: tx, then CQ).
+		if (ep->more)
+			flush_more(ep);
 		cq_progress(ep->send_cq);
 		if (ep->tx.outstanding() + n > ep->tx_depth)
 			return -FI_EAGAIN;
@@ -169,9 +172,10 @@ inline ssize_t post_send_chain(Ep *ep, ibv_send_wr *wrs, size_t n, const TxOp &o
 		s.report = op.want_completion;
 		s.cntr = op.cntr;
 		const bool needed = seq == last && (op.want_completion || op.cntr);
-		// Bounce buffers come back with their slots: reclaim those sooner.
-		const uint64_t period = op.bounce_src ? std::min<uint64_t>(ep->tx_depth / 2, Ep::kBounceCount / 4)
-						      : ep->tx_depth / 2;
+		// Unsignaled requests come back only behind a signaled one: one in
+		// every kSignalPeriod is signaled, so a full ring or a busy bounce
+		// buffer is always reclaimable by polling the CQ.
+		const uint64_t period = std::min<uint64_t>(ep->tx_depth / 2, kSignalPeriod);
 		if (needed || seq - ep->last_signaled >= period) {
 			wrs[i].send_flags |= IBV_SEND_SIGNALED;
 			ep->last_signaled = seq;
@@ -183,7 +187,9 @@ inline ssize_t post_send_chain(Ep *ep, ibv_send_wr *wrs, size_t n, const TxOp &o
 	// FI_MORE: hold the doorbell. Inline data is copied at post time, so an
 	// operation with inline data (the caller may reuse its buffer at once)
 	// rings it now, for everything held back before it too.
-	const bool inline_data = wrs[n - 1].send_flags & IBV_SEND_INLINE;
+	bool inline_data = false;
+	for (size_t i = 0; i < n; i++)
+		inline_data |= (wrs[i].send_flags & IBV_SEND_INLINE) != 0;
 	const bool held = ep->more && ep->more->nwr;
 	if ((op.more && !inline_data) || held) [[unlikely]] {
 		if (!ep->more) {

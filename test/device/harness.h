@@ -33,6 +33,16 @@ namespace vt {
 
 inline constexpr int kTimeoutMs = 10000;
 
+// A point in time kTimeoutMs (or the given ms) from construction.
+class Deadline {
+public:
+	explicit Deadline(int ms) : end_(std::chrono::steady_clock::now() + std::chrono::milliseconds(ms)) {}
+	bool expired() const { return std::chrono::steady_clock::now() > end_; }
+
+private:
+	std::chrono::steady_clock::time_point end_;
+};
+
 // fi_getinfo hints selecting vrma MSG endpoints.
 fi_info *base_hints();
 // fi_getinfo for vrma with `hints` (freed by caller); asserts success.

@@ -451,6 +451,93 @@ START_TEST(inject_write_beyond_inline)
 }
 END_TEST
 
+START_TEST(more_with_a_small_queue)
+{
+	// Held-back requests occupy send slots: a full queue must post them
+	// rather than answer -FI_EAGAIN forever.
+	Env env;
+	PairOptions opt;
+	opt.tx_size = 4;
+	Pair p(env, opt);
+	const size_t len = 8192;
+	Region local(env, 21 * len, FI_WRITE);
+	Region remote(env, 21 * len, FI_REMOTE_WRITE);
+	local.fill(33);
+	int ctx[21];
+	int completed = 0;
+	auto reap = [&] {
+		fi_cq_data_entry e;
+		while (fi_cq_read(p.client.cq, &e, 1) == 1) {
+			ck_assert_ptr_eq(e.op_context, &ctx[completed]);
+			completed++;
+		}
+	};
+	for (int i = 0; i < 21; i++) {
+		iovec iov = {local.buf.data() + i * len, len};
+		void *desc = local.desc();
+		fi_rma_iov rma = {remote.addr() + i * len, len, remote.key()};
+		fi_msg_rma msg{};
+		msg.msg_iov = &iov;
+		msg.desc = &desc;
+		msg.iov_count = 1;
+		msg.rma_iov = &rma;
+		msg.rma_iov_count = 1;
+		msg.context = &ctx[i];
+		const uint64_t flags = FI_COMPLETION | (i < 20 ? FI_MORE : 0);
+		ssize_t rc;
+		const Deadline deadline(kTimeoutMs);
+		while ((rc = fi_writemsg(p.client.ep, &msg, flags)) == -FI_EAGAIN) {
+			ck_assert_msg(!deadline.expired(), "send queue stuck at operation %d", i);
+			reap();
+		}
+		ck_assert_int_eq(rc, 0);
+	}
+	while (completed < 21) {
+		fi_cq_data_entry e;
+		ck_assert_int_eq(wait_cq(p.client.cq, &e), 1);
+		ck_assert_ptr_eq(e.op_context, &ctx[completed]);
+		completed++;
+	}
+	ck_assert(remote.check(33, 21 * len));
+}
+END_TEST
+
+START_TEST(inline_then_bounce_injects)
+{
+	// Many unsignaled inline injects, then one through a bounce buffer: the
+	// bounce buffer must become free (fi_pingpong -S all found this).
+	Env env;
+	Pair p(env);
+	Region remote(env, 8192, FI_REMOTE_WRITE | FI_REMOTE_READ);
+	Region local(env, 8192, FI_READ);
+	uint64_t v = 7;
+	for (int i = 0; i < 150; i++) {
+		ssize_t rc;
+		const Deadline deadline(kTimeoutMs);
+		while ((rc = fi_inject_write(p.client.ep, &v, 8, 0, remote.addr(), remote.key())) == -FI_EAGAIN)
+			ck_assert_msg(!deadline.expired(), "inline inject %d stuck", i);
+		ck_assert_int_eq(rc, 0);
+	}
+	std::vector<uint8_t> big(2000, 0xab);
+	ssize_t rc;
+	const Deadline deadline(kTimeoutMs);
+	while ((rc = fi_inject_write(p.client.ep, big.data(), big.size(), 0, remote.addr() + 4096,
+				     remote.key())) == -FI_EAGAIN) {
+		ck_assert_msg(!deadline.expired(), "bounce inject stuck behind unsignaled injects");
+		fi_cq_data_entry e;
+		ck_assert_int_eq(fi_cq_read(p.client.cq, &e, 1), -FI_EAGAIN);
+	}
+	ck_assert_int_eq(rc, 0);
+	int ctx;
+	ck_assert_int_eq(fi_read(p.client.ep, local.buf.data(), 8192, local.desc(), 0, remote.addr(),
+				 remote.key(), &ctx), 0);
+	expect_completion(p.client.cq, &ctx, FI_RMA | FI_READ);
+	ck_assert_uint_eq(local.buf[0], 7);
+	for (size_t i = 0; i < 2000; i++)
+		ck_assert_uint_eq(local.buf[4096 + i], 0xab);
+}
+END_TEST
+
 Suite *rma_suite()
 {
 	Suite *s = suite_create("rma");
@@ -469,6 +556,8 @@ Suite *rma_suite()
 	tcase_add_test(tc, delivery_complete_needs_remote_read);
 	tcase_add_test(tc, more_holds_the_doorbell);
 	tcase_add_test(tc, inject_write_beyond_inline);
+	tcase_add_test(tc, more_with_a_small_queue);
+	tcase_add_test(tc, inline_then_bounce_injects);
 	suite_add_tcase(s, tc);
 	return s;
 }
