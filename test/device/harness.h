@@ -92,6 +92,26 @@ struct Pair {
 	Pair &operator=(const Pair &) = delete;
 };
 
+// One local buffer to one remote segment: an fi_msg_rma owning its parts.
+struct OneRma {
+	iovec iov;
+	void *desc;
+	fi_rma_iov rma;
+	fi_msg_rma msg{};
+	OneRma(void *buf, size_t len, void *d, uint64_t addr, uint64_t key, void *context)
+		: iov{buf, len}, desc(d), rma{addr, len, key}
+	{
+		msg.msg_iov = &iov;
+		msg.desc = &desc;
+		msg.iov_count = 1;
+		msg.rma_iov = &rma;
+		msg.rma_iov_count = 1;
+		msg.context = context;
+	}
+	OneRma(const OneRma &) = delete;
+	OneRma &operator=(const OneRma &) = delete;
+};
+
 // Opens the server side: a listening passive endpoint; returns its port.
 fid_pep *listen_pep(Env &env, fid_eq *eq, sockaddr_storage *bound);
 fid_eq *open_eq(Env &env);

@@ -326,16 +326,8 @@ START_TEST(delivery_complete_write)
 	int rctx, wctx;
 	ck_assert_int_eq(fi_read(p.client.ep, local.buf.data(), 8, local.desc(), 0, remote.addr(),
 				 remote.key(), &rctx), 0);
-	iovec iov = {local.buf.data() + 64, 8};
-	void *desc = local.desc();
-	fi_rma_iov rma = {remote.addr(), 8, remote.key()};
-	fi_msg_rma msg{};
-	msg.msg_iov = &iov;
-	msg.desc = &desc;
-	msg.iov_count = 1;
-	msg.rma_iov = &rma;
-	msg.rma_iov_count = 1;
-	msg.context = &wctx;
+	OneRma one(local.buf.data() + 64, 8, local.desc(), remote.addr(), remote.key(), &wctx);
+	fi_msg_rma &msg = one.msg;
 	ck_assert_int_eq(fi_writemsg(p.client.ep, &msg, FI_FENCE | FI_DELIVERY_COMPLETE | FI_COMPLETION), 0);
 	expect_completion(p.client.cq, &rctx, FI_RMA | FI_READ);
 	expect_completion(p.client.cq, &wctx, FI_RMA | FI_WRITE);
@@ -378,16 +370,9 @@ START_TEST(more_holds_the_doorbell)
 	std::fill(remote.buf.begin(), remote.buf.end(), 0);
 	int ctx[11];
 	auto write = [&](int i, uint64_t flags) {
-		iovec iov = {local.buf.data() + i * len, len};
-		void *desc = local.desc();
-		fi_rma_iov rma = {remote.addr() + i * len, len, remote.key()};
-		fi_msg_rma msg{};
-		msg.msg_iov = &iov;
-		msg.desc = &desc;
-		msg.iov_count = 1;
-		msg.rma_iov = &rma;
-		msg.rma_iov_count = 1;
-		msg.context = &ctx[i];
+		OneRma one(local.buf.data() + i * len, len, local.desc(), remote.addr() + i * len,
+			   remote.key(), &ctx[i]);
+		fi_msg_rma &msg = one.msg;
 		return fi_writemsg(p.client.ep, &msg, flags);
 	};
 	for (int i = 0; i < 10; i++)
@@ -473,16 +458,9 @@ START_TEST(more_with_a_small_queue)
 		}
 	};
 	for (int i = 0; i < 21; i++) {
-		iovec iov = {local.buf.data() + i * len, len};
-		void *desc = local.desc();
-		fi_rma_iov rma = {remote.addr() + i * len, len, remote.key()};
-		fi_msg_rma msg{};
-		msg.msg_iov = &iov;
-		msg.desc = &desc;
-		msg.iov_count = 1;
-		msg.rma_iov = &rma;
-		msg.rma_iov_count = 1;
-		msg.context = &ctx[i];
+		OneRma one(local.buf.data() + i * len, len, local.desc(), remote.addr() + i * len,
+			   remote.key(), &ctx[i]);
+		fi_msg_rma &msg = one.msg;
 		const uint64_t flags = FI_COMPLETION | (i < 20 ? FI_MORE : 0);
 		ssize_t rc;
 		const Deadline deadline(kTimeoutMs);
