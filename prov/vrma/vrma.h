@@ -232,6 +232,7 @@ struct RxSlot : SlotHeader {
 	size_t len = 0;
 	Cntr *cntr = nullptr;
 	bool report = true;
+	bool internal = false; // posted by vrma for remote CQ data (reposted)
 };
 
 enum class EpState : uint8_t { Idle, Enabled, Connecting, Connected, Shutdown };
@@ -280,6 +281,9 @@ struct Ep final : fid_ep {
 	size_t inject_size = 0; // bytes an inject may carry (bounce beyond inline)
 	size_t max_msg_size = 0;
 	bool rx_cq_data_mode = false;
+	// RMA-only endpoint without FI_RX_CQ_DATA: vrma keeps zero-length
+	// receives posted so that remote CQ data needs no application receive.
+	bool provider_rx = false;
 
 	std::mutex tx_lock;
 	std::mutex rx_lock;
@@ -403,6 +407,8 @@ int ep_setopt(fid_t fid, int level, int optname, const void *optval, size_t optl
 // vrma_ep.cpp
 int ep_open(fid_domain *domain, fi_info *info, fid_ep **ep, void *context) noexcept;
 int ep_enable(Ep *ep) noexcept;
+// Posts one of the provider's own zero-length receives (provider_rx).
+int ep_post_provider_rx(Ep *ep) noexcept;
 // Moves the QP to the error state so that outstanding requests flush.
 void ep_set_error(Ep *ep) noexcept;
 

@@ -116,10 +116,16 @@ Outcome handle_wc(const ibv_wc &wc, Completion &c, fi_cq_err_entry &e)
 	void *context = s->context;
 	void *buf = s->buf;
 	const bool rx_report = s->report;
+	const bool internal = s->internal;
 	Cntr *cntr = s->cntr;
 	ep->rx.retire_through(s->seq, [](RxSlot &, uint64_t) {});
 	if (ep->closing.load(std::memory_order_relaxed))
 		return Outcome::None;
+	if (internal && wc.status == IBV_WC_SUCCESS) {
+		// Keep the provider's receive queue full (lock order: CQ, then rx).
+		if (int rc = ep_post_provider_rx(ep))
+			VRMA_WARN(FI_LOG_CQ, "reposting a vrma receive: %s\n", fi_strerror(-rc));
+	}
 	count(cntr, wc.status == IBV_WC_SUCCESS);
 	if (wc.status != IBV_WC_SUCCESS) {
 		if (wc.status != IBV_WC_WR_FLUSH_ERR)

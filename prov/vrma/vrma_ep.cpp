@@ -1,5 +1,6 @@
 // Active MSG endpoints: one RC QP on an rdma_cm id.
 #include "vrma.h"
+#include "vrma_post.h"
 
 #include <rdma/fi_atomic.h>
 #include <rdma/fi_collective.h>
@@ -361,6 +362,12 @@ size_t clamp(size_t want, size_t fallback, int device_max)
 
 } // namespace
 
+int ep_post_provider_rx(Ep *ep) noexcept
+{
+	ibv_recv_wr wr{}; // no scatter entries: write-with-immediate places no data here
+	return static_cast<int>(post_recv(ep, wr, nullptr, nullptr, 0, true, nullptr, true));
+}
+
 void report_unposted(Ep *ep, const ibv_send_wr *first, int err) noexcept
 {
 	const int fi_err = -errno_to_fi(err);
@@ -493,6 +500,14 @@ int ep_enable(Ep *ep) noexcept
 		ep->rx.at(i).ep = ep;
 		ep->rx.at(i).kind = SlotKind::Rx;
 	}
+	if (ep->provider_rx) {
+		for (size_t i = 0; i < ep->rx_depth; i++)
+			if (int rc = ep_post_provider_rx(ep)) {
+				VRMA_WARN(FI_LOG_EP_CTRL, "fi_enable: posting vrma's receives: %s\n",
+					  fi_strerror(-rc));
+				return rc;
+			}
+	}
 	int attach_rc = 0;
 	for_each_counter(ep, [&](Cntr *c, Cq *cq) {
 		if (int rc = cntr_attach_cq(c, cq))
@@ -539,6 +554,9 @@ try {
 	ep->tx_op_flags = info->tx_attr ? info->tx_attr->op_flags & kTxOpFlags : 0;
 	ep->rx_op_flags = info->rx_attr ? info->rx_attr->op_flags & kRxOpFlags : 0;
 	ep->rx_cq_data_mode = (info->mode | (info->rx_attr ? info->rx_attr->mode : 0)) & FI_RX_CQ_DATA;
+	// No messages will be received and the application did not take on
+	// FI_RX_CQ_DATA: immediate data must not need its receives.
+	ep->provider_rx = !ep->rx_cq_data_mode && !(info->caps & (FI_MSG | FI_RECV));
 
 	if (info->handle) {
 		if (info->handle->fclass != FI_CLASS_CONNREQ) {

@@ -55,6 +55,10 @@ ssize_t recv_common(Ep *ep, const iovec *iov, void *const *desc, size_t count, u
 {
 	if (ssize_t rc = check_op_flags(flags, kRecvFlags, "recv"))
 		return rc;
+	if (ep->provider_rx) [[unlikely]] {
+		VRMA_WARN(FI_LOG_EP_DATA, "recv on an endpoint opened without FI_MSG/FI_RECV\n");
+		return -FI_EOPNOTSUPP;
+	}
 	ibv_sge sge[kMaxSge];
 	size_t total;
 	if (ssize_t rc = build_sges(ep, iov, desc, count, ep->rx_iov_limit, sge, total, 0))

@@ -232,7 +232,7 @@ inline ssize_t post_send(Ep *ep, ibv_send_wr &wr, const TxOp &op) noexcept
 }
 
 inline ssize_t post_recv(Ep *ep, ibv_recv_wr &wr, void *context, void *buf, size_t len,
-			 bool report, Cntr *cntr) noexcept
+			 bool report, Cntr *cntr, bool internal = false) noexcept
 {
 	std::lock_guard<std::mutex> guard(ep->rx_lock);
 	if (!ep->qp) [[unlikely]] {
@@ -249,6 +249,7 @@ inline ssize_t post_recv(Ep *ep, ibv_recv_wr &wr, void *context, void *buf, size
 	s.len = len;
 	s.report = report;
 	s.cntr = cntr;
+	s.internal = internal;
 	wr.wr_id = reinterpret_cast<uintptr_t>(&s);
 	wr.next = nullptr;
 	ep->rx.push();

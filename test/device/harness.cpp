@@ -45,6 +45,13 @@ Env::Env(uint64_t extra_mode, uint64_t tx_op_flags)
 	ck_assert_int_eq(fi_domain(fabric, info, &domain, nullptr), 0);
 }
 
+Env::Env(fi_info *hints)
+{
+	info = get_info(hints);
+	ck_assert_int_eq(fi_fabric(info->fabric_attr, &fabric, nullptr), 0);
+	ck_assert_int_eq(fi_domain(fabric, info, &domain, nullptr), 0);
+}
+
 Env::~Env()
 {
 	if (domain)

@@ -54,6 +54,7 @@ struct Env {
 	fid_fabric *fabric = nullptr;
 	fid_domain *domain = nullptr;
 	explicit Env(uint64_t extra_mode = 0, uint64_t tx_op_flags = 0);
+	explicit Env(fi_info *hints); // hints stay the caller's
 	~Env();
 	Env(const Env &) = delete;
 	Env &operator=(const Env &) = delete;

@@ -516,6 +516,38 @@ START_TEST(inline_then_bounce_injects)
 }
 END_TEST
 
+START_TEST(cq_data_without_application_receives)
+{
+	// An RMA-only endpoint that did not take on FI_RX_CQ_DATA: remote CQ
+	// data arrives without any receive posted by the application.
+	fi_info *h = base_hints();
+	h->caps = FI_RMA;
+	h->mode = FI_CONTEXT;
+	Env env(h);
+	fi_freeinfo(h);
+	ck_assert_uint_eq(env.info->mode & FI_RX_CQ_DATA, 0);
+	PairOptions opt;
+	opt.rx_size = 8; // fewer than the writes: vrma's receives are reposted
+	Pair p(env, opt);
+	Region local(env, 4096, FI_WRITE);
+	Region remote(env, 4096, FI_REMOTE_WRITE);
+	local.fill(17);
+	for (uint64_t i = 0; i < 20; i++) {
+		int ctx;
+		ck_assert_int_eq(fi_writedata(p.client.ep, local.buf.data() + i * 64, 64, local.desc(), 1000 + i, 0,
+					      remote.addr() + i * 64, remote.key(), &ctx), 0);
+		expect_completion(p.client.cq, &ctx, FI_RMA | FI_WRITE);
+		fi_cq_data_entry e =
+			expect_completion(p.server.cq, nullptr, FI_RMA | FI_REMOTE_WRITE | FI_REMOTE_CQ_DATA);
+		ck_assert_uint_eq(e.data, 1000 + i);
+		ck_assert_uint_eq(e.len, 64);
+	}
+	ck_assert(remote.check(17, 20 * 64));
+	// No messages on such an endpoint: a receive is refused, not lost.
+	ck_assert_int_eq(fi_recv(p.server.ep, remote.buf.data(), 8, remote.desc(), 0, nullptr), -FI_EOPNOTSUPP);
+}
+END_TEST
+
 Suite *rma_suite()
 {
 	Suite *s = suite_create("rma");
@@ -536,6 +568,7 @@ Suite *rma_suite()
 	tcase_add_test(tc, inject_write_beyond_inline);
 	tcase_add_test(tc, more_with_a_small_queue);
 	tcase_add_test(tc, inline_then_bounce_injects);
+	tcase_add_test(tc, cq_data_without_application_receives);
 	suite_add_tcase(s, tc);
 	return s;
 }
