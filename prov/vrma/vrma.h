@@ -256,7 +256,6 @@ struct Ep final : fid_ep {
 	Cq *tx_cq = nullptr;
 	Cq *rx_cq = nullptr;
 	Cq *own_cq = nullptr; // created when only counters are bound
-	Cq *send_cq = nullptr; // the CQ the send queue completes into (set at enable)
 	Cntr *cntr_send = nullptr;
 	Cntr *cntr_recv = nullptr;
 	Cntr *cntr_read = nullptr;
@@ -305,6 +304,18 @@ struct Ep final : fid_ep {
 	std::unique_ptr<uint8_t[]> bounce;
 	MrPtr bounce_mr;
 };
+
+// The CQs the QP's queues complete into: the bound one, the other direction's
+// when only one is bound, or the endpoint's own when only counters are.
+inline Cq *send_cq_of(const Ep *ep) noexcept
+{
+	return ep->tx_cq ? ep->tx_cq : ep->rx_cq ? ep->rx_cq : ep->own_cq;
+}
+
+inline Cq *recv_cq_of(const Ep *ep) noexcept
+{
+	return ep->rx_cq ? ep->rx_cq : ep->tx_cq ? ep->tx_cq : ep->own_cq;
+}
 
 struct Pep final : fid_pep {
 	using FidType = fid_pep;
@@ -389,6 +400,8 @@ void cntr_detach_cq(Cntr *cntr, Cq *cq) noexcept;
 // vrma_eq.cpp
 int eq_open(fid_fabric *fabric, fi_eq_attr *attr, fid_eq **eq, void *context) noexcept;
 int eq_trywait(Eq *eq) noexcept;
+// Queues an event for the application and wakes its waiters.
+void eq_post(Eq *eq, EqEntry &&entry);
 void eq_purge(Eq *eq, fid *source) noexcept;
 
 // vrma_cm.cpp
@@ -433,6 +446,11 @@ int wait_epoll_create(Fd &epoll_fd, std::initializer_list<int> fds) noexcept;
 // returns how many are ready (written to ready_fds, at most max) or a
 // negative FI_E* code.
 int wait_epoll(int epoll_fd, const Deadline &deadline, int *ready_fds, int max) noexcept;
+// Makes a (non-blocking) eventfd readable, waking whoever waits on it;
+// 0 or a negative FI_E* code (logged).
+int eventfd_signal(int fd) noexcept;
+// Makes it unreadable again.
+void eventfd_clear(int fd) noexcept;
 // FI_GETWAIT / FI_GETWAITOBJ for an object with this wait object.
 int wait_control(fi_wait_obj wait_obj, int epoll_fd, int command, void *arg,
 		 const char *what) noexcept;

@@ -69,6 +69,16 @@ std::vector<uint8_t> cm_entry(fid *source, fi_info *info, const uint8_t *user, s
 	return buf;
 }
 
+// FI_SHUTDOWN for the endpoint.
+EqEntry shutdown_event(Ep *ep)
+{
+	EqEntry e;
+	e.event = FI_SHUTDOWN;
+	e.source = &ep->fid;
+	e.data = cm_entry(&ep->fid, nullptr, nullptr, 0);
+	return e;
+}
+
 void push_error(Eq *eq, Ep *ep, int err, int prov_errno, const uint8_t *data, size_t len)
 {
 	EqEntry e;
@@ -146,19 +156,8 @@ try {
 	if (!ep->state.compare_exchange_strong(expected, EpState::Shutdown))
 		return; // already reported (or never connected)
 	VRMA_INFO(FI_LOG_EP_DATA, "QP %u failed: connection shut down\n", ep->qp ? ep->qp->qp_num : 0);
-	if (ep->eq) {
-		EqEntry e;
-		e.event = FI_SHUTDOWN;
-		e.source = &ep->fid;
-		e.data = cm_entry(&ep->fid, nullptr, nullptr, 0);
-		{
-			std::lock_guard<std::mutex> guard(ep->eq->lock);
-			ep->eq->queue.push_back(std::move(e));
-		}
-		uint64_t one = 1;
-		if (write(ep->eq->event_fd.get(), &one, sizeof one) < 0)
-			VRMA_WARN(FI_LOG_EQ, "eventfd write: %s\n", strerror(errno));
-	}
+	if (ep->eq)
+		eq_post(ep->eq, shutdown_event(ep));
 	// Tell the peer: its side shuts down too instead of waiting for a
 	// retry timeout.
 	rdma_disconnect(ep->id.get());
@@ -207,13 +206,8 @@ try {
 		EpState was = ep->state.exchange(EpState::Shutdown);
 		// Outstanding operations complete with FI_ECANCELED.
 		ep_set_error(ep);
-		if (was == EpState::Connected || was == EpState::Connecting) {
-			EqEntry e;
-			e.event = FI_SHUTDOWN;
-			e.source = &ep->fid;
-			e.data = cm_entry(&ep->fid, nullptr, nullptr, 0);
-			eq->queue.push_back(std::move(e));
-		}
+		if (was == EpState::Connected || was == EpState::Connecting)
+			eq->queue.push_back(shutdown_event(ep)); // EQ lock held
 		break;
 	}
 	case RDMA_CM_EVENT_DEVICE_REMOVAL:

@@ -15,11 +15,15 @@ namespace vrma {
 
 namespace {
 
-void wake(Cntr *c)
+// fi_cntr_add/set and their error twins: change one count, wake waiters.
+int update(Cntr *c, std::atomic<uint64_t> &count, uint64_t value, bool add)
 {
-	uint64_t one = 1;
-	if (write(c->event_fd.get(), &one, sizeof one) < 0)
-		VRMA_WARN(FI_LOG_CNTR, "counter eventfd: %s\n", strerror(errno));
+	if (add)
+		count.fetch_add(value, std::memory_order_acq_rel);
+	else
+		count.store(value, std::memory_order_release);
+	eventfd_signal(c->event_fd.get());
+	return 0;
 }
 
 std::vector<Cq *> feeding_cqs(Cntr *c)
@@ -54,33 +58,25 @@ uint64_t cntr_readerr(fid_cntr *f) noexcept
 int cntr_add(fid_cntr *f, uint64_t value) noexcept
 {
 	Cntr *c = static_cast<Cntr *>(f);
-	c->value.fetch_add(value, std::memory_order_acq_rel);
-	wake(c);
-	return 0;
+	return update(c, c->value, value, true);
 }
 
 int cntr_set(fid_cntr *f, uint64_t value) noexcept
 {
 	Cntr *c = static_cast<Cntr *>(f);
-	c->value.store(value, std::memory_order_release);
-	wake(c);
-	return 0;
+	return update(c, c->value, value, false);
 }
 
 int cntr_adderr(fid_cntr *f, uint64_t value) noexcept
 {
 	Cntr *c = static_cast<Cntr *>(f);
-	c->errors.fetch_add(value, std::memory_order_acq_rel);
-	wake(c);
-	return 0;
+	return update(c, c->errors, value, true);
 }
 
 int cntr_seterr(fid_cntr *f, uint64_t value) noexcept
 {
 	Cntr *c = static_cast<Cntr *>(f);
-	c->errors.store(value, std::memory_order_release);
-	wake(c);
-	return 0;
+	return update(c, c->errors, value, false);
 }
 
 int cntr_wait(fid_cntr *f, uint64_t threshold, int timeout) noexcept
@@ -119,12 +115,8 @@ int cntr_wait(fid_cntr *f, uint64_t threshold, int timeout) noexcept
 		if (n < 0)
 			return n;
 		for (int i = 0; i < n; i++)
-			if (ready[i] == c->event_fd.get()) {
-				uint64_t v;
-				if (read(c->event_fd.get(), &v, sizeof v) < 0) {
-					// drained by another waiter
-				}
-			}
+			if (ready[i] == c->event_fd.get())
+				eventfd_clear(c->event_fd.get());
 	}
 }
 

@@ -297,10 +297,7 @@ ssize_t cq_sreadfrom(fid_cq *f, void *buf, size_t count, fi_addr_t *src_addr, co
 			return n;
 		for (int i = 0; i < n; i++) {
 			if (ready[i] == cq->signal_fd.get()) {
-				uint64_t v;
-				if (read(cq->signal_fd.get(), &v, sizeof v) < 0) {
-					// drained by another waiter
-				}
+				eventfd_clear(cq->signal_fd.get());
 				// fi_cq_signal (or an entry queued by the provider):
 				// return what there is, or -FI_EAGAIN.
 				return cq_read_impl(cq, buf, count, src_addr);
@@ -317,12 +314,9 @@ ssize_t cq_sread(fid_cq *f, void *buf, size_t count, const void *cond, int timeo
 int cq_signal(fid_cq *f) noexcept
 {
 	Cq *cq = static_cast<Cq *>(f);
-	if (!cq->signal_fd.get() || cq->signal_fd.get() < 0)
+	if (cq->signal_fd.get() < 0)
 		return -FI_ENOSYS;
-	uint64_t one = 1;
-	if (write(cq->signal_fd.get(), &one, sizeof one) != sizeof one)
-		return errno_to_fi(errno);
-	return 0;
+	return eventfd_signal(cq->signal_fd.get());
 }
 
 const char *cq_strerror(fid_cq *, int prov_errno, const void *, char *buf, size_t len) noexcept

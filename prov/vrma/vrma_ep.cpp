@@ -56,17 +56,6 @@ constexpr fi_ops_collective collective_nosys = {
 	.barrier2 = VRMA_NOSYS(fi_ops_collective, barrier2),
 };
 
-// The CQs the QP's queues complete into.
-Cq *send_cq_of(const Ep *ep)
-{
-	return ep->tx_cq ? ep->tx_cq : ep->rx_cq ? ep->rx_cq : ep->own_cq;
-}
-
-Cq *recv_cq_of(const Ep *ep)
-{
-	return ep->rx_cq ? ep->rx_cq : ep->tx_cq ? ep->tx_cq : ep->own_cq;
-}
-
 // Calls fn(counter, cq) for each bound counter and the CQ its completions
 // arrive on.
 template <typename Fn> void for_each_counter(const Ep *ep, Fn &&fn)
@@ -392,11 +381,8 @@ void report_unposted(Ep *ep, const ibv_send_wr *first, int err) noexcept
 			VRMA_WARN(FI_LOG_EP_DATA, "out of memory reporting a failed operation\n");
 		}
 		// Wake a reader blocked in fi_cq_sread: no device event will.
-		if (ep->tx_cq->signal_fd.get() >= 0) {
-			uint64_t one = 1;
-			if (write(ep->tx_cq->signal_fd.get(), &one, sizeof one) < 0)
-				VRMA_WARN(FI_LOG_EP_DATA, "waking the CQ: %s\n", strerror(errno));
-		}
+		if (ep->tx_cq->signal_fd.get() >= 0)
+			eventfd_signal(ep->tx_cq->signal_fd.get());
 	}
 }
 
@@ -476,7 +462,6 @@ int ep_enable(Ep *ep) noexcept
 		return errno_to_fi(err);
 	}
 	ep->qp = ep->id->qp;
-	ep->send_cq = send_cq;
 	ep->scratch_mr.reset(ibv_reg_mr(ep->domain->pd.get(), ep->scratch, sizeof ep->scratch,
 					IBV_ACCESS_LOCAL_WRITE));
 	if (!ep->scratch_mr) {

@@ -52,11 +52,8 @@ void progress_loop(Eq *eq)
 			progress(eq);
 			have = !eq->queue.empty();
 		}
-		if (have) {
-			uint64_t one = 1;
-			if (write(eq->event_fd.get(), &one, sizeof one) < 0)
-				VRMA_WARN(FI_LOG_EQ, "eventfd write: %s\n", strerror(errno));
-		}
+		if (have)
+			eventfd_signal(eq->event_fd.get());
 	}
 }
 
@@ -151,15 +148,7 @@ try {
 	EqEntry e;
 	e.event = event;
 	e.data.assign(static_cast<const uint8_t *>(buf), static_cast<const uint8_t *>(buf) + len);
-	{
-		std::lock_guard<std::mutex> guard(eq->lock);
-		eq->queue.push_back(std::move(e));
-	}
-	if (eq->event_fd.get() >= 0) {
-		uint64_t one = 1;
-		if (write(eq->event_fd.get(), &one, sizeof one) < 0)
-			VRMA_WARN(FI_LOG_EQ, "eventfd write: %s\n", strerror(errno));
-	}
+	eq_post(eq, std::move(e));
 	return static_cast<ssize_t>(len);
 } catch (...) {
 	return -FI_ENOMEM;
@@ -185,12 +174,8 @@ ssize_t eq_sread(fid_eq *f, uint32_t *event, void *buf, size_t len, int timeout,
 		if (n < 0)
 			return n;
 		for (int i = 0; i < n; i++)
-			if (ready[i] == eq->event_fd.get()) {
-				uint64_t v;
-				if (read(eq->event_fd.get(), &v, sizeof v) < 0) {
-					// already drained by another reader
-				}
-			}
+			if (ready[i] == eq->event_fd.get())
+				eventfd_clear(eq->event_fd.get());
 	}
 }
 
@@ -214,9 +199,7 @@ int eq_close(fid *f) noexcept
 		return -FI_EBUSY;
 	}
 	if (eq->progress_thread.joinable()) {
-		uint64_t one = 1;
-		if (write(eq->stop_fd.get(), &one, sizeof one) < 0)
-			VRMA_WARN(FI_LOG_EQ, "stopping the progress thread: %s\n", strerror(errno));
+		eventfd_signal(eq->stop_fd.get());
 		eq->progress_thread.join();
 	}
 	{
@@ -268,11 +251,17 @@ int eq_trywait(Eq *eq) noexcept
 	progress(eq);
 	if (!eq->queue.empty())
 		return -FI_EAGAIN;
-	uint64_t v;
-	if (read(eq->event_fd.get(), &v, sizeof v) < 0) {
-		// nothing written since the last drain
-	}
+	eventfd_clear(eq->event_fd.get());
 	return 0;
+}
+
+void eq_post(Eq *eq, EqEntry &&entry)
+{
+	{
+		std::lock_guard<std::mutex> guard(eq->lock);
+		eq->queue.push_back(std::move(entry));
+	}
+	eventfd_signal(eq->event_fd.get());
 }
 
 void eq_purge(Eq *eq, fid *source) noexcept

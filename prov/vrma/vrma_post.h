@@ -43,7 +43,7 @@ inline ssize_t fill_bounce(Ep *ep, uint64_t first, ibv_send_wr *wrs, size_t n,
 	// The buffer's previous user started kCount sequences ago and spans at
 	// most kMaxOpWr of them: it has retired once the ring's tail passed it.
 	if (ep->tx.outstanding() + n + kMaxOpWr > kCount) {
-		cq_progress(ep->send_cq);
+		cq_progress(send_cq_of(ep));
 		if (ep->tx.outstanding() + n + kMaxOpWr > kCount)
 			return -FI_EAGAIN;
 	}
@@ -84,9 +84,11 @@ inline void flush_more(Ep *ep) noexcept
 	mc.nsge = 0;
 }
 
-// Appends the operation's requests to the held-back chain; false if it does
-// not fit even when empty.
-inline bool hold_back(Ep *ep, const ibv_send_wr *wrs, size_t n) noexcept
+static_assert(kMaxOpWr <= MoreChain::kMaxWr, "an operation fits an empty held-back chain");
+
+// Appends the operation's requests to the held-back chain, posting what was
+// held first when they do not fit (an operation always fits an empty chain).
+inline void hold_back(Ep *ep, const ibv_send_wr *wrs, size_t n) noexcept
 {
 	MoreChain &mc = *ep->more;
 	size_t nsge = 0;
@@ -105,7 +107,6 @@ inline bool hold_back(Ep *ep, const ibv_send_wr *wrs, size_t n) noexcept
 			mc.wr[mc.nwr - 1].next = &w;
 		mc.nwr++;
 	}
-	return true;
 }
 
 inline bool tx_reports(const Ep *ep, uint64_t flags) noexcept
@@ -129,8 +130,8 @@ inline ssize_t post_failed(int rc, const char *what) noexcept
 // Posts the work requests of one operation (a chain of n, linked here) with
 // one doorbell. Only the last request carries the operation's completion
 // and counter; the others are unsignaled. Requests that need no completion
-// are unsignaled too, except one every half queue so that slots come back
-// (RC completes send requests in order). Every slot records the operation's
+// are unsignaled too, except one in every kSignalPeriod so that slots come
+// back (RC completes send requests in order). Every slot records the operation's
 // last sequence so an error is reported once per operation.
 inline ssize_t post_send_chain(Ep *ep, ibv_send_wr *wrs, size_t n, const TxOp &op) noexcept
 {
@@ -150,7 +151,7 @@ inline ssize_t post_send_chain(Ep *ep, ibv_send_wr *wrs, size_t n, const TxOp &o
 		// and only then say the queue is full (lock order: tx, then CQ).
 		if (ep->more)
 			flush_more(ep);
-		cq_progress(ep->send_cq);
+		cq_progress(send_cq_of(ep));
 		if (ep->tx.outstanding() + n > ep->tx_depth)
 			return -FI_EAGAIN;
 	}

@@ -47,6 +47,24 @@ int wait_epoll(int epoll_fd, const Deadline &deadline, int *ready_fds, int max) 
 	return n;
 }
 
+int eventfd_signal(int fd) noexcept
+{
+	const uint64_t one = 1;
+	if (write(fd, &one, sizeof one) == sizeof one)
+		return 0;
+	const int err = errno;
+	VRMA_WARN(FI_LOG_CORE, "eventfd write: %s\n", strerror(err));
+	return errno_to_fi(err);
+}
+
+void eventfd_clear(int fd) noexcept
+{
+	uint64_t value;
+	if (read(fd, &value, sizeof value) < 0) {
+		// EAGAIN: nothing was written, or another waiter cleared it first
+	}
+}
+
 int wait_control(fi_wait_obj wait_obj, int epoll_fd, int command, void *arg,
 		 const char *what) noexcept
 {
