@@ -8,6 +8,9 @@
 #ifndef FI_EXT_VRMA_H
 #define FI_EXT_VRMA_H
 
+#include <stddef.h>
+#include <stdint.h>
+
 #include <rdma/fabric.h>
 
 #ifdef __cplusplus
@@ -25,6 +28,65 @@ extern "C" {
  * and fi_reject (also reported by fi_getopt(FI_OPT_CM_DATA_SIZE)).
  */
 #define FI_VRMA_CM_DATA_SIZE 52
+
+/*
+ * Persistent memory (FI_RMA_PMEM, FI_COMMIT_COMPLETE).
+ *
+ * A write with FI_COMMIT_COMPLETE completes only once its data is durable at
+ * the target. vrma picks one method per connection, from what the target
+ * announced while connecting; fi_getopt(ep, FI_OPT_ENDPOINT,
+ * FI_VRMA_OPT_COMMIT_METHOD, &int, &len) reports it once connected.
+ */
+#define FI_PROV_SPECIFIC_VRMA (0x7e3 << 16)
+
+enum {
+	/* int: an enum fi_vrma_commit_method value (connected endpoints) */
+	FI_VRMA_OPT_COMMIT_METHOD = -(FI_PROV_SPECIFIC_VRMA),
+};
+
+enum fi_vrma_commit_method {
+	/* The peer offers no way to make writes durable: FI_COMMIT_COMPLETE
+	 * operations fail with -FI_EOPNOTSUPP. */
+	FI_VRMA_COMMIT_NONE = 0,
+	/* Native RDMA FLUSH to the persistence domain (IBTA 1.5). Reserved:
+	 * not built with rdma-core < 45. */
+	FI_VRMA_COMMIT_NATIVE_FLUSH = 1,
+	/* The target declared that RDMA writes land in its persistence domain
+	 * (fi_vrma_domain_ops.set_direct_write_to_pmem): a small RDMA READ of
+	 * the written bytes after the writes proves durability. */
+	FI_VRMA_COMMIT_DIRECT_WRITE = 2,
+	/* A commit message after the writes: the target's progress thread
+	 * persists each range (CLWB/CLFLUSHOPT/CLFLUSH + SFENCE, or msync for
+	 * file-backed shared mappings) and answers; the answer completes the
+	 * operation. The target application need not call anything. */
+	FI_VRMA_COMMIT_TARGET = 3,
+};
+
+/* What a domain's commit service did (target side). */
+struct fi_vrma_commit_stats {
+	uint64_t requests;     /* commit messages served */
+	uint64_t ranges;       /* address ranges persisted */
+	uint64_t bytes;        /* bytes in those ranges */
+	uint64_t msync_calls;  /* ranges persisted with msync(MS_SYNC) */
+	uint64_t cache_flushes; /* ranges written back by cache-line flushes */
+	uint64_t failures;     /* requests answered with an error */
+	const char *cache_flush; /* "clwb", "clflushopt", "clflush" or "none" */
+};
+
+/* fi_open_ops(&domain->fid, FI_VRMA_DOMAIN_OPS, 0, (void **)&ops, NULL) */
+#define FI_VRMA_DOMAIN_OPS "vrma_domain_ops_v1"
+
+struct fi_vrma_domain_ops {
+	size_t size;
+	/* Declares (enable != 0) that RDMA writes into this domain's memory
+	 * land in the persistence domain directly (the platform places
+	 * inbound DMA in persistent memory: no DDIO, or eADR). Endpoints that
+	 * connect afterwards tell their peers, who then commit by read-back.
+	 * Declaring it falsely loses data on power failure. */
+	int (*set_direct_write_to_pmem)(struct fid_domain *domain, int enable);
+	/* Copies the domain's commit-service counters. */
+	int (*commit_stats)(struct fid_domain *domain, struct fi_vrma_commit_stats *stats);
+};
 
 #ifdef __cplusplus
 }

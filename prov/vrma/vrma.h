@@ -68,11 +68,13 @@ inline constexpr uint64_t kMsgCaps = FI_MSG | FI_SEND | FI_RECV;
 inline constexpr uint64_t kRmaCaps =
 	FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
 inline constexpr uint64_t kDomainCaps = FI_LOCAL_COMM | FI_REMOTE_COMM;
-inline constexpr uint64_t kCaps = kMsgCaps | kRmaCaps | kDomainCaps | FI_FENCE;
-// FI_DELIVERY_COMPLETE is honoured for RMA writes (and trivially for reads),
-// not for sends: getinfo offers it only without FI_MSG.
+inline constexpr uint64_t kCaps = kMsgCaps | kRmaCaps | kDomainCaps | FI_FENCE | FI_RMA_PMEM;
+// FI_DELIVERY_COMPLETE and FI_COMMIT_COMPLETE are honoured for RMA writes
+// (and trivially for reads), not for sends: getinfo offers them only without
+// FI_MSG.
 inline constexpr uint64_t kTxOpFlags = FI_COMPLETION | FI_INJECT | FI_INJECT_COMPLETE |
-				       FI_TRANSMIT_COMPLETE | FI_DELIVERY_COMPLETE;
+				       FI_TRANSMIT_COMPLETE | FI_DELIVERY_COMPLETE |
+				       FI_COMMIT_COMPLETE;
 inline constexpr uint64_t kRxOpFlags = FI_COMPLETION;
 // RC orders everything except a later write or send overtaking an earlier
 // read's data (WAR/SAR are not promised).
@@ -93,6 +95,9 @@ inline constexpr size_t kMaxOpWr = kMaxRmaIov + 1;
 // At least one send request in this many is signaled (fewer completions to
 // poll, yet slots and bounce buffers always come back; see post_send_chain).
 inline constexpr uint64_t kSignalPeriod = 16;
+static_assert(kMaxRmaIov <= wire::kMaxCommitRanges, "a commit message covers every remote segment");
+// FI_COMMIT_COMPLETE operations of one endpoint awaiting the target's answer.
+inline constexpr size_t kMaxCommits = 64;
 
 // fi_info owned by a provider object.
 struct FiInfoDeleter {
@@ -110,6 +115,19 @@ template <typename T> T *from_fid(fid *f) noexcept
 struct Eq;
 struct Cq;
 struct Ep;
+struct Mr;
+struct PmemService;
+// Defined where PmemService is (vrma_pmem.cpp).
+struct PmemServiceDeleter {
+	void operator()(PmemService *svc) const noexcept;
+};
+using PmemServicePtr = std::unique_ptr<PmemService, PmemServiceDeleter>;
+
+// Target-side counters of the commit service (fi_vrma_commit_stats).
+struct CommitStats {
+	std::atomic<uint64_t> requests{0}, ranges{0}, bytes{0}, msync_calls{0}, cache_flushes{0},
+		failures{0};
+};
 
 // Entries for fi_ops members a class does not implement. The inline fi_*
 // wrappers call through these pointers unchecked (ofi_rxm probes
@@ -155,6 +173,16 @@ struct Domain final : fid_domain {
 	uint32_t max_msg_size = 0;
 	int inline_size = 0; // what a QP of this domain is created with
 	std::atomic<int> refs{0};
+	// Persistent memory. Declared by the application (fi_ext_vrma.h):
+	// RDMA writes into this domain land in the persistence domain.
+	std::atomic<bool> direct_write_to_pmem{false};
+	// Regions by rkey: the commit service checks requested ranges here.
+	std::mutex mr_lock;
+	std::map<uint32_t, Mr *> mrs_by_key;
+	// Serves commit messages while FI_RMA_PMEM endpoints exist.
+	std::mutex pmem_lock;
+	PmemServicePtr pmem;
+	CommitStats commit_stats;
 };
 
 struct Mr final : fid_mr {
@@ -162,6 +190,10 @@ struct Mr final : fid_mr {
 	uint32_t lkey = 0; // first: the data path reads it through desc
 	Domain *domain = nullptr;
 	MrPtr mr;
+	uint64_t access = 0; // FI_* access bits as registered
+	// How the commit service persists this region: found at the first
+	// commit (-1: not yet), a persist::Backing value.
+	std::atomic<int> backing{-1};
 };
 static_assert(offsetof(fid_mr, mem_desc) > 0, "layout");
 
@@ -225,6 +257,10 @@ struct TxSlot : SlotHeader {
 	size_t len = 0;
 	Cntr *cntr = nullptr;    // counts the completion (success or error)
 	bool report = false;     // a successful completion goes to the CQ
+	// FI_COMMIT_COMPLETE through the target: id + 1 of the pending commit
+	// the target's answer completes (0: none). Errors of the operation's
+	// requests claim it.
+	uint32_t commit = 0;
 };
 struct RxSlot : SlotHeader {
 	void *context = nullptr;
@@ -245,6 +281,33 @@ struct MoreChain {
 	ibv_sge sge[kMaxWr * kMaxSge];
 	size_t nwr = 0;
 	size_t nsge = 0;
+};
+
+// One FI_COMMIT_COMPLETE operation waiting for the target's answer.
+struct PendingCommit {
+	bool busy = false;
+	uint32_t id = 0; // 24 bits on the wire; index = id % kMaxCommits
+	void *context = nullptr;
+	size_t len = 0;
+	Cntr *cntr = nullptr;
+	bool report = false;
+};
+
+// State of an FI_RMA_PMEM endpoint. Its receive queue is vrma's own and
+// completes into the domain's commit service CQ, whose thread answers
+// commit requests (target) and completes answered commits (initiator).
+struct PmemEp {
+	std::mutex lock; // the commits table (a leaf lock)
+	PendingCommit commits[kMaxCommits];
+	uint32_t next_id = 0;
+	size_t max_commits = kMaxCommits;
+	// Request messages, one buffer per commits[] entry.
+	std::unique_ptr<uint8_t[]> req_buf;
+	MrPtr req_mr;
+	// Receive buffers, one per receive queue entry (seq % rx_depth).
+	std::unique_ptr<uint8_t[]> rx_buf;
+	MrPtr rx_mr;
+	std::atomic<bool> cancel{false}; // the connection died: fail what waits
 };
 
 struct Ep final : fid_ep {
@@ -283,6 +346,11 @@ struct Ep final : fid_ep {
 	// RMA-only endpoint without FI_RX_CQ_DATA: vrma keeps zero-length
 	// receives posted so that remote CQ data needs no application receive.
 	bool provider_rx = false;
+	// FI_RMA_PMEM: commit messages share vrma's receive queue.
+	std::unique_ptr<PmemEp> pmem;
+	Cq *service_cq = nullptr; // the receive CQ then (the domain's service's)
+	// fi_vrma_commit_method for writes to the peer; set before Connected.
+	std::atomic<int> commit_method{0};
 
 	std::mutex tx_lock;
 	std::mutex rx_lock;
@@ -314,6 +382,8 @@ inline Cq *send_cq_of(const Ep *ep) noexcept
 
 inline Cq *recv_cq_of(const Ep *ep) noexcept
 {
+	if (ep->service_cq)
+		return ep->service_cq;
 	return ep->rx_cq ? ep->rx_cq : ep->tx_cq ? ep->tx_cq : ep->own_cq;
 }
 
@@ -334,6 +404,7 @@ struct ConnReq final : fid {
 	rdma_cm_id *id = nullptr; // owned until fi_endpoint or fi_reject takes it
 	uint8_t responder_resources = 0;
 	uint8_t initiator_depth = 0;
+	uint8_t peer_cm_flags = 0; // wire::kCmFlag* the requester offers
 };
 
 struct EqEntry {
@@ -390,6 +461,9 @@ void cq_unreserve(Cq *cq, size_t entries) noexcept;
 bool cq_drain_endpoint(Cq *cq, Ep *ep, bool tx_side, int timeout_ms) noexcept;
 // Polls what the device has completed into the CQ's queue (counting it).
 void cq_progress(Cq *cq) noexcept;
+// Queues an entry produced outside the CQ's own polling and wakes waiters.
+// Never call it for the CQ whose lock the caller holds.
+void cq_push(Cq *cq, const CqPending &entry) noexcept;
 
 // vrma_cntr.cpp
 int cntr_open(fid_domain *domain, fi_cntr_attr *attr, fid_cntr **cntr, void *context) noexcept;
@@ -424,6 +498,37 @@ int ep_enable(Ep *ep) noexcept;
 int ep_post_provider_rx(Ep *ep) noexcept;
 // Moves the QP to the error state so that outstanding requests flush.
 void ep_set_error(Ep *ep) noexcept;
+
+// vrma_pmem.cpp: FI_RMA_PMEM endpoints and the domain's commit service.
+int domain_ops_open(fid *f, const char *name, uint64_t flags, void **ops, void *context) noexcept;
+// Sets up an FI_RMA_PMEM endpoint at fi_enable (receive buffers, the
+// service and its CQ); 0 or a negative FI_E* code.
+int pmem_ep_enable(Ep *ep) noexcept;
+// At close, before draining: the service forgets the endpoint's work.
+void pmem_ep_quiesce(Ep *ep) noexcept;
+// At close, after the QP is gone: the last endpoint stops the service.
+void pmem_ep_detach(Ep *ep) noexcept;
+// A successful completion of one of vrma's receives on an FI_RMA_PMEM
+// endpoint (buf: the message, copied before the receive is reposted).
+void pmem_rx_completion(Ep *ep, const ibv_wc &wc, const void *buf) noexcept;
+// An error of a commit operation's request: true if the operation was
+// still pending (the caller reports the error), false if already done.
+bool pmem_claim_commit(Ep *ep, uint32_t commit) noexcept;
+// The connection died: pending commits fail (done by the service thread).
+void pmem_connection_lost(Ep *ep) noexcept;
+// wire::kCmFlag* this endpoint announces, and the method its writes use
+// given what the peer announced.
+uint8_t pmem_cm_flags(const Ep *ep) noexcept;
+int pmem_commit_method(const Ep *ep, uint8_t peer_flags) noexcept;
+// Reserves a pending commit and writes its request (remote segments
+// written by the operation); returns its id + 1 (TxSlot::commit), or a
+// negative FI_E* code.
+int pmem_begin_commit(Ep *ep, const wire::CommitRange *ranges, size_t n, void *context,
+		      size_t len, Cntr *cntr, bool report, ibv_sge &request) noexcept;
+// Whether commits wait for their answer (an FI_FENCE must wait for them).
+bool pmem_commits_pending(Ep *ep) noexcept;
+// Releases a commit whose requests were never posted.
+void pmem_abort_commit(Ep *ep, uint32_t commit) noexcept;
 
 // vrma_msg.cpp, vrma_rma.cpp
 extern const fi_ops_msg msg_ops;

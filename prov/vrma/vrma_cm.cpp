@@ -11,8 +11,10 @@ namespace {
 
 using PrivateData = std::array<uint8_t, wire::kCmPrivateDataMax>;
 
-// Puts vrma's header in front of the application's CM data.
-int build_private_data(const void *param, size_t len, PrivateData &out, uint8_t &out_len)
+// Puts vrma's header (with the sender's wire::kCmFlag*) in front of the
+// application's CM data.
+int build_private_data(const void *param, size_t len, uint8_t flags, PrivateData &out,
+		       uint8_t &out_len)
 {
 	if (len > wire::kCmUserDataMax) {
 		VRMA_WARN(FI_LOG_EP_CTRL, "CM data of %zu bytes exceeds FI_OPT_CM_DATA_SIZE (%zu)\n",
@@ -23,7 +25,7 @@ int build_private_data(const void *param, size_t len, PrivateData &out, uint8_t 
 		VRMA_WARN(FI_LOG_EP_CTRL, "NULL CM data of length %zu\n", len);
 		return -FI_EINVAL;
 	}
-	wire::CmHeader h{wire::kCmMagic, wire::kCmVersion, static_cast<uint8_t>(len), 0};
+	wire::CmHeader h{wire::kCmMagic, wire::kCmVersion, static_cast<uint8_t>(len), flags};
 	memcpy(out.data(), &h, sizeof h);
 	if (len)
 		memcpy(out.data() + sizeof h, param, len);
@@ -31,12 +33,15 @@ int build_private_data(const void *param, size_t len, PrivateData &out, uint8_t 
 	return 0;
 }
 
-// The application's part of received private data; false if it is not from
-// a vrma peer (or absent).
-bool parse_private_data(const void *data, size_t len, const uint8_t **user, size_t *user_len)
+// The application's part of received private data and the peer's flags;
+// false if it is not from a vrma peer (or absent).
+bool parse_private_data(const void *data, size_t len, const uint8_t **user, size_t *user_len,
+			uint8_t *flags = nullptr)
 {
 	*user = nullptr;
 	*user_len = 0;
+	if (flags)
+		*flags = 0;
 	if (!data || len < sizeof(wire::CmHeader))
 		return false;
 	wire::CmHeader h;
@@ -46,6 +51,8 @@ bool parse_private_data(const void *data, size_t len, const uint8_t **user, size
 		return false;
 	*user = static_cast<const uint8_t *>(data) + sizeof h;
 	*user_len = h.user_len;
+	if (flags)
+		*flags = h.flags;
 	return true;
 }
 
@@ -103,8 +110,9 @@ rdma_cm_id *handle_connect_request(Eq *eq, rdma_cm_event *ev)
 	Pep *pep = from_fid<Pep>(lf);
 	const uint8_t *user;
 	size_t user_len;
+	uint8_t peer_flags;
 	if (!parse_private_data(ev->param.conn.private_data, ev->param.conn.private_data_len,
-				&user, &user_len)) {
+				&user, &user_len, &peer_flags)) {
 		VRMA_INFO(FI_LOG_EP_CTRL, "refusing a connection request from a non-vrma peer\n");
 		rdma_reject(ev->id, nullptr, 0);
 		return ev->id;
@@ -138,6 +146,7 @@ rdma_cm_id *handle_connect_request(Eq *eq, rdma_cm_event *ev)
 	cr->id = ev->id;
 	cr->responder_resources = ev->param.conn.responder_resources;
 	cr->initiator_depth = ev->param.conn.initiator_depth;
+	cr->peer_cm_flags = peer_flags;
 	info->handle = cr.release();
 	EqEntry e;
 	e.event = FI_CONNREQ;
@@ -158,6 +167,8 @@ try {
 	VRMA_INFO(FI_LOG_EP_DATA, "QP %u failed: connection shut down\n", ep->qp ? ep->qp->qp_num : 0);
 	if (ep->eq)
 		eq_post(ep->eq, shutdown_event(ep));
+	if (ep->pmem)
+		pmem_connection_lost(ep);
 	// Tell the peer: its side shuts down too instead of waiting for a
 	// retry timeout.
 	rdma_disconnect(ep->id.get());
@@ -178,8 +189,12 @@ try {
 	size_t user_len = 0;
 	switch (ev->event) {
 	case RDMA_CM_EVENT_ESTABLISHED: {
+		uint8_t peer_flags = 0;
 		parse_private_data(ev->param.conn.private_data, ev->param.conn.private_data_len,
-				   &user, &user_len);
+				   &user, &user_len, &peer_flags);
+		// The accepting side learnt the peer's flags from the request.
+		if (!ep->passive_side)
+			ep->commit_method.store(pmem_commit_method(ep, peer_flags));
 		ep->state.store(EpState::Connected, std::memory_order_release);
 		EqEntry e;
 		e.event = FI_CONNECTED;
@@ -206,6 +221,8 @@ try {
 		EpState was = ep->state.exchange(EpState::Shutdown);
 		// Outstanding operations complete with FI_ECANCELED.
 		ep_set_error(ep);
+		if (ep->pmem)
+			pmem_connection_lost(ep);
 		if (was == EpState::Connected || was == EpState::Connecting)
 			eq->queue.push_back(shutdown_event(ep)); // EQ lock held
 		break;
@@ -334,7 +351,7 @@ int cm_connect(fid_ep *f, const void *addr, const void *param, size_t paramlen) 
 	}
 	PrivateData pd;
 	uint8_t pd_len;
-	if (int rc = build_private_data(param, paramlen, pd, pd_len))
+	if (int rc = build_private_data(param, paramlen, pmem_cm_flags(ep), pd, pd_len))
 		return rc;
 	if (!ep->eq) {
 		VRMA_WARN(FI_LOG_EP_CTRL, "fi_connect: endpoint is not bound to an EQ\n");
@@ -420,7 +437,7 @@ int cm_accept(fid_ep *f, const void *param, size_t paramlen) noexcept
 	}
 	PrivateData pd;
 	uint8_t pd_len;
-	if (int rc = build_private_data(param, paramlen, pd, pd_len))
+	if (int rc = build_private_data(param, paramlen, pmem_cm_flags(ep), pd, pd_len))
 		return rc;
 	if (!ep->qp) {
 		if (int rc = ep_enable(ep))
@@ -455,7 +472,7 @@ int cm_reject(fid_pep *, fid_t handle, const void *param, size_t paramlen) noexc
 	}
 	PrivateData pd;
 	uint8_t pd_len;
-	if (int rc = build_private_data(param, paramlen, pd, pd_len))
+	if (int rc = build_private_data(param, paramlen, 0, pd, pd_len))
 		return rc;
 	auto *cr = static_cast<ConnReq *>(handle);
 	int rc = 0;
@@ -581,11 +598,28 @@ ssize_t pep_cancel(fid_t, void *) noexcept { return -FI_ENOENT; }
 
 } // namespace
 
-int ep_getopt(fid_t, int level, int optname, void *optval, size_t *optlen) noexcept
+int ep_getopt(fid_t f, int level, int optname, void *optval, size_t *optlen) noexcept
 {
 	if (level != FI_OPT_ENDPOINT)
 		return -FI_ENOPROTOOPT;
 	switch (optname) {
+	case FI_VRMA_OPT_COMMIT_METHOD: {
+		if (!optval || !optlen || *optlen < sizeof(int)) {
+			if (optlen)
+				*optlen = sizeof(int);
+			return -FI_ETOOSMALL;
+		}
+		if (f->fclass != FI_CLASS_EP)
+			return -FI_ENOPROTOOPT;
+		Ep *ep = from_fid<Ep>(f);
+		if (ep->state.load(std::memory_order_acquire) != EpState::Connected) {
+			VRMA_WARN(FI_LOG_EP_CTRL, "FI_VRMA_OPT_COMMIT_METHOD: known once connected\n");
+			return -FI_EOPBADSTATE;
+		}
+		*static_cast<int *>(optval) = ep->commit_method.load();
+		*optlen = sizeof(int);
+		return 0;
+	}
 	case FI_OPT_CM_DATA_SIZE:
 		if (!optval || !optlen || *optlen < sizeof(size_t)) {
 			if (optlen)

@@ -84,6 +84,7 @@ Outcome handle_wc(const ibv_wc &wc, Completion &c, fi_cq_err_entry &e)
 		const bool report = s->report;
 		const bool op_done = s->seq == s->op_end;
 		const uint64_t op_end = s->op_end;
+		const uint32_t commit = s->commit;
 		Cntr *cntr = s->cntr;
 		ep->tx.retire_through(s->seq, [](TxSlot &, uint64_t) {});
 		if (ep->closing.load(std::memory_order_relaxed))
@@ -96,6 +97,8 @@ Outcome handle_wc(const ibv_wc &wc, Completion &c, fi_cq_err_entry &e)
 			ep->failed_op_end = op_end;
 			if (wc.status != IBV_WC_WR_FLUSH_ERR)
 				ep_connection_failed(ep);
+			if (commit && !pmem_claim_commit(ep, commit))
+				return Outcome::None; // answered before the error
 			count(cntr, false);
 			// Errors go to the transmit CQ, if the endpoint has one.
 			if (!ep->tx_cq)
@@ -106,6 +109,8 @@ Outcome handle_wc(const ibv_wc &wc, Completion &c, fi_cq_err_entry &e)
 		// An intermediate request signaled to reclaim slots: not the end.
 		if (!op_done)
 			return Outcome::None;
+		if (commit)
+			return Outcome::None; // the target's answer completes it
 		count(cntr, true);
 		if (!report)
 			return Outcome::None;
@@ -121,6 +126,10 @@ Outcome handle_wc(const ibv_wc &wc, Completion &c, fi_cq_err_entry &e)
 	ep->rx.retire_through(s->seq, [](RxSlot &, uint64_t) {});
 	if (ep->closing.load(std::memory_order_relaxed))
 		return Outcome::None;
+	if (internal && wc.status == IBV_WC_SUCCESS && ep->pmem) {
+		pmem_rx_completion(ep, wc, buf); // reposts, answers, forwards
+		return Outcome::None;
+	}
 	if (internal && wc.status == IBV_WC_SUCCESS) {
 		// Keep the provider's receive queue full (lock order: CQ, then rx).
 		if (int rc = ep_post_provider_rx(ep))
@@ -130,8 +139,9 @@ Outcome handle_wc(const ibv_wc &wc, Completion &c, fi_cq_err_entry &e)
 	if (wc.status != IBV_WC_SUCCESS) {
 		if (wc.status != IBV_WC_WR_FLUSH_ERR)
 			ep_connection_failed(ep);
-		if (!ep->rx_cq)
-			return Outcome::None;
+		if (!ep->rx_cq || ep->service_cq)
+			return Outcome::None; // vrma's own receive: nothing to report
+
 		fill_error(e, wc, context, FI_RECV | FI_MSG, buf);
 		return Outcome::Error;
 	}
@@ -402,6 +412,20 @@ int cq_trywait(Cq *cq) noexcept
 	// Completions that arrived before arming raise no event: look once more.
 	poll_to_pending(cq, 64);
 	return cq->pending.empty() ? 0 : -FI_EAGAIN;
+}
+
+void cq_push(Cq *cq, const CqPending &entry) noexcept
+{
+	try {
+		std::lock_guard<std::mutex> guard(cq->lock);
+		cq->pending.push_back(entry);
+	} catch (...) {
+		VRMA_WARN(FI_LOG_CQ, "out of memory queuing a completion: entry lost\n");
+		return;
+	}
+	// Wake a reader blocked in fi_cq_sread: no device event will.
+	if (cq->signal_fd.get() >= 0)
+		eventfd_signal(cq->signal_fd.get());
 }
 
 void cq_progress(Cq *cq) noexcept

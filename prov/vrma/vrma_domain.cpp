@@ -80,7 +80,7 @@ constexpr fi_ops domain_fi_ops = {
 	.close = domain_close,
 	.bind = fid_no_bind,
 	.control = fid_no_control,
-	.ops_open = fid_no_ops_open,
+	.ops_open = domain_ops_open, // FI_VRMA_DOMAIN_OPS
 	.tostr = fid_tostr,
 	.ops_set = fid_no_ops_set,
 };

@@ -106,6 +106,7 @@ void post_sentinel(Ep *ep)
 	s.len = 0;
 	s.report = false;
 	s.cntr = nullptr;
+	s.commit = 0;
 	ibv_send_wr wr{};
 	wr.wr_id = reinterpret_cast<uintptr_t>(&s);
 	wr.opcode = IBV_WR_RDMA_WRITE;
@@ -126,6 +127,8 @@ int ep_close(fid *f) noexcept
 		std::lock_guard<std::mutex> guard(ep->eq->lock);
 		ep->id->context = nullptr;
 	}
+	if (ep->pmem)
+		pmem_ep_quiesce(ep);
 	bool drained = true;
 	if (ep->qp) {
 		ep_set_error(ep);
@@ -155,6 +158,8 @@ int ep_close(fid *f) noexcept
 		ep->id.reset();
 	}
 	release_cq(ep);
+	if (ep->service_cq)
+		pmem_ep_detach(ep);
 	ep->domain->refs--;
 	if (drained)
 		delete ep;
@@ -280,6 +285,10 @@ int ep_control(fid *f, int command, void *arg) noexcept
 					  static_cast<unsigned long long>(f2 & ~kTxOpFlags));
 				return -FI_EBADFLAGS;
 			}
+			if ((f2 & FI_COMMIT_COMPLETE) && !ep->pmem) {
+				VRMA_WARN(FI_LOG_EP_CTRL, "FI_SETOPSFLAG: FI_COMMIT_COMPLETE needs FI_RMA_PMEM\n");
+				return -FI_EBADFLAGS;
+			}
 			ep->tx_op_flags = f2;
 		} else {
 			uint64_t f2 = flags & ~FI_RECV;
@@ -353,7 +362,17 @@ size_t clamp(size_t want, size_t fallback, int device_max)
 
 int ep_post_provider_rx(Ep *ep) noexcept
 {
-	ibv_recv_wr wr{}; // no scatter entries: write-with-immediate places no data here
+	ibv_recv_wr wr{};
+	if (ep->pmem) {
+		// Commit requests arrive here too: each receive has a buffer.
+		constexpr size_t kLen = wire::kCommitMsgMax;
+		ibv_sge sge{reinterpret_cast<uintptr_t>(ep->pmem->rx_buf.get()), kLen,
+			    ep->pmem->rx_mr->lkey};
+		wr.sg_list = &sge;
+		wr.num_sge = 1;
+		return static_cast<int>(post_recv(ep, wr, nullptr, nullptr, kLen, true, nullptr, true, kLen));
+	}
+	// No scatter entries: write-with-immediate places no data here.
 	return static_cast<int>(post_recv(ep, wr, nullptr, nullptr, 0, true, nullptr, true));
 }
 
@@ -364,6 +383,8 @@ void report_unposted(Ep *ep, const ibv_send_wr *first, int err) noexcept
 		auto *s = reinterpret_cast<TxSlot *>(w->wr_id);
 		if (s->seq != s->op_end)
 			continue; // one report per operation, at its last request
+		if (s->commit && !pmem_claim_commit(ep, s->commit))
+			continue;
 		if (s->cntr)
 			s->cntr->errors.fetch_add(1, std::memory_order_acq_rel);
 		if (!ep->tx_cq)
@@ -374,15 +395,7 @@ void report_unposted(Ep *ep, const ibv_send_wr *first, int err) noexcept
 		p.err.flags = s->comp_flags;
 		p.err.err = fi_err;
 		p.err.prov_errno = IBV_WC_GENERAL_ERR; // the post failed, not a request
-		try {
-			std::lock_guard<std::mutex> guard(ep->tx_cq->lock);
-			ep->tx_cq->pending.push_back(p);
-		} catch (...) {
-			VRMA_WARN(FI_LOG_EP_DATA, "out of memory reporting a failed operation\n");
-		}
-		// Wake a reader blocked in fi_cq_sread: no device event will.
-		if (ep->tx_cq->signal_fd.get() >= 0)
-			eventfd_signal(ep->tx_cq->signal_fd.get());
+		cq_push(ep->tx_cq, p);
 	}
 }
 
@@ -432,15 +445,25 @@ int ep_enable(Ep *ep) noexcept
 			  ep->id->verbs->device->name, ep->domain->ctx->device->name);
 		return -FI_EINVAL;
 	}
+	if (ep->pmem) {
+		if (int rc = pmem_ep_enable(ep)) // sets service_cq: the receive CQ
+			return rc;
+	}
+	// Undoes pmem_ep_enable when the QP cannot be set up.
+	auto fail = [ep](int rc) {
+		if (ep->service_cq)
+			pmem_ep_detach(ep);
+		return rc;
+	};
 	Cq *send_cq = send_cq_of(ep);
 	Cq *recv_cq = recv_cq_of(ep);
 	// One extra send slot for the close-time sentinel.
 	const size_t send_wrs = ep->tx_depth + 1;
 	if (int rc = cq_reserve(send_cq, send_wrs))
-		return rc;
+		return fail(rc);
 	if (int rc = cq_reserve(recv_cq, ep->rx_depth)) {
 		cq_unreserve(send_cq, send_wrs);
-		return rc;
+		return fail(rc);
 	}
 	ibv_qp_init_attr attr{};
 	attr.qp_context = ep;
@@ -459,7 +482,7 @@ int ep_enable(Ep *ep) noexcept
 			  send_wrs, ep->rx_depth, ep->inline_size, strerror(err));
 		cq_unreserve(send_cq, send_wrs);
 		cq_unreserve(recv_cq, ep->rx_depth);
-		return errno_to_fi(err);
+		return fail(errno_to_fi(err));
 	}
 	ep->qp = ep->id->qp;
 	ep->scratch_mr.reset(ibv_reg_mr(ep->domain->pd.get(), ep->scratch, sizeof ep->scratch,
@@ -471,7 +494,7 @@ int ep_enable(Ep *ep) noexcept
 		ep->qp = nullptr;
 		cq_unreserve(send_cq, send_wrs);
 		cq_unreserve(recv_cq, ep->rx_depth);
-		return errno_to_fi(err);
+		return fail(errno_to_fi(err));
 	}
 	if (attr.cap.max_inline_data < ep->inline_size)
 		ep->inline_size = attr.cap.max_inline_data;
@@ -542,6 +565,19 @@ try {
 	// No messages will be received and the application did not take on
 	// FI_RX_CQ_DATA: immediate data must not need its receives.
 	ep->provider_rx = !ep->rx_cq_data_mode && !(info->caps & (FI_MSG | FI_RECV));
+	if (info->caps & FI_RMA_PMEM) {
+		if (info->caps & (FI_MSG | FI_RECV)) {
+			VRMA_WARN(FI_LOG_EP_CTRL, "fi_endpoint: FI_RMA_PMEM endpoints do not receive messages (drop FI_MSG)\n");
+			return -FI_EINVAL;
+		}
+		// Commit messages use the receive queue: it is vrma's alone.
+		ep->pmem = std::make_unique<PmemEp>();
+		ep->provider_rx = true;
+		ep->rx_cq_data_mode = false;
+	} else if (ep->tx_op_flags & FI_COMMIT_COMPLETE) {
+		VRMA_WARN(FI_LOG_EP_CTRL, "fi_endpoint: FI_COMMIT_COMPLETE needs FI_RMA_PMEM in caps\n");
+		return -FI_EINVAL;
+	}
 
 	if (info->handle) {
 		if (info->handle->fclass != FI_CLASS_CONNREQ) {
@@ -557,6 +593,7 @@ try {
 		ep->id.reset(cr->id);
 		ep->responder_resources = cr->responder_resources;
 		ep->initiator_depth = cr->initiator_depth;
+		ep->commit_method.store(pmem_commit_method(ep.get(), cr->peer_cm_flags));
 		ep->passive_side = true;
 		ep->addr_resolved = true;
 		// The application's info keeps a dangling handle, as with every

@@ -182,7 +182,7 @@ fi_info *build_cap_info(const Port &p, const PortAddr &a, int inline_size)
 	info->src_addr = dup_addr(reinterpret_cast<const sockaddr *>(&a.addr), &info->src_addrlen);
 
 	fi_tx_attr &tx = *info->tx_attr;
-	tx.caps = kMsgCaps | kRmaCaps | FI_FENCE;
+	tx.caps = kMsgCaps | kRmaCaps | FI_FENCE | FI_RMA_PMEM;
 	tx.mode = 0;
 	tx.op_flags = kTxOpFlags;
 	tx.msg_order = kMsgOrder;
@@ -193,7 +193,7 @@ fi_info *build_cap_info(const Port &p, const PortAddr &a, int inline_size)
 	tx.rma_iov_limit = kMaxRmaIov;
 
 	fi_rx_attr &rx = *info->rx_attr;
-	rx.caps = kMsgCaps | kRmaCaps;
+	rx.caps = kMsgCaps | kRmaCaps | FI_RMA_PMEM;
 	rx.mode = 0;
 	rx.op_flags = kRxOpFlags;
 	rx.msg_order = kMsgOrder;
@@ -518,6 +518,33 @@ try {
 			return -FI_ENOMEM;
 		apply_hints(api, *out, hints, params.tx_size, params.rx_size, params.iov_limit,
 			    kOptionalModes);
+		// FI_RMA_PMEM endpoints keep their receive queue for commit
+		// messages: offered when asked for (or implied by a default
+		// FI_COMMIT_COMPLETE), never with FI_MSG.
+		const uint64_t asked = hints ? hints->caps : 0;
+		const bool commit = out->tx_attr->op_flags & FI_COMMIT_COMPLETE;
+		if (commit && asked && !(asked & FI_RMA_PMEM)) {
+			VRMA_INFO(FI_LOG_CORE, "FI_COMMIT_COMPLETE needs FI_RMA_PMEM in caps\n");
+			continue;
+		}
+		if ((asked & FI_RMA_PMEM) || commit) {
+			if (asked & (FI_MSG | FI_SEND | FI_RECV)) {
+				VRMA_INFO(FI_LOG_CORE, "FI_RMA_PMEM endpoints do not carry messages (FI_MSG)\n");
+				continue;
+			}
+			out->caps &= ~kMsgCaps;
+			out->tx_attr->caps &= ~kMsgCaps;
+			out->rx_attr->caps &= ~kMsgCaps;
+			out->mode &= ~FI_RX_CQ_DATA; // remote CQ data needs no receive
+			out->rx_attr->mode &= ~FI_RX_CQ_DATA;
+			// A commit completes when the target answers: later
+			// operations may complete before it.
+			out->tx_attr->comp_order &= ~FI_ORDER_STRICT;
+		} else {
+			out->caps &= ~FI_RMA_PMEM;
+			out->tx_attr->caps &= ~FI_RMA_PMEM;
+			out->rx_attr->caps &= ~FI_RMA_PMEM;
+		}
 		if (out->tx_attr->op_flags & FI_DELIVERY_COMPLETE) {
 			// Delivery is proven by reading the written region back: RMA
 			// only. An application that asked for messages too gets no

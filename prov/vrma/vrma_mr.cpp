@@ -28,12 +28,17 @@ int access_to_ibv(uint64_t access)
 int mr_close(fid *f) noexcept
 {
 	Mr *mr = from_fid<Mr>(f);
+	Domain *dom = mr->domain;
+	// Out of the registry first: the commit service must not persist a
+	// range whose registration is going away (it flushes under this lock).
+	std::lock_guard<std::mutex> guard(dom->mr_lock);
 	ibv_mr *raw = mr->mr.release();
 	if (int rc = ibv_dereg_mr(raw)) {
 		VRMA_WARN(FI_LOG_MR, "ibv_dereg_mr: %s\n", strerror(rc));
 		mr->mr.reset(raw);
 		return errno_to_fi(rc);
 	}
+	dom->mrs_by_key.erase(mr->key);
 	mr->domain->refs--;
 	delete mr;
 	return 0;
@@ -116,6 +121,11 @@ try {
 	mr->fid.ops = const_cast<fi_ops *>(&mr_fi_ops);
 	mr->mem_desc = mr.get();
 	mr->key = mr->mr->rkey;
+	mr->access = attr->access;
+	{
+		std::lock_guard<std::mutex> guard(dom->mr_lock);
+		dom->mrs_by_key[mr->mr->rkey] = mr.get();
+	}
 	dom->refs++;
 	*mr_out = mr.release();
 	return 0;

@@ -19,10 +19,13 @@ struct TxOp {
 	// buffer. The requests' sges then hold offsets into that buffer.
 	const iovec *bounce_src = nullptr;
 	size_t bounce_count = 0;
+	uint32_t commit = 0; // TxSlot::commit of every request of the operation
 };
 
 // Copies an injected payload into the bounce buffer of the operation that
-// starts at sequence `first` and points its sges there (tx lock held).
+// starts at sequence `first` and points its sges there (tx lock held). The
+// payload's sges carry lkey 0 and offsets into the buffer; sges with a key
+// (the delivery read-back, a commit request) are the provider's own.
 // -FI_EAGAIN while that buffer's previous operation is outstanding.
 inline ssize_t fill_bounce(Ep *ep, uint64_t first, ibv_send_wr *wrs, size_t n,
 			   const TxOp &op) noexcept
@@ -54,11 +57,12 @@ inline ssize_t fill_bounce(Ep *ep, uint64_t first, ibv_send_wr *wrs, size_t n,
 		off += op.bounce_src[i].iov_len;
 	}
 	for (size_t i = 0; i < n; i++) {
-		if (wrs[i].opcode == IBV_WR_RDMA_READ)
-			continue; // the delivery read-back lands in the scratch buffer
 		for (int k = 0; k < wrs[i].num_sge; k++) {
-			wrs[i].sg_list[k].addr += reinterpret_cast<uintptr_t>(base);
-			wrs[i].sg_list[k].lkey = ep->bounce_mr->lkey;
+			ibv_sge &sge = wrs[i].sg_list[k];
+			if (sge.lkey)
+				continue;
+			sge.addr += reinterpret_cast<uintptr_t>(base);
+			sge.lkey = ep->bounce_mr->lkey;
 		}
 	}
 	return 0;
@@ -172,6 +176,7 @@ inline ssize_t post_send_chain(Ep *ep, ibv_send_wr *wrs, size_t n, const TxOp &o
 		s.len = op.len;
 		s.report = op.want_completion;
 		s.cntr = op.cntr;
+		s.commit = op.commit;
 		const bool needed = seq == last && (op.want_completion || op.cntr);
 		// Unsignaled requests come back only behind a signaled one: one in
 		// every kSignalPeriod is signaled, so a full ring or a busy bounce
@@ -232,8 +237,11 @@ inline ssize_t post_send(Ep *ep, ibv_send_wr &wr, const TxOp &op) noexcept
 	return post_send_chain(ep, &wr, 1, op);
 }
 
+// ring_stride: vrma's own receive buffers, one per queue entry: the single
+// sge is moved to buffer seq % rx_depth (its previous receive retired).
 inline ssize_t post_recv(Ep *ep, ibv_recv_wr &wr, void *context, void *buf, size_t len,
-			 bool report, Cntr *cntr, bool internal = false) noexcept
+			 bool report, Cntr *cntr, bool internal = false,
+			 size_t ring_stride = 0) noexcept
 {
 	std::lock_guard<std::mutex> guard(ep->rx_lock);
 	if (!ep->qp) [[unlikely]] {
@@ -251,6 +259,10 @@ inline ssize_t post_recv(Ep *ep, ibv_recv_wr &wr, void *context, void *buf, size
 	s.report = report;
 	s.cntr = cntr;
 	s.internal = internal;
+	if (ring_stride) {
+		wr.sg_list[0].addr += (seq % ep->rx_depth) * ring_stride;
+		s.buf = reinterpret_cast<void *>(wr.sg_list[0].addr);
+	}
 	wr.wr_id = reinterpret_cast<uintptr_t>(&s);
 	wr.next = nullptr;
 	ep->rx.push();

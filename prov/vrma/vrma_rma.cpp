@@ -6,8 +6,8 @@ namespace vrma {
 namespace {
 
 constexpr uint64_t kRmaFlags = FI_COMPLETION | FI_INJECT | FI_INJECT_COMPLETE |
-			       FI_TRANSMIT_COMPLETE | FI_DELIVERY_COMPLETE | FI_FENCE | FI_MORE |
-			       FI_REMOTE_CQ_DATA;
+			       FI_TRANSMIT_COMPLETE | FI_DELIVERY_COMPLETE | FI_COMMIT_COMPLETE |
+			       FI_FENCE | FI_MORE | FI_REMOTE_CQ_DATA;
 
 // Local pieces: each remote boundary may split one local segment in two.
 constexpr size_t kMaxOpSge = kMaxSge + kMaxRmaIov;
@@ -43,6 +43,25 @@ ssize_t rma_common(Ep *ep, ibv_wr_opcode opcode, const iovec *iov, void *const *
 		VRMA_WARN(FI_LOG_EP_DATA, "RMA read cannot be injected or carry CQ data\n");
 		return -FI_EINVAL;
 	}
+	// FI_COMMIT_COMPLETE: the method was agreed when connecting.
+	const bool commit = !is_read && (flags & FI_COMMIT_COMPLETE);
+	int method = FI_VRMA_COMMIT_NONE;
+	if (commit) [[unlikely]] {
+		if (!ep->pmem) {
+			VRMA_WARN(FI_LOG_EP_DATA, "FI_COMMIT_COMPLETE needs an FI_RMA_PMEM endpoint\n");
+			return -FI_EBADFLAGS;
+		}
+		method = ep->commit_method.load(std::memory_order_acquire);
+		if (method == FI_VRMA_COMMIT_NONE &&
+		    ep->state.load(std::memory_order_acquire) == EpState::Connected) {
+			VRMA_WARN(FI_LOG_EP_DATA, "FI_COMMIT_COMPLETE: the peer offers no way to make writes durable (not an FI_RMA_PMEM endpoint)\n");
+			return -FI_EOPNOTSUPP;
+		}
+	}
+	// A fence waits for earlier reads on the QP, not for commit answers:
+	// hold a fenced operation back while commits are unanswered.
+	if ((flags & FI_FENCE) && ep->pmem && pmem_commits_pending(ep)) [[unlikely]]
+		return -FI_EAGAIN;
 	ibv_sge local[kMaxSge];
 	size_t total;
 	const bool inject = inject_call || (flags & FI_INJECT);
@@ -68,6 +87,8 @@ ssize_t rma_common(Ep *ep, ibv_wr_opcode opcode, const iovec *iov, void *const *
 	size_t nwr = 0, nsge = 0, li = 0, loff = 0, left = total;
 	const fi_rma_iov *last_written = nullptr;
 	size_t last_written_len = 0; // bytes of that segment the operation fills
+	wire::CommitRange ranges[kMaxRmaIov];
+	size_t nranges = 0;
 	for (size_t r = 0; r < rma_count && (left || nwr == 0); r++) {
 		size_t seg = std::min(rma_iov[r].len, left);
 		if (!seg && left)
@@ -99,6 +120,7 @@ ssize_t rma_common(Ep *ep, ibv_wr_opcode opcode, const iovec *iov, void *const *
 		if (seg) {
 			last_written = &rma_iov[r];
 			last_written_len = seg;
+			ranges[nranges++] = {rma_iov[r].addr, seg, static_cast<uint32_t>(rma_iov[r].key), 0};
 		}
 	}
 	if (flags & FI_REMOTE_CQ_DATA) {
@@ -106,7 +128,13 @@ ssize_t rma_common(Ep *ep, ibv_wr_opcode opcode, const iovec *iov, void *const *
 		wrs[nwr - 1].opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
 		wrs[nwr - 1].imm_data = htonl(static_cast<uint32_t>(data));
 	}
-	if (!is_read && (flags & FI_DELIVERY_COMPLETE) && last_written) {
+	// Proof of placement: a read-back for delivery, and for commit when the
+	// target's writes land in its persistence domain. A target commit
+	// implies delivery: its request arrives after the writes.
+	const bool target_commit = commit && method == FI_VRMA_COMMIT_TARGET && nranges;
+	const bool read_back = ((flags & FI_DELIVERY_COMPLETE) && !target_commit) ||
+			       (commit && method == FI_VRMA_COMMIT_DIRECT_WRITE);
+	if (!is_read && read_back && last_written) {
 		const size_t n = std::min(kDeliveryReadLen, last_written_len);
 		ibv_send_wr &rd = wrs[nwr++];
 		sges[nsge] = {reinterpret_cast<uintptr_t>(ep->scratch), static_cast<uint32_t>(n),
@@ -119,9 +147,29 @@ ssize_t rma_common(Ep *ep, ibv_wr_opcode opcode, const iovec *iov, void *const *
 	}
 	if (flags & FI_FENCE) // waits for every earlier read (and so every delivery)
 		wrs[0].send_flags |= IBV_SEND_FENCE;
-	const TxOp op{context, FI_RMA | (is_read ? FI_READ : FI_WRITE), total,
-		      !inject_call && tx_reports(ep, flags), is_read ? ep->cntr_read : ep->cntr_write,
-		      (flags & FI_MORE) != 0, bounce ? iov : nullptr, count};
+	TxOp op{context, FI_RMA | (is_read ? FI_READ : FI_WRITE), total,
+		!inject_call && tx_reports(ep, flags), is_read ? ep->cntr_read : ep->cntr_write,
+		(flags & FI_MORE) != 0, bounce ? iov : nullptr, count};
+	if (target_commit) {
+		// The request follows the writes; the target's answer, not the
+		// request's completion, completes the operation.
+		ibv_sge &req = sges[nsge++];
+		int c = pmem_begin_commit(ep, ranges, nranges, context, total, op.cntr,
+					  op.want_completion, req);
+		if (c < 0)
+			return c;
+		ibv_send_wr &send = wrs[nwr++];
+		send.sg_list = &req;
+		send.num_sge = 1;
+		send.opcode = IBV_WR_SEND;
+		if (req.length <= ep->inline_size)
+			send.send_flags = IBV_SEND_INLINE;
+		op.commit = static_cast<uint32_t>(c);
+		ssize_t rc = post_send_chain(ep, wrs, nwr, op);
+		if (rc)
+			pmem_abort_commit(ep, op.commit);
+		return rc;
+	}
 	return post_send_chain(ep, wrs, nwr, op);
 }
 

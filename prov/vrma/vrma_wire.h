@@ -1,5 +1,6 @@
 // What vrma puts on the wire of its own: the header in front of the
-// application's connection-management data.
+// application's connection-management data, and the commit messages of
+// FI_COMMIT_COMPLETE.
 //
 // rdma_cm pads private data to the transport's maximum and reports that
 // maximum as its length, so the header carries the application's real length.
@@ -8,6 +9,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
+
+#include <endian.h>
 
 #include <rdma/fi_ext_vrma.h>
 
@@ -20,7 +24,7 @@ struct CmHeader {
 	uint8_t magic;    // kCmMagic: tells vrma peers from foreign rdma_cm users
 	uint8_t version;  // kCmVersion
 	uint8_t user_len; // bytes of application data following the header
-	uint8_t flags;    // reserved for per-connection capabilities; 0 today
+	uint8_t flags;    // kCmFlag*: what the sender offers as an RMA target
 };
 static_assert(sizeof(CmHeader) == 4, "CmHeader is a wire format");
 
@@ -30,5 +34,98 @@ inline constexpr size_t kCmPrivateDataMax = 56;
 inline constexpr size_t kCmUserDataMax = kCmPrivateDataMax - sizeof(CmHeader);
 static_assert(kCmUserDataMax <= UINT8_MAX, "user_len is one byte");
 static_assert(kCmUserDataMax == FI_VRMA_CM_DATA_SIZE, "public header promises this size");
+
+// CmHeader::flags. A flag the receiver does not know is ignored.
+inline constexpr uint8_t kCmFlagCommitService = 1 << 0;  // answers commit messages
+inline constexpr uint8_t kCmFlagDirectWritePmem = 1 << 1; // writes land in its persistence domain
+inline constexpr uint8_t kCmFlagNativeFlush = 1 << 2;     // reserved: native persistent FLUSH
+
+// Commit messages travel on the connection's own QP, behind the writes they
+// commit (RC delivers a send only after the earlier writes were placed), into
+// receives the provider keeps posted. Multi-byte fields are little-endian.
+//
+// Request: a send carrying a header and up to kMaxCommitRanges ranges.
+// Reply: a zero-length send with immediate data: the request's id in bits
+// 0-23, a CommitStatus in bits 24-31.
+inline constexpr uint8_t kCommitRequest = 1;
+inline constexpr uint8_t kCommitVersion = 1;
+inline constexpr size_t kMaxCommitRanges = 16;
+
+struct CommitHeader {
+	uint8_t type;    // kCommitRequest
+	uint8_t version; // kCommitVersion
+	uint8_t nranges;
+	uint8_t reserved;
+	uint32_t id; // echoed in the reply (24 bits)
+};
+static_assert(sizeof(CommitHeader) == 8, "CommitHeader is a wire format");
+
+struct CommitRange {
+	uint64_t addr;
+	uint64_t len;
+	uint32_t key;
+	uint32_t reserved;
+};
+static_assert(sizeof(CommitRange) == 24, "CommitRange is a wire format");
+
+inline constexpr size_t kCommitMsgMax =
+	sizeof(CommitHeader) + kMaxCommitRanges * sizeof(CommitRange);
+
+enum class CommitStatus : uint8_t {
+	Ok = 0,
+	BadRange = 1,      // not inside a region registered for remote writes
+	PersistFailed = 2, // msync failed
+	Malformed = 3,
+};
+
+inline constexpr uint32_t kCommitIdMask = 0xffffff;
+
+inline constexpr uint32_t commit_reply_imm(uint32_t id, CommitStatus status) noexcept
+{
+	return (id & kCommitIdMask) | static_cast<uint32_t>(status) << 24;
+}
+
+inline constexpr uint32_t commit_reply_id(uint32_t imm) noexcept { return imm & kCommitIdMask; }
+
+inline constexpr CommitStatus commit_reply_status(uint32_t imm) noexcept
+{
+	return static_cast<CommitStatus>(imm >> 24);
+}
+
+// Writes a request into buf (kCommitMsgMax bytes); returns its length.
+inline size_t encode_commit_request(uint8_t *buf, uint32_t id, const CommitRange *ranges,
+				    size_t n) noexcept
+{
+	CommitHeader h{kCommitRequest, kCommitVersion, static_cast<uint8_t>(n), 0,
+		       htole32(id & kCommitIdMask)};
+	memcpy(buf, &h, sizeof h);
+	for (size_t i = 0; i < n; i++) {
+		CommitRange r{htole64(ranges[i].addr), htole64(ranges[i].len), htole32(ranges[i].key), 0};
+		memcpy(buf + sizeof h + i * sizeof r, &r, sizeof r);
+	}
+	return sizeof h + n * sizeof(CommitRange);
+}
+
+// Parses a received request; false if it is not a well-formed one.
+inline bool decode_commit_request(const uint8_t *buf, size_t len, uint32_t &id,
+				  CommitRange *ranges, size_t &n) noexcept
+{
+	CommitHeader h;
+	if (len < sizeof h)
+		return false;
+	memcpy(&h, buf, sizeof h);
+	if (h.type != kCommitRequest || h.version != kCommitVersion ||
+	    h.nranges == 0 || h.nranges > kMaxCommitRanges ||
+	    len < sizeof h + h.nranges * sizeof(CommitRange))
+		return false;
+	id = le32toh(h.id) & kCommitIdMask;
+	n = h.nranges;
+	for (size_t i = 0; i < n; i++) {
+		CommitRange r;
+		memcpy(&r, buf + sizeof h + i * sizeof r, sizeof r);
+		ranges[i] = {le64toh(r.addr), le64toh(r.len), le32toh(r.key), 0};
+	}
+	return true;
+}
 
 } // namespace vrma::wire

@@ -159,3 +159,4 @@ Suite *msg_suite();
 Suite *rma_suite();
 Suite *errors_suite();
 Suite *cntr_suite();
+Suite *pmem_suite();

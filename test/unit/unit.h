@@ -11,3 +11,4 @@
 Suite *info_match_suite();
 Suite *errno_suite();
 Suite *slot_ring_suite();
+Suite *persist_suite();

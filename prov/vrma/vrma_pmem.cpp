@@ -1,0 +1,522 @@
+// Persistent memory: FI_RMA_PMEM endpoints, FI_COMMIT_COMPLETE through the
+// target, and the domain extension that declares direct write to pmem.
+//
+// An FI_RMA_PMEM endpoint's receive queue belongs to vrma: its receives (with
+// buffers) complete into the domain's commit-service CQ, not the
+// application's. One service thread per domain polls that CQ, so that
+//  - a target persists the ranges of a commit request and answers it
+//    without any call from the target application;
+//  - an initiator's commit completes when the answer arrives, even while
+//    the application only waits on its own CQ;
+//  - remote CQ data is forwarded to the application's receive CQ.
+//
+// Hazards handled here:
+//  - requests are copied out of their receive buffer before the receive is
+//    reposted (the buffer is the next receive's);
+//  - the answer is posted outside every CQ lock (posting may poll the
+//    endpoint's send CQ: lock order tx, then CQ);
+//  - an endpoint being closed has its queued work dropped under the service
+//    lock before it is drained, and the service thread holds that lock for
+//    a whole iteration, so no job outlives its endpoint;
+//  - the commits table is a leaf lock; entries carry a 24-bit id so a late
+//    answer or error never completes a reused entry.
+#include "vrma.h"
+#include "vrma_post.h"
+
+#include <poll.h>
+#include <sys/eventfd.h>
+
+#include "persist.h"
+
+namespace vrma {
+
+struct PmemService {
+	Domain *domain = nullptr;
+	Cq *cq = nullptr; // receive CQ of every FI_RMA_PMEM endpoint
+	Fd wake_fd;       // new jobs, lost connections, stop
+	Fd epoll_fd;      // the CQ's wait set and wake_fd
+	std::thread thread;
+	std::atomic<bool> stop{false};
+	persist::CacheFlush cache_flush = persist::CacheFlush::None;
+	// Held by the thread for each iteration; guards eps and the jobs being
+	// served.
+	std::mutex lock;
+	std::vector<Ep *> eps;
+	// Requests received, to be served (a leaf lock: appended while CQs are
+	// polled).
+	struct Job {
+		Ep *ep;
+		uint32_t id;
+		size_t n;
+		wire::CommitRange ranges[wire::kMaxCommitRanges];
+		bool answered_status = false; // persisted; only the answer is left
+		wire::CommitStatus status = wire::CommitStatus::Ok;
+	};
+	std::mutex jobs_lock;
+	std::deque<Job> jobs;
+};
+
+void PmemServiceDeleter::operator()(PmemService *svc) const noexcept
+{
+	delete svc;
+}
+
+namespace {
+
+void wake(PmemService *svc)
+{
+	eventfd_signal(svc->wake_fd.get());
+}
+
+// Persists one range the peer wrote; false if it is not inside a region
+// registered for remote writes.
+wire::CommitStatus persist_range(PmemService *svc, const wire::CommitRange &r)
+{
+	Domain *dom = svc->domain;
+	CommitStats &st = dom->commit_stats;
+	// The region stays registered while it is flushed.
+	std::lock_guard<std::mutex> guard(dom->mr_lock);
+	auto it = dom->mrs_by_key.find(r.key);
+	if (it == dom->mrs_by_key.end())
+		return wire::CommitStatus::BadRange;
+	Mr *mr = it->second;
+	const uintptr_t base = reinterpret_cast<uintptr_t>(mr->mr->addr);
+	if (!(mr->access & FI_REMOTE_WRITE) || r.addr < base || r.len > mr->mr->length ||
+	    r.addr - base > mr->mr->length - r.len)
+		return wire::CommitStatus::BadRange;
+	void *addr = reinterpret_cast<void *>(static_cast<uintptr_t>(r.addr));
+	int backing = mr->backing.load(std::memory_order_relaxed);
+	if (backing < 0) {
+		backing = static_cast<int>(persist::backing_of(mr->mr->addr));
+		mr->backing.store(backing, std::memory_order_relaxed);
+		VRMA_INFO(FI_LOG_MR, "region %p: %s memory, persisted with %s\n", mr->mr->addr,
+			  persist::name(static_cast<persist::Backing>(backing)),
+			  backing == static_cast<int>(persist::Backing::SharedFile)
+				  ? "msync"
+				  : persist::name(svc->cache_flush));
+	}
+	st.ranges.fetch_add(1, std::memory_order_relaxed);
+	st.bytes.fetch_add(r.len, std::memory_order_relaxed);
+	if (backing == static_cast<int>(persist::Backing::SharedFile)) {
+		// A file's page cache is made durable by writing it back; on a
+		// DAX file system msync also flushes the CPU caches.
+		st.msync_calls.fetch_add(1, std::memory_order_relaxed);
+		if (int rc = persist::sync_mapped_file(addr, r.len)) {
+			VRMA_WARN(FI_LOG_EP_DATA, "commit: msync(%p, %llu): %s\n", addr,
+				  static_cast<unsigned long long>(r.len), strerror(-rc));
+			return wire::CommitStatus::PersistFailed;
+		}
+		return wire::CommitStatus::Ok;
+	}
+	st.cache_flushes.fetch_add(1, std::memory_order_relaxed);
+	persist::flush_cache_range(svc->cache_flush, addr, r.len);
+	return wire::CommitStatus::Ok;
+}
+
+// Persists a job's ranges (once) and posts the answer. False when the
+// answer must be retried (the send queue is full).
+bool serve(PmemService *svc, PmemService::Job &job)
+{
+	if (!job.answered_status) {
+		for (size_t i = 0; i < job.n && job.status == wire::CommitStatus::Ok; i++)
+			job.status = persist_range(svc, job.ranges[i]);
+		job.answered_status = true;
+		svc->domain->commit_stats.requests.fetch_add(1, std::memory_order_relaxed);
+		if (job.status != wire::CommitStatus::Ok)
+			svc->domain->commit_stats.failures.fetch_add(1, std::memory_order_relaxed);
+	}
+	ibv_send_wr wr{};
+	wr.opcode = IBV_WR_SEND_WITH_IMM;
+	wr.imm_data = htonl(wire::commit_reply_imm(job.id, job.status));
+	const TxOp op{nullptr, 0, 0, false, nullptr};
+	const ssize_t rc = post_send(job.ep, wr, op);
+	if (rc == -FI_EAGAIN)
+		return false;
+	if (rc)
+		VRMA_INFO(FI_LOG_EP_DATA, "commit answer not sent: %s\n", fi_strerror(static_cast<int>(-rc)));
+	return true;
+}
+
+// Reports a finished commit to the initiator's CQ and counter.
+void finish_commit(Ep *ep, const PendingCommit &pc, int err, int prov_errno)
+{
+	if (pc.cntr) {
+		(err ? pc.cntr->errors : pc.cntr->value).fetch_add(1, std::memory_order_acq_rel);
+		eventfd_signal(pc.cntr->event_fd.get()); // fi_cntr_wait may block on it
+	}
+	if (!ep->tx_cq || (!err && !pc.report))
+		return;
+	CqPending p;
+	if (err) {
+		p.is_error = true;
+		p.err.op_context = pc.context;
+		p.err.flags = FI_RMA | FI_WRITE;
+		p.err.err = err;
+		p.err.prov_errno = prov_errno;
+	} else {
+		p.comp = {pc.context, FI_RMA | FI_WRITE, pc.len, nullptr, 0};
+	}
+	cq_push(ep->tx_cq, p);
+}
+
+// Takes the pending commit with this id out of the table.
+bool take_commit(Ep *ep, uint32_t id, PendingCommit &out)
+{
+	PmemEp &pm = *ep->pmem;
+	std::lock_guard<std::mutex> guard(pm.lock);
+	PendingCommit &pc = pm.commits[id % kMaxCommits];
+	if (!pc.busy || pc.id != id)
+		return false;
+	out = pc;
+	pc.busy = false;
+	return true;
+}
+
+void cancel_commits(Ep *ep)
+{
+	for (uint32_t i = 0; i < kMaxCommits; i++) {
+		PendingCommit pc;
+		uint32_t id;
+		{
+			std::lock_guard<std::mutex> guard(ep->pmem->lock);
+			if (!ep->pmem->commits[i].busy)
+				continue;
+			id = ep->pmem->commits[i].id;
+		}
+		if (take_commit(ep, id, pc))
+			finish_commit(ep, pc, FI_ECANCELED, IBV_WC_WR_FLUSH_ERR);
+	}
+}
+
+void service_loop(PmemService *svc)
+{
+	std::deque<PmemService::Job> retry;
+	while (!svc->stop.load(std::memory_order_acquire)) {
+		{
+			std::lock_guard<std::mutex> guard(svc->lock);
+			cq_progress(svc->cq); // answers complete, requests become jobs
+			std::deque<PmemService::Job> work;
+			{
+				std::lock_guard<std::mutex> jguard(svc->jobs_lock);
+				work.swap(svc->jobs);
+			}
+			for (auto &job : retry)
+				work.push_front(job);
+			retry.clear();
+			for (auto &job : work) {
+				if (job.ep->closing.load(std::memory_order_acquire))
+					continue;
+				if (!serve(svc, job))
+					retry.push_back(job);
+			}
+			for (Ep *ep : svc->eps)
+				if (ep->pmem->cancel.exchange(false))
+					cancel_commits(ep);
+		}
+		if (!retry.empty()) {
+			poll(nullptr, 0, 1); // the send queue drains by itself
+			continue;
+		}
+		if (cq_trywait(svc->cq))
+			continue; // completions arrived while arming
+		int ready[2];
+		const int n = wait_epoll(svc->epoll_fd.get(), Deadline(-1), ready, 2);
+		for (int i = 0; i < n; i++)
+			if (ready[i] == svc->wake_fd.get())
+				eventfd_clear(svc->wake_fd.get());
+	}
+}
+
+int service_start(Domain *dom)
+{
+	auto svc = std::make_unique<PmemService>();
+	svc->domain = dom;
+	svc->cache_flush = persist::detect_cache_flush();
+	fi_cq_attr attr{};
+	attr.format = FI_CQ_FORMAT_CONTEXT;
+	attr.wait_obj = FI_WAIT_FD;
+	attr.size = params.rx_size;
+	fid_cq *cq = nullptr;
+	if (int rc = cq_open(dom, &attr, &cq, nullptr))
+		return rc;
+	svc->cq = static_cast<Cq *>(cq);
+	svc->wake_fd.reset(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+	int rc = svc->wake_fd.get() < 0 ? errno_to_fi(errno) : 0;
+	if (!rc)
+		rc = wait_epoll_create(svc->epoll_fd, {svc->cq->epoll_fd.get(), svc->wake_fd.get()});
+	if (!rc) {
+		try {
+			svc->thread = std::thread(service_loop, svc.get());
+		} catch (...) {
+			rc = -FI_ENOMEM;
+		}
+	}
+	if (rc) {
+		VRMA_WARN(FI_LOG_DOMAIN, "cannot start the commit service: %s\n", fi_strerror(-rc));
+		fi_close(&svc->cq->fid);
+		return rc;
+	}
+	VRMA_INFO(FI_LOG_DOMAIN, "commit service started (cache flush: %s)\n",
+		  persist::name(svc->cache_flush));
+	dom->pmem.reset(svc.release());
+	return 0;
+}
+
+void service_stop(Domain *dom)
+{
+	PmemServicePtr svc = std::move(dom->pmem);
+	svc->stop.store(true, std::memory_order_release);
+	wake(svc.get());
+	svc->thread.join();
+	if (int rc = fi_close(&svc->cq->fid))
+		VRMA_WARN(FI_LOG_DOMAIN, "closing the commit service CQ: %s\n", fi_strerror(-rc));
+}
+
+MrPtr register_buffer(Domain *dom, std::unique_ptr<uint8_t[]> &buf, size_t bytes)
+{
+	buf.reset(new (std::nothrow) uint8_t[bytes]());
+	if (!buf)
+		return nullptr;
+	return MrPtr(ibv_reg_mr(dom->pd.get(), buf.get(), bytes, IBV_ACCESS_LOCAL_WRITE));
+}
+
+int set_direct_write_to_pmem(fid_domain *domain, int enable) noexcept
+{
+	if (!domain || domain->fid.fclass != FI_CLASS_DOMAIN) {
+		VRMA_WARN(FI_LOG_DOMAIN, "set_direct_write_to_pmem: not a vrma domain\n");
+		return -FI_EINVAL;
+	}
+	Domain *dom = from_fid<Domain>(&domain->fid);
+	dom->direct_write_to_pmem.store(enable != 0);
+	VRMA_INFO(FI_LOG_DOMAIN, "%s: RDMA writes %s the persistence domain directly\n",
+		  dom->ctx->device->name, enable ? "land in" : "do not land in");
+	return 0;
+}
+
+int commit_stats(fid_domain *domain, fi_vrma_commit_stats *out) noexcept
+{
+	if (!domain || domain->fid.fclass != FI_CLASS_DOMAIN || !out) {
+		VRMA_WARN(FI_LOG_DOMAIN, "commit_stats: NULL output or not a vrma domain\n");
+		return -FI_EINVAL;
+	}
+	Domain *dom = from_fid<Domain>(&domain->fid);
+	const CommitStats &st = dom->commit_stats;
+	out->requests = st.requests.load();
+	out->ranges = st.ranges.load();
+	out->bytes = st.bytes.load();
+	out->msync_calls = st.msync_calls.load();
+	out->cache_flushes = st.cache_flushes.load();
+	out->failures = st.failures.load();
+	out->cache_flush = persist::name(persist::detect_cache_flush());
+	return 0;
+}
+
+const fi_vrma_domain_ops vrma_domain_ops = {
+	.size = sizeof(fi_vrma_domain_ops),
+	.set_direct_write_to_pmem = set_direct_write_to_pmem,
+	.commit_stats = commit_stats,
+};
+
+} // namespace
+
+int domain_ops_open(fid *f, const char *name, uint64_t flags, void **ops, void *context) noexcept
+{
+	if (name && ops && !strcmp(name, FI_VRMA_DOMAIN_OPS)) {
+		if (flags) {
+			VRMA_WARN(FI_LOG_DOMAIN, "fi_open_ops(%s): unsupported flags\n", name);
+			return -FI_EBADFLAGS;
+		}
+		*ops = const_cast<fi_vrma_domain_ops *>(&vrma_domain_ops);
+		return 0;
+	}
+	return fid_no_ops_open(f, name, flags, ops, context);
+}
+
+uint8_t pmem_cm_flags(const Ep *ep) noexcept
+{
+	uint8_t flags = 0;
+	if (ep->pmem)
+		flags |= wire::kCmFlagCommitService;
+	if (ep->domain->direct_write_to_pmem.load())
+		flags |= wire::kCmFlagDirectWritePmem;
+	return flags;
+}
+
+int pmem_commit_method(const Ep *ep, uint8_t peer_flags) noexcept
+{
+	if (!ep->pmem)
+		return FI_VRMA_COMMIT_NONE;
+	// Native FLUSH (kCmFlagNativeFlush) needs ibv_wr_flush, which
+	// rdma-core 44 lacks: never chosen by this build.
+	if (peer_flags & wire::kCmFlagDirectWritePmem)
+		return FI_VRMA_COMMIT_DIRECT_WRITE;
+	if (peer_flags & wire::kCmFlagCommitService)
+		return FI_VRMA_COMMIT_TARGET;
+	return FI_VRMA_COMMIT_NONE;
+}
+
+int pmem_ep_enable(Ep *ep) noexcept
+try {
+	Domain *dom = ep->domain;
+	PmemEp &pm = *ep->pmem;
+	pm.max_commits = std::min(kMaxCommits, ep->rx_depth);
+	pm.req_mr = register_buffer(dom, pm.req_buf, kMaxCommits * wire::kCommitMsgMax);
+	pm.rx_mr = register_buffer(dom, pm.rx_buf, ep->rx_depth * wire::kCommitMsgMax);
+	if (!pm.req_mr || !pm.rx_mr) {
+		VRMA_WARN(FI_LOG_EP_CTRL, "fi_enable: cannot register the commit message buffers\n");
+		return -FI_ENOMEM;
+	}
+	std::lock_guard<std::mutex> guard(dom->pmem_lock);
+	if (!dom->pmem) {
+		if (int rc = service_start(dom))
+			return rc;
+	}
+	{
+		std::lock_guard<std::mutex> sguard(dom->pmem->lock);
+		dom->pmem->eps.push_back(ep);
+	}
+	ep->service_cq = dom->pmem->cq;
+	return 0;
+} catch (...) {
+	return -FI_ENOMEM;
+}
+
+void pmem_ep_quiesce(Ep *ep) noexcept
+{
+	PmemService *svc = ep->domain->pmem.get();
+	if (!ep->service_cq || !svc)
+		return;
+	// ep->closing is set: no new job names it once this lock is ours.
+	std::lock_guard<std::mutex> guard(svc->lock);
+	std::lock_guard<std::mutex> jguard(svc->jobs_lock);
+	std::erase_if(svc->jobs, [ep](const PmemService::Job &j) { return j.ep == ep; });
+}
+
+void pmem_ep_detach(Ep *ep) noexcept
+{
+	Domain *dom = ep->domain;
+	std::lock_guard<std::mutex> guard(dom->pmem_lock);
+	if (!dom->pmem)
+		return;
+	bool last;
+	{
+		std::lock_guard<std::mutex> sguard(dom->pmem->lock);
+		std::erase(dom->pmem->eps, ep);
+		std::lock_guard<std::mutex> jguard(dom->pmem->jobs_lock);
+		std::erase_if(dom->pmem->jobs, [ep](const PmemService::Job &j) { return j.ep == ep; });
+		last = dom->pmem->eps.empty();
+	}
+	ep->service_cq = nullptr;
+	if (last)
+		service_stop(dom);
+}
+
+void pmem_rx_completion(Ep *ep, const ibv_wc &wc, const void *buf) noexcept
+try {
+	PmemService *svc = ep->domain->pmem.get();
+	PmemService::Job job{};
+	bool is_request = false;
+	if (wc.opcode == IBV_WC_RECV && !(wc.wc_flags & IBV_WC_WITH_IMM)) {
+		// Copied now: reposting hands the buffer to the next receive.
+		is_request = wire::decode_commit_request(static_cast<const uint8_t *>(buf), wc.byte_len,
+							 job.id, job.ranges, job.n);
+		if (!is_request)
+			VRMA_WARN(FI_LOG_EP_DATA, "malformed commit request (%u bytes) ignored\n", wc.byte_len);
+	}
+	if (int rc = ep_post_provider_rx(ep))
+		VRMA_WARN(FI_LOG_CQ, "reposting a vrma receive: %s\n", fi_strerror(-rc));
+	if (wc.opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
+		// Remote CQ data: the application's receive CQ hears of it.
+		if (ep->rx_cq) {
+			CqPending p;
+			p.comp = {nullptr, FI_RMA | FI_REMOTE_WRITE | FI_REMOTE_CQ_DATA, wc.byte_len,
+				  nullptr, ntohl(wc.imm_data)};
+			cq_push(ep->rx_cq, p);
+		}
+		return;
+	}
+	if (wc.opcode == IBV_WC_RECV && (wc.wc_flags & IBV_WC_WITH_IMM)) {
+		// The target's answer to one of our commits.
+		const uint32_t imm = ntohl(wc.imm_data);
+		PendingCommit pc;
+		if (!take_commit(ep, wire::commit_reply_id(imm), pc))
+			return; // failed or cancelled meanwhile
+		switch (wire::commit_reply_status(imm)) {
+		case wire::CommitStatus::Ok:
+			finish_commit(ep, pc, 0, 0);
+			break;
+		case wire::CommitStatus::BadRange:
+			finish_commit(ep, pc, FI_EACCES, IBV_WC_REM_ACCESS_ERR);
+			break;
+		case wire::CommitStatus::PersistFailed:
+			finish_commit(ep, pc, FI_EREMOTEIO, IBV_WC_REM_OP_ERR);
+			break;
+		default:
+			finish_commit(ep, pc, FI_EREMOTEIO, IBV_WC_REM_INV_REQ_ERR);
+			break;
+		}
+		return;
+	}
+	if (is_request && svc) {
+		job.ep = ep;
+		{
+			std::lock_guard<std::mutex> guard(svc->jobs_lock);
+			svc->jobs.push_back(job);
+		}
+		wake(svc);
+	}
+} catch (...) {
+	VRMA_WARN(FI_LOG_EP_DATA, "out of memory handling a commit message\n");
+}
+
+int pmem_begin_commit(Ep *ep, const wire::CommitRange *ranges, size_t n, void *context,
+		      size_t len, Cntr *cntr, bool report, ibv_sge &request) noexcept
+{
+	PmemEp &pm = *ep->pmem;
+	std::lock_guard<std::mutex> guard(pm.lock);
+	size_t busy = 0;
+	for (const PendingCommit &pc : pm.commits)
+		busy += pc.busy;
+	const uint32_t id = pm.next_id & wire::kCommitIdMask;
+	PendingCommit &pc = pm.commits[id % kMaxCommits];
+	// Answers consume the initiator's receives: no more commits in flight
+	// than it has receives. Entries are taken in id order.
+	if (pc.busy || busy >= pm.max_commits)
+		return -FI_EAGAIN;
+	pc = {true, id, context, len, cntr, report};
+	pm.next_id = (pm.next_id + 1) & wire::kCommitIdMask;
+	uint8_t *msg = pm.req_buf.get() + (id % kMaxCommits) * wire::kCommitMsgMax;
+	const size_t msg_len = wire::encode_commit_request(msg, id, ranges, n);
+	request = {reinterpret_cast<uintptr_t>(msg), static_cast<uint32_t>(msg_len), pm.req_mr->lkey};
+	return static_cast<int>(id + 1);
+}
+
+void pmem_abort_commit(Ep *ep, uint32_t commit) noexcept
+{
+	PendingCommit pc;
+	take_commit(ep, commit - 1, pc);
+}
+
+bool pmem_claim_commit(Ep *ep, uint32_t commit) noexcept
+{
+	PendingCommit pc;
+	return ep->pmem && take_commit(ep, commit - 1, pc);
+}
+
+bool pmem_commits_pending(Ep *ep) noexcept
+{
+	std::lock_guard<std::mutex> guard(ep->pmem->lock);
+	for (const PendingCommit &pc : ep->pmem->commits)
+		if (pc.busy)
+			return true;
+	return false;
+}
+
+void pmem_connection_lost(Ep *ep) noexcept
+{
+	ep->pmem->cancel.store(true, std::memory_order_release);
+	if (PmemService *svc = ep->domain->pmem.get())
+		wake(svc);
+}
+
+} // namespace vrma

@@ -1,0 +1,346 @@
+// FI_RMA_PMEM and FI_COMMIT_COMPLETE: the target-assisted commit into a
+// file-backed MAP_SHARED region and into anonymous memory, the declared
+// direct write to pmem (read-back), what getinfo offers, and the refusals.
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+#include <rdma/fi_ext_vrma.h>
+
+using namespace vt;
+
+namespace {
+
+fi_info *pmem_hints(uint64_t tx_op_flags = 0)
+{
+	fi_info *h = base_hints();
+	h->caps = FI_RMA | FI_RMA_PMEM;
+	h->tx_attr->op_flags = tx_op_flags;
+	return h;
+}
+
+// Owns the hints only while Env is constructed (bases are built in order).
+struct PmemHints {
+	fi_info *hints;
+	explicit PmemHints(uint64_t tx_op_flags) : hints(pmem_hints(tx_op_flags)) {}
+};
+
+struct PmemEnv : private PmemHints, Env {
+	explicit PmemEnv(uint64_t tx_op_flags = 0) : PmemHints(tx_op_flags), Env(hints)
+	{
+		fi_freeinfo(hints);
+		hints = nullptr;
+	}
+};
+
+fi_vrma_domain_ops *domain_ops(Env &env)
+{
+	void *ops = nullptr;
+	ck_assert_int_eq(fi_open_ops(&env.domain->fid, FI_VRMA_DOMAIN_OPS, 0, &ops, nullptr), 0);
+	ck_assert_ptr_nonnull(ops);
+	return static_cast<fi_vrma_domain_ops *>(ops);
+}
+
+fi_vrma_commit_stats stats(Env &env)
+{
+	fi_vrma_commit_stats s{};
+	ck_assert_int_eq(domain_ops(env)->commit_stats(env.domain, &s), 0);
+	return s;
+}
+
+int commit_method(fid_ep *ep)
+{
+	int method = -1;
+	size_t len = sizeof method;
+	ck_assert_int_eq(fi_getopt(&ep->fid, FI_OPT_ENDPOINT, FI_VRMA_OPT_COMMIT_METHOD, &method, &len), 0);
+	ck_assert_uint_eq(len, sizeof method);
+	return method;
+}
+
+// A region of a file mapped MAP_SHARED (the guest's /tmp is tmpfs; on a host
+// with a device it is whatever TMPDIR is).
+struct FileRegion {
+	std::string path;
+	int fd = -1;
+	uint8_t *buf = nullptr;
+	size_t len;
+	fid_mr *mr = nullptr;
+	FileRegion(Env &env, size_t n, uint64_t access) : len(n)
+	{
+		const char *dir = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+		path = std::string(dir) + "/vrma-pmem-XXXXXX";
+		fd = mkstemp(path.data());
+		ck_assert_int_ge(fd, 0);
+		ck_assert_int_eq(ftruncate(fd, static_cast<off_t>(len)), 0);
+		void *p = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+		ck_assert_ptr_ne(p, MAP_FAILED);
+		buf = static_cast<uint8_t *>(p);
+		ck_assert_int_eq(fi_mr_reg(env.domain, buf, len, access, 0, 0, 0, &mr, nullptr), 0);
+	}
+	~FileRegion()
+	{
+		fi_close(&mr->fid);
+		munmap(buf, len);
+		close(fd);
+		unlink(path.c_str());
+	}
+	uint64_t addr() const { return reinterpret_cast<uintptr_t>(buf); }
+	uint64_t key() const { return fi_mr_key(mr); }
+	// The file's bytes, through the file, not the mapping.
+	std::vector<uint8_t> file_bytes(size_t off, size_t n) const
+	{
+		std::vector<uint8_t> out(n);
+		ck_assert_int_eq(pread(fd, out.data(), n, static_cast<off_t>(off)), static_cast<ssize_t>(n));
+		return out;
+	}
+};
+
+// Posts with retries while the endpoint says -FI_EAGAIN (commits in flight
+// or a full queue), reading nothing: vrma progresses by itself.
+template <typename Post> void post_retrying(Post &&post)
+{
+	const Deadline deadline(kTimeoutMs);
+	ssize_t rc;
+	while ((rc = post()) == -FI_EAGAIN) {
+		ck_assert_msg(!deadline.expired(), "still -FI_EAGAIN");
+		std::this_thread::sleep_for(std::chrono::microseconds(100));
+	}
+	ck_assert_msg(rc == 0, "post: %s", fi_strerror(static_cast<int>(-rc)));
+}
+
+} // namespace
+
+START_TEST(getinfo_offers_pmem_when_asked)
+{
+	fi_info *h = pmem_hints(FI_COMMIT_COMPLETE);
+	fi_info *info = get_info(h);
+	ck_assert_uint_eq(info->caps & FI_RMA_PMEM, FI_RMA_PMEM);
+	ck_assert_uint_eq(info->caps & FI_MSG, 0);
+	ck_assert_uint_eq(info->tx_attr->op_flags & FI_COMMIT_COMPLETE, FI_COMMIT_COMPLETE);
+	// Remote CQ data needs no receive on these endpoints.
+	ck_assert_uint_eq(info->mode & FI_RX_CQ_DATA, 0);
+	// Commits complete when answered, not in posting order.
+	ck_assert_uint_eq(info->tx_attr->comp_order & FI_ORDER_STRICT, 0);
+	fi_freeinfo(info);
+	// Messages and commit messages cannot share the receive queue.
+	h->caps = FI_MSG | FI_RMA | FI_RMA_PMEM;
+	info = nullptr;
+	ck_assert_int_eq(fi_getinfo(FI_VERSION(1, 17), nullptr, nullptr, 0, h, &info), -FI_ENODATA);
+	// A default FI_COMMIT_COMPLETE without FI_RMA_PMEM: nothing to offer.
+	h->caps = FI_RMA;
+	ck_assert_int_eq(fi_getinfo(FI_VERSION(1, 17), nullptr, nullptr, 0, h, &info), -FI_ENODATA);
+	// Not asked for: not given (it costs a service thread).
+	h->tx_attr->op_flags = 0;
+	info = get_info(h);
+	ck_assert_uint_eq(info->caps & FI_RMA_PMEM, 0);
+	fi_freeinfo(info);
+	fi_freeinfo(h);
+}
+END_TEST
+
+START_TEST(commit_through_target_into_file)
+{
+	PmemEnv env;
+	Pair p(env);
+	ck_assert_int_eq(commit_method(p.client.ep), FI_VRMA_COMMIT_TARGET);
+	ck_assert_int_eq(commit_method(p.server.ep), FI_VRMA_COMMIT_TARGET);
+	const size_t max = size_t(1) << 20;
+	Region local(env, max, FI_WRITE);
+	FileRegion remote(env, max, FI_REMOTE_WRITE);
+	const fi_vrma_commit_stats before = stats(env);
+	int n = 0;
+	for (size_t len : {size_t(1), size_t(4096), size_t(100000), max}) {
+		local.fill(static_cast<uint8_t>(len + 3));
+		int ctx;
+		OneRma one(local.buf.data(), len, local.desc(), remote.addr(), remote.key(), &ctx);
+		ck_assert_int_eq(fi_writemsg(p.client.ep, &one.msg, FI_COMMIT_COMPLETE | FI_COMPLETION), 0);
+		fi_cq_data_entry e = expect_completion(p.client.cq, &ctx, FI_RMA | FI_WRITE);
+		ck_assert_uint_eq(e.len, len);
+		n++;
+		// Committed: the target's service answered after msync.
+		const fi_vrma_commit_stats now = stats(env);
+		ck_assert_uint_eq(now.requests, before.requests + n);
+		ck_assert_uint_eq(now.msync_calls, before.msync_calls + n);
+		ck_assert_uint_eq(now.failures, before.failures);
+		std::vector<uint8_t> got = remote.file_bytes(0, len);
+		ck_assert_msg(memcmp(got.data(), local.buf.data(), len) == 0, "file differs at len %zu", len);
+	}
+	// Several remote segments: one request, one range each, one completion.
+	local.fill(77);
+	iovec iov{local.buf.data(), 3000};
+	void *desc = local.desc();
+	fi_rma_iov rma[3] = {{remote.addr() + 8192, 1000, remote.key()},
+			     {remote.addr() + 65536, 1000, remote.key()},
+			     {remote.addr() + 200000, 1000, remote.key()}};
+	fi_msg_rma msg{};
+	msg.msg_iov = &iov;
+	msg.desc = &desc;
+	msg.iov_count = 1;
+	msg.rma_iov = rma;
+	msg.rma_iov_count = 3;
+	int ctx;
+	msg.context = &ctx;
+	const fi_vrma_commit_stats mid = stats(env);
+	ck_assert_int_eq(fi_writemsg(p.client.ep, &msg, FI_COMMIT_COMPLETE | FI_COMPLETION), 0);
+	expect_completion(p.client.cq, &ctx, FI_RMA | FI_WRITE);
+	const fi_vrma_commit_stats after = stats(env);
+	ck_assert_uint_eq(after.requests, mid.requests + 1);
+	ck_assert_uint_eq(after.ranges, mid.ranges + 3);
+	ck_assert_uint_eq(after.bytes, mid.bytes + 3000);
+	for (int i = 0; i < 3; i++) {
+		std::vector<uint8_t> got = remote.file_bytes(rma[i].addr - remote.addr(), 1000);
+		ck_assert(memcmp(got.data(), local.buf.data() + i * 1000, 1000) == 0);
+	}
+	// The target application never read its CQ, and saw nothing there.
+	expect_no_completion(p.server.cq);
+}
+END_TEST
+
+START_TEST(commit_many_in_flight_anonymous)
+{
+	// Default op_flags: every write is committed; more than the 64 commits
+	// an endpoint keeps in flight, into ordinary (cache-flushed) memory.
+	PmemEnv env(FI_COMMIT_COMPLETE);
+	fid_cntr *cntr = open_cntr(env);
+	PairOptions opt;
+	opt.client_cntrs = {{cntr, FI_WRITE}};
+	Region local(env, 200 * 64, FI_WRITE);
+	Region remote(env, 200 * 64, FI_REMOTE_WRITE);
+	local.fill(9);
+	{
+		Pair p(env, opt);
+		const fi_vrma_commit_stats before = stats(env);
+		std::vector<int> ctx(200);
+		for (int i = 0; i < 200; i++)
+			post_retrying([&] {
+				return fi_write(p.client.ep, local.buf.data() + i * 64, 64, local.desc(), 0,
+						remote.addr() + i * 64, remote.key(), &ctx[i]);
+			});
+		ck_assert_int_eq(fi_cntr_wait(cntr, 200, kTimeoutMs), 0);
+		ck_assert_uint_eq(fi_cntr_readerr(cntr), 0);
+		// Every context exactly once, in order.
+		for (int i = 0; i < 200; i++)
+			expect_completion(p.client.cq, &ctx[i], FI_RMA | FI_WRITE);
+		expect_no_completion(p.client.cq, 50);
+		ck_assert(remote.check(9, 200 * 64));
+		const fi_vrma_commit_stats after = stats(env);
+		ck_assert_uint_eq(after.requests, before.requests + 200);
+		ck_assert_uint_eq(after.cache_flushes, before.cache_flushes + 200);
+		ck_assert_uint_eq(after.msync_calls, before.msync_calls);
+		ck_assert_ptr_nonnull(after.cache_flush);
+	}
+	ck_assert_int_eq(fi_close(&cntr->fid), 0);
+}
+END_TEST
+
+START_TEST(commit_with_cq_data_and_fence)
+{
+	PmemEnv env;
+	Pair p(env);
+	Region local(env, 4096, FI_WRITE | FI_READ);
+	Region remote(env, 4096, FI_REMOTE_WRITE | FI_REMOTE_READ);
+	local.fill(21);
+	int ctx;
+	OneRma one(local.buf.data(), 512, local.desc(), remote.addr(), remote.key(), &ctx);
+	one.msg.data = 0xC0FFEE;
+	ck_assert_int_eq(fi_writemsg(p.client.ep, &one.msg,
+				     FI_COMMIT_COMPLETE | FI_COMPLETION | FI_REMOTE_CQ_DATA), 0);
+	expect_completion(p.client.cq, &ctx, FI_RMA | FI_WRITE);
+	// The target hears of the data though its receive queue is vrma's.
+	fi_cq_data_entry e = expect_completion(p.server.cq, nullptr,
+					       FI_RMA | FI_REMOTE_WRITE | FI_REMOTE_CQ_DATA);
+	ck_assert_uint_eq(e.data, 0xC0FFEE);
+	ck_assert_uint_eq(e.len, 512);
+	ck_assert(remote.check(21, 512));
+	// A fence waits for commits in flight: the fenced read sees the
+	// committed bytes.
+	local.fill(22);
+	int wctx, rctx;
+	OneRma w(local.buf.data(), 1024, local.desc(), remote.addr(), remote.key(), &wctx);
+	ck_assert_int_eq(fi_writemsg(p.client.ep, &w.msg, FI_COMMIT_COMPLETE | FI_COMPLETION), 0);
+	std::vector<uint8_t> back(1024);
+	fid_mr *back_mr;
+	ck_assert_int_eq(fi_mr_reg(env.domain, back.data(), back.size(), FI_READ, 0, 0, 0, &back_mr, nullptr), 0);
+	OneRma r(back.data(), 1024, fi_mr_desc(back_mr), remote.addr(), remote.key(), &rctx);
+	post_retrying([&] { return fi_readmsg(p.client.ep, &r.msg, FI_FENCE | FI_COMPLETION); });
+	expect_completion(p.client.cq, &wctx, FI_RMA | FI_WRITE);
+	expect_completion(p.client.cq, &rctx, FI_RMA | FI_READ);
+	ck_assert(memcmp(back.data(), local.buf.data(), back.size()) == 0);
+	ck_assert_int_eq(fi_close(&back_mr->fid), 0);
+}
+END_TEST
+
+START_TEST(commit_by_read_back_when_declared)
+{
+	PmemEnv env;
+	fi_vrma_domain_ops *ops = domain_ops(env);
+	ck_assert_uint_ge(ops->size, sizeof(fi_vrma_domain_ops));
+	ck_assert_int_eq(ops->set_direct_write_to_pmem(env.domain, 1), 0);
+	Pair p(env);
+	ck_assert_int_eq(commit_method(p.client.ep), FI_VRMA_COMMIT_DIRECT_WRITE);
+	Region local(env, 65536, FI_WRITE);
+	Region remote(env, 65536, FI_REMOTE_WRITE | FI_REMOTE_READ);
+	const fi_vrma_commit_stats before = stats(env);
+	for (size_t len : {size_t(1), size_t(8), size_t(65536)}) {
+		local.fill(static_cast<uint8_t>(len + 5));
+		int ctx;
+		OneRma one(local.buf.data(), len, local.desc(), remote.addr(), remote.key(), &ctx);
+		ck_assert_int_eq(fi_writemsg(p.client.ep, &one.msg, FI_COMMIT_COMPLETE | FI_COMPLETION), 0);
+		expect_completion(p.client.cq, &ctx, FI_RMA | FI_WRITE);
+		ck_assert(remote.check(static_cast<uint8_t>(len + 5), len));
+	}
+	// No commit message went to the target.
+	ck_assert_uint_eq(stats(env).requests, before.requests);
+	// The read-back needs FI_REMOTE_READ on the target region.
+	Region no_read(env, 64, FI_REMOTE_WRITE);
+	int ctx;
+	OneRma one(local.buf.data(), 64, local.desc(), no_read.addr(), no_read.key(), &ctx);
+	ck_assert_int_eq(fi_writemsg(p.client.ep, &one.msg, FI_COMMIT_COMPLETE | FI_COMPLETION), 0);
+	fi_cq_err_entry err = expect_error(p.client.cq);
+	ck_assert_ptr_eq(err.op_context, &ctx);
+	ck_assert_int_eq(err.err, FI_EACCES);
+	ck_assert_int_eq(ops->set_direct_write_to_pmem(env.domain, 0), 0);
+}
+END_TEST
+
+START_TEST(commit_refused_without_pmem)
+{
+	Env env; // FI_MSG | FI_RMA endpoints: no FI_RMA_PMEM
+	Pair p(env);
+	Region local(env, 64, FI_WRITE);
+	Region remote(env, 64, FI_REMOTE_WRITE);
+	int ctx;
+	OneRma one(local.buf.data(), 64, local.desc(), remote.addr(), remote.key(), &ctx);
+	ck_assert_int_eq(fi_writemsg(p.client.ep, &one.msg, FI_COMMIT_COMPLETE), -FI_EBADFLAGS);
+	ck_assert_int_eq(commit_method(p.client.ep), FI_VRMA_COMMIT_NONE);
+	expect_no_completion(p.client.cq, 50);
+	ck_assert_uint_eq(remote.buf[0], 0);
+	// Unknown ops are refused, not crashed on.
+	void *ops = nullptr;
+	ck_assert_int_eq(fi_open_ops(&env.domain->fid, "no_such_ops", 0, &ops, nullptr), -FI_ENOSYS);
+	// Before connecting there is no method yet.
+	Side lone = open_client(env, static_cast<const sockaddr *>(env.info->src_addr));
+	int method;
+	size_t len = sizeof method;
+	ck_assert_int_eq(fi_getopt(&lone.ep->fid, FI_OPT_ENDPOINT, FI_VRMA_OPT_COMMIT_METHOD, &method, &len),
+			 -FI_EOPBADSTATE);
+	close_side(lone);
+}
+END_TEST
+
+Suite *pmem_suite()
+{
+	Suite *s = suite_create("pmem");
+	TCase *tc = tcase_create("commit");
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, getinfo_offers_pmem_when_asked);
+	tcase_add_test(tc, commit_through_target_into_file);
+	tcase_add_test(tc, commit_many_in_flight_anonymous);
+	tcase_add_test(tc, commit_with_cq_data_and_fence);
+	tcase_add_test(tc, commit_by_read_back_when_declared);
+	tcase_add_test(tc, commit_refused_without_pmem);
+	suite_add_tcase(s, tc);
+	return s;
+}
