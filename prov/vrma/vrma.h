@@ -59,6 +59,7 @@ struct Params {
 	size_t inject_size = 4096; // beyond the inline size: bounce buffers
 	int cm_timeout_ms = 2000;  // address/route resolution timeout
 	int listen_backlog = 1024;
+	size_t max_wr_size = 0;    // bytes per work request; 0: the device's max_msg_sz
 };
 extern Params params;
 void params_init() noexcept;
@@ -89,9 +90,26 @@ inline constexpr size_t kCqDataSize = 4; // 32-bit immediate data
 inline constexpr size_t kMaxSge = 32;
 // Remote segments of one RMA operation (rma_iov_limit).
 inline constexpr size_t kMaxRmaIov = 16;
-// Work requests of one operation: one per remote segment, plus the read that
-// makes a write delivery-complete.
-inline constexpr size_t kMaxOpWr = kMaxRmaIov + 1;
+// RMA segments longer than one work request carries are split: endpoints
+// without messages offer max_msg_size = this many work requests' worth.
+inline constexpr size_t kMaxSplitWr = 64;
+// Work requests of one operation: one per remote segment and per split,
+// plus the read that makes a write delivery-complete or a commit request.
+inline constexpr size_t kMaxOpWr = kMaxRmaIov + kMaxSplitWr + 1;
+// Smallest FI_VRMA_MAX_WR_SIZE honoured.
+inline constexpr size_t kMinWrBytes = 4096;
+// Work requests of an injected operation: inject_size is capped at one work
+// request's bytes, so an inject never splits (bounce buffers count on it).
+inline constexpr size_t kMaxInjectOpWr = kMaxRmaIov + 1;
+
+// Bytes vrma puts in one work request on a port with this max_msg_sz.
+inline size_t wr_bytes_limit(uint32_t port_max_msg_sz) noexcept
+{
+	const size_t port = port_max_msg_sz ? port_max_msg_sz : kMinWrBytes;
+	if (!params.max_wr_size || params.max_wr_size >= port)
+		return port;
+	return std::max(params.max_wr_size, std::min(kMinWrBytes, port));
+}
 // At least one send request in this many is signaled (fewer completions to
 // poll, yet slots and bounce buffers always come back; see post_send_chain).
 inline constexpr uint64_t kSignalPeriod = 16;
@@ -170,7 +188,7 @@ struct Domain final : fid_domain {
 	bool cap_flush_global = false;
 	bool cap_flush_persistent = false;
 	bool cap_atomic_write = false;
-	uint32_t max_msg_size = 0;
+	size_t max_wr_bytes = 0; // wr_bytes_limit() of port 1
 	int inline_size = 0; // what a QP of this domain is created with
 	std::atomic<int> refs{0};
 	// Persistent memory. Declared by the application (fi_ext_vrma.h):
@@ -342,6 +360,7 @@ struct Ep final : fid_ep {
 	size_t inline_size = 0; // bytes the QP takes inline
 	size_t inject_size = 0; // bytes an inject may carry (bounce beyond inline)
 	size_t max_msg_size = 0;
+	size_t max_wr_bytes = 0; // longer RMA segments are split
 	bool rx_cq_data_mode = false;
 	// RMA-only endpoint without FI_RX_CQ_DATA: vrma keeps zero-length
 	// receives posted so that remote CQ data needs no application receive.

@@ -554,8 +554,15 @@ try {
 	ep->inject_size = std::max(ep->inline_size, params.inject_size);
 	if (info->tx_attr && info->tx_attr->inject_size && info->tx_attr->inject_size < ep->inject_size)
 		ep->inject_size = info->tx_attr->inject_size;
+	// An inject is one work request per remote segment (bounce buffers
+	// count on it): never more than one work request carries.
+	ep->inject_size = std::min(ep->inject_size, dom->max_wr_bytes);
 	ep->inline_size = std::min(ep->inline_size, ep->inject_size);
-	ep->max_msg_size = dom->max_msg_size;
+	// Sends cannot be split (a receive takes one); RMA can.
+	ep->max_wr_bytes = dom->max_wr_bytes;
+	ep->max_msg_size = dom->max_wr_bytes;
+	if (!(info->caps & (FI_MSG | FI_SEND | FI_RECV)))
+		ep->max_msg_size *= kMaxSplitWr;
 	if (info->ep_attr && info->ep_attr->max_msg_size &&
 	    info->ep_attr->max_msg_size < ep->max_msg_size)
 		ep->max_msg_size = info->ep_attr->max_msg_size;
@@ -566,8 +573,8 @@ try {
 	// FI_RX_CQ_DATA: immediate data must not need its receives.
 	ep->provider_rx = !ep->rx_cq_data_mode && !(info->caps & (FI_MSG | FI_RECV));
 	if (info->caps & FI_RMA_PMEM) {
-		if (info->caps & (FI_MSG | FI_RECV)) {
-			VRMA_WARN(FI_LOG_EP_CTRL, "fi_endpoint: FI_RMA_PMEM endpoints do not receive messages (drop FI_MSG)\n");
+		if (info->caps & (FI_MSG | FI_SEND | FI_RECV)) {
+			VRMA_WARN(FI_LOG_EP_CTRL, "fi_endpoint: FI_RMA_PMEM endpoints do not carry messages (drop FI_MSG)\n");
 			return -FI_EINVAL;
 		}
 		// Commit messages use the receive queue: it is vrma's alone.

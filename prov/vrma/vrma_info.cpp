@@ -187,7 +187,8 @@ fi_info *build_cap_info(const Port &p, const PortAddr &a, int inline_size)
 	tx.op_flags = kTxOpFlags;
 	tx.msg_order = kMsgOrder;
 	tx.comp_order = FI_ORDER_STRICT | FI_ORDER_DATA;
-	tx.inject_size = std::max(static_cast<size_t>(inline_size), params.inject_size);
+	tx.inject_size = std::min(std::max(static_cast<size_t>(inline_size), params.inject_size),
+				  wr_bytes_limit(p.attr.max_msg_sz));
 	tx.size = static_cast<size_t>(d.max_qp_wr);
 	tx.iov_limit = std::min(static_cast<size_t>(d.max_sge), kMaxSge);
 	tx.rma_iov_limit = kMaxRmaIov;
@@ -207,7 +208,9 @@ fi_info *build_cap_info(const Port &p, const PortAddr &a, int inline_size)
 	ep.protocol = p.ctx->device->transport_type == IBV_TRANSPORT_IWARP ? FI_PROTO_IWARP
 									   : FI_PROTO_RDMA_CM_IB_RC;
 	ep.protocol_version = 1;
-	ep.max_msg_size = p.attr.max_msg_sz;
+	// RMA-only endpoints split; with messages it is one work request's
+	// worth (set once the capabilities are known).
+	ep.max_msg_size = wr_bytes_limit(p.attr.max_msg_sz) * kMaxSplitWr;
 	ep.msg_prefix_size = 0;
 	ep.max_order_raw_size = p.attr.max_msg_sz;
 	ep.max_order_war_size = 0;
@@ -556,6 +559,15 @@ try {
 			out->caps &= ~kMsgCaps;
 			out->tx_attr->caps &= ~kMsgCaps;
 			out->rx_attr->caps &= ~kMsgCaps;
+		}
+		if (out->caps & (FI_MSG | FI_SEND | FI_RECV)) {
+			const size_t one_wr = wr_bytes_limit(p.attr.max_msg_sz);
+			if (hints && hints->ep_attr && hints->ep_attr->max_msg_size > one_wr) {
+				VRMA_INFO(FI_LOG_CORE, "max_msg_size %zu: messages are at most %zu bytes\n",
+					  hints->ep_attr->max_msg_size, one_wr);
+				continue;
+			}
+			out->ep_attr->max_msg_size = one_wr;
 		}
 		if (have_dest) {
 			out->dest_addr = dup_addr(reinterpret_cast<sockaddr *>(&dest), &out->dest_addrlen);

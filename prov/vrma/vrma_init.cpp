@@ -67,6 +67,9 @@ void params_init() noexcept
 	define_size("inject_size",
 		    "Bytes an inject may carry; beyond the inline size they are copied into registered bounce buffers (default: 4096)",
 		    &params.inject_size);
+	define_size("max_wr_size",
+		    "Largest byte count of one work request; longer RMA segments are split (default: 0, the device's max_msg_sz)",
+		    &params.max_wr_size);
 	define_int("cm_timeout", "Address and route resolution timeout in ms (default: 2000)",
 		   &params.cm_timeout_ms);
 	define_int("listen_backlog", "Backlog of a listening passive endpoint (default: 1024)",

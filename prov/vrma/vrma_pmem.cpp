@@ -49,7 +49,7 @@ struct PmemService {
 		uint32_t id;
 		size_t n;
 		wire::CommitRange ranges[wire::kMaxCommitRanges];
-		bool answered_status = false; // persisted; only the answer is left
+		bool persisted = false; // done: only the answer is left
 		wire::CommitStatus status = wire::CommitStatus::Ok;
 	};
 	std::mutex jobs_lock;
@@ -117,10 +117,11 @@ wire::CommitStatus persist_range(PmemService *svc, const wire::CommitRange &r)
 // answer must be retried (the send queue is full).
 bool serve(PmemService *svc, PmemService::Job &job)
 {
-	if (!job.answered_status) {
+	if (!job.persisted) {
+		// A malformed request arrives with its status set and no ranges.
 		for (size_t i = 0; i < job.n && job.status == wire::CommitStatus::Ok; i++)
 			job.status = persist_range(svc, job.ranges[i]);
-		job.answered_status = true;
+		job.persisted = true;
 		svc->domain->commit_stats.requests.fetch_add(1, std::memory_order_relaxed);
 		if (job.status != wire::CommitStatus::Ok)
 			svc->domain->commit_stats.failures.fetch_add(1, std::memory_order_relaxed);
@@ -418,20 +419,30 @@ try {
 	bool is_request = false;
 	if (wc.opcode == IBV_WC_RECV && !(wc.wc_flags & IBV_WC_WITH_IMM)) {
 		// Copied now: reposting hands the buffer to the next receive.
-		is_request = wire::decode_commit_request(static_cast<const uint8_t *>(buf), wc.byte_len,
-							 job.id, job.ranges, job.n);
-		if (!is_request)
-			VRMA_WARN(FI_LOG_EP_DATA, "malformed commit request (%u bytes) ignored\n", wc.byte_len);
+		const auto *msg = static_cast<const uint8_t *>(buf);
+		is_request = wire::decode_commit_request(msg, wc.byte_len, job.id, job.ranges, job.n);
+		if (!is_request && wc.byte_len >= sizeof(wire::CommitHeader)) {
+			// Answer it as malformed: the initiator must not wait forever.
+			wire::CommitHeader h;
+			memcpy(&h, msg, sizeof h);
+			job.id = le32toh(h.id) & wire::kCommitIdMask;
+			job.status = wire::CommitStatus::Malformed;
+			job.n = 0;
+			is_request = true;
+		}
+		if (job.status != wire::CommitStatus::Ok || !is_request)
+			VRMA_WARN(FI_LOG_EP_DATA, "malformed commit request (%u bytes)\n", wc.byte_len);
 	}
 	if (int rc = ep_post_provider_rx(ep))
 		VRMA_WARN(FI_LOG_CQ, "reposting a vrma receive: %s\n", fi_strerror(-rc));
 	if (wc.opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
-		// Remote CQ data: the application's receive CQ hears of it.
-		if (ep->rx_cq) {
+		// Remote CQ data: the application's receive CQ hears of it (or
+		// its only CQ, as on other RMA-only endpoints).
+		if (Cq *cq = ep->rx_cq ? ep->rx_cq : ep->tx_cq) {
 			CqPending p;
 			p.comp = {nullptr, FI_RMA | FI_REMOTE_WRITE | FI_REMOTE_CQ_DATA, wc.byte_len,
 				  nullptr, ntohl(wc.imm_data)};
-			cq_push(ep->rx_cq, p);
+			cq_push(cq, p);
 		}
 		return;
 	}

@@ -44,10 +44,12 @@ inline ssize_t fill_bounce(Ep *ep, uint64_t first, ibv_send_wr *wrs, size_t n,
 		}
 	}
 	// The buffer's previous user started kCount sequences ago and spans at
-	// most kMaxOpWr of them: it has retired once the ring's tail passed it.
-	if (ep->tx.outstanding() + n + kMaxOpWr > kCount) {
+	// most kMaxInjectOpWr of them: it has retired once the ring's tail
+	// passed it.
+	static_assert(kMaxInjectOpWr < kCount, "a bounce buffer can be reused");
+	if (ep->tx.outstanding() + n + kMaxInjectOpWr > kCount) {
 		cq_progress(send_cq_of(ep));
-		if (ep->tx.outstanding() + n + kMaxOpWr > kCount)
+		if (ep->tx.outstanding() + n + kMaxInjectOpWr > kCount)
 			return -FI_EAGAIN;
 	}
 	uint8_t *base = ep->bounce.get() + (first % kCount) * ep->inject_size;
@@ -88,10 +90,11 @@ inline void flush_more(Ep *ep) noexcept
 	mc.nsge = 0;
 }
 
-static_assert(kMaxOpWr <= MoreChain::kMaxWr, "an operation fits an empty held-back chain");
+static_assert(kMaxRmaIov + 1 <= MoreChain::kMaxWr, "an unsplit operation fits an empty chain");
+static_assert(kMaxSge + kMaxOpWr <= MoreChain::kMaxWr * kMaxSge, "an operation's sges fit");
 
 // Appends the operation's requests to the held-back chain, posting what was
-// held first when they do not fit (an operation always fits an empty chain).
+// held first when they do not fit (n <= MoreChain::kMaxWr).
 inline void hold_back(Ep *ep, const ibv_send_wr *wrs, size_t n) noexcept
 {
 	MoreChain &mc = *ep->more;
@@ -198,6 +201,13 @@ inline ssize_t post_send_chain(Ep *ep, ibv_send_wr *wrs, size_t n, const TxOp &o
 		inline_data |= (wrs[i].send_flags & IBV_SEND_INLINE) != 0;
 	const bool held = ep->more && ep->more->nwr;
 	if ((op.more && !inline_data) || held) [[unlikely]] {
+		if (n > MoreChain::kMaxWr) {
+			// A split operation too long to hold: it goes now, after
+			// what was held (one doorbell each).
+			if (held)
+				flush_more(ep);
+			goto post_now;
+		}
 		if (!ep->more) {
 			try {
 				ep->more = std::make_unique<MoreChain>();

@@ -9,8 +9,9 @@ constexpr uint64_t kRmaFlags = FI_COMPLETION | FI_INJECT | FI_INJECT_COMPLETE |
 			       FI_TRANSMIT_COMPLETE | FI_DELIVERY_COMPLETE | FI_COMMIT_COMPLETE |
 			       FI_FENCE | FI_MORE | FI_REMOTE_CQ_DATA;
 
-// Local pieces: each remote boundary may split one local segment in two.
-constexpr size_t kMaxOpSge = kMaxSge + kMaxRmaIov;
+// Local pieces: each work request boundary may split one local segment in
+// two; plus the read-back or commit request.
+constexpr size_t kMaxOpSge = kMaxSge + kMaxOpWr;
 
 // Bytes the delivery-complete read fetches back: as librpma does, a few
 // bytes of the region just written, on the same QP. RC executes the read
@@ -75,14 +76,21 @@ ssize_t rma_common(Ep *ep, ibv_wr_opcode opcode, const iovec *iov, void *const *
 	const bool bounce = inject && total > ep->inline_size;
 	if (bounce)
 		local[0] = {0, static_cast<uint32_t>(total), 0};
+	// The pieces' lengths, unclipped: a local segment may exceed the 32
+	// bits of an sge when it is split over several work requests.
+	size_t local_len[kMaxSge];
+	for (size_t i = 0; i < (bounce ? 1 : count); i++)
+		local_len[i] = bounce ? total : iov[i].iov_len;
 	if (remote_total < total) [[unlikely]] {
 		VRMA_WARN(FI_LOG_EP_DATA, "RMA: %zu local bytes but the remote segments hold %zu\n",
 			  total, remote_total);
 		return -FI_EINVAL;
 	}
 
-	// One work request per remote segment, carving the local pieces.
-	ibv_send_wr wrs[kMaxOpWr] = {};
+	// One work request per remote segment (several when it is longer than
+	// one carries), carving the local pieces. Only the entries used are
+	// initialised: the array is large and this is the data path.
+	ibv_send_wr wrs[kMaxOpWr];
 	ibv_sge sges[kMaxOpSge];
 	size_t nwr = 0, nsge = 0, li = 0, loff = 0, left = total;
 	const fi_rma_iov *last_written = nullptr;
@@ -93,29 +101,37 @@ ssize_t rma_common(Ep *ep, ibv_wr_opcode opcode, const iovec *iov, void *const *
 		size_t seg = std::min(rma_iov[r].len, left);
 		if (!seg && left)
 			continue; // an empty remote segment takes nothing
-		ibv_send_wr &wr = wrs[nwr++];
-		wr.sg_list = &sges[nsge];
-		wr.opcode = opcode;
-		wr.wr.rdma.remote_addr = rma_iov[r].addr;
-		wr.wr.rdma.rkey = static_cast<uint32_t>(rma_iov[r].key);
-		for (size_t need = seg; need;) {
-			while (local[li].length == loff) { // skip empty and used-up pieces
-				li++;
-				loff = 0;
+		size_t done = 0;
+		do {
+			// max_msg_size bounds the splits: total / max_wr_bytes work
+			// requests plus one per remote segment fit kMaxOpWr.
+			const size_t chunk = std::min(seg - done, ep->max_wr_bytes);
+			ibv_send_wr &wr = wrs[nwr++];
+			wr = {};
+			wr.sg_list = &sges[nsge];
+			wr.opcode = opcode;
+			wr.wr.rdma.remote_addr = rma_iov[r].addr + done;
+			wr.wr.rdma.rkey = static_cast<uint32_t>(rma_iov[r].key);
+			for (size_t need = chunk; need;) {
+				while (local_len[li] == loff) { // skip empty and used-up pieces
+					li++;
+					loff = 0;
+				}
+				const size_t take = std::min(need, local_len[li] - loff);
+				sges[nsge++] = {local[li].addr + loff, static_cast<uint32_t>(take), local[li].lkey};
+				wr.num_sge++;
+				loff += take;
+				need -= take;
 			}
-			const size_t take = std::min<size_t>(need, local[li].length - loff);
-			sges[nsge++] = {local[li].addr + loff, static_cast<uint32_t>(take), local[li].lkey};
-			wr.num_sge++;
-			loff += take;
-			need -= take;
-		}
-		if (static_cast<size_t>(wr.num_sge) > ep->tx_iov_limit) [[unlikely]] {
-			VRMA_WARN(FI_LOG_EP_DATA, "RMA: a remote segment spans more than iov_limit %zu local pieces\n",
-				  ep->tx_iov_limit);
-			return -FI_EINVAL;
-		}
-		if (!is_read && seg && seg <= ep->inline_size)
-			wr.send_flags = IBV_SEND_INLINE;
+			if (static_cast<size_t>(wr.num_sge) > ep->tx_iov_limit) [[unlikely]] {
+				VRMA_WARN(FI_LOG_EP_DATA, "RMA: a work request would span more than iov_limit %zu local pieces\n",
+					  ep->tx_iov_limit);
+				return -FI_EINVAL;
+			}
+			if (!is_read && chunk && chunk <= ep->inline_size)
+				wr.send_flags = IBV_SEND_INLINE;
+			done += chunk;
+		} while (done < seg);
 		left -= seg;
 		if (seg) {
 			last_written = &rma_iov[r];
@@ -137,6 +153,7 @@ ssize_t rma_common(Ep *ep, ibv_wr_opcode opcode, const iovec *iov, void *const *
 	if (!is_read && read_back && last_written) {
 		const size_t n = std::min(kDeliveryReadLen, last_written_len);
 		ibv_send_wr &rd = wrs[nwr++];
+		rd = {};
 		sges[nsge] = {reinterpret_cast<uintptr_t>(ep->scratch), static_cast<uint32_t>(n),
 			      ep->scratch_mr->lkey};
 		rd.sg_list = &sges[nsge++];
@@ -159,6 +176,7 @@ ssize_t rma_common(Ep *ep, ibv_wr_opcode opcode, const iovec *iov, void *const *
 		if (c < 0)
 			return c;
 		ibv_send_wr &send = wrs[nwr++];
+		send = {};
 		send.sg_list = &req;
 		send.num_sge = 1;
 		send.opcode = IBV_WR_SEND;

@@ -160,3 +160,4 @@ Suite *rma_suite();
 Suite *errors_suite();
 Suite *cntr_suite();
 Suite *pmem_suite();
+Suite *split_suite();

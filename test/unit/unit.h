@@ -12,3 +12,4 @@ Suite *info_match_suite();
 Suite *errno_suite();
 Suite *slot_ring_suite();
 Suite *persist_suite();
+Suite *wire_suite();

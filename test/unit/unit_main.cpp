@@ -9,6 +9,7 @@ int main()
 	srunner_add_suite(sr, errno_suite());
 	srunner_add_suite(sr, slot_ring_suite());
 	srunner_add_suite(sr, persist_suite());
+	srunner_add_suite(sr, wire_suite());
 	srunner_run_all(sr, CK_NORMAL);
 	const int failed = srunner_ntests_failed(sr);
 	srunner_free(sr);

@@ -1,0 +1,193 @@
+// RMA longer than one work request: split by vrma, one completion to the
+// user. rxe carries 2 GiB per work request, so these tests lower the limit
+// with FI_VRMA_MAX_WR_SIZE, read when the provider loads: check forks each
+// test, and each child loads libfabric afresh.
+#include <cstdlib>
+
+#include "harness.h"
+
+using namespace vt;
+
+namespace {
+
+constexpr size_t kWr = 65536;
+constexpr size_t kSplitMax = kWr * 64; // what an RMA-only endpoint then offers
+
+fi_info *rma_hints(uint64_t tx_op_flags = 0)
+{
+	setenv("FI_VRMA_MAX_WR_SIZE", "65536", 1);
+	fi_info *h = base_hints();
+	h->caps = FI_RMA;
+	h->mode &= ~FI_RX_CQ_DATA; // remote CQ data needs no receive then
+	h->tx_attr->op_flags = tx_op_flags;
+	return h;
+}
+
+struct SplitEnv : Env {
+	explicit SplitEnv(fi_info *h) : Env(h)
+	{
+		fi_freeinfo(h);
+		ck_assert_msg(info->ep_attr->max_msg_size == kSplitMax,
+			      "max_msg_size %zu: FI_VRMA_MAX_WR_SIZE not applied (run with CK_FORK=yes)",
+			      info->ep_attr->max_msg_size);
+	}
+};
+
+} // namespace
+
+START_TEST(split_write_and_read)
+{
+	SplitEnv env(rma_hints());
+	Pair p(env);
+	const size_t max = (size_t(1) << 20) + 3;
+	Region local(env, max + 64, FI_WRITE | FI_READ);
+	Region remote(env, max + 64, FI_REMOTE_READ | FI_REMOTE_WRITE);
+	for (size_t len : {kWr, kWr + 1, size_t(1) << 20, max}) {
+		local.fill(static_cast<uint8_t>(len >> 3));
+		std::fill(remote.buf.begin(), remote.buf.end(), 0);
+		int wctx, rctx;
+		ck_assert_int_eq(fi_write(p.client.ep, local.buf.data(), len, local.desc(), 0, remote.addr(),
+					  remote.key(), &wctx), 0);
+		fi_cq_data_entry e = expect_completion(p.client.cq, &wctx, FI_RMA | FI_WRITE);
+		ck_assert_uint_eq(e.len, len);
+		ck_assert_msg(remote.check(static_cast<uint8_t>(len >> 3), len), "write of %zu", len);
+		ck_assert_uint_eq(remote.buf[len], 0);
+		std::fill(local.buf.begin(), local.buf.end(), 0);
+		ck_assert_int_eq(fi_read(p.client.ep, local.buf.data(), len, local.desc(), 0, remote.addr(),
+					 remote.key(), &rctx), 0);
+		e = expect_completion(p.client.cq, &rctx, FI_RMA | FI_READ);
+		ck_assert_uint_eq(e.len, len);
+		ck_assert_msg(local.check(static_cast<uint8_t>(len >> 3), len), "read of %zu", len);
+		// One completion per operation, not per work request.
+		expect_no_completion(p.client.cq, 20);
+	}
+	// Beyond max_msg_size: refused.
+	Region big(env, kSplitMax + 1, FI_WRITE);
+	Region big_remote(env, kSplitMax + 1, FI_REMOTE_WRITE);
+	ck_assert_int_eq(fi_write(p.client.ep, big.buf.data(), kSplitMax + 1, big.desc(), 0,
+				  big_remote.addr(), big_remote.key(), nullptr), -FI_EINVAL);
+	// Exactly max_msg_size: accepted, one completion.
+	big.fill(3);
+	int ctx;
+	ck_assert_int_eq(fi_write(p.client.ep, big.buf.data(), kSplitMax, big.desc(), 0,
+				  big_remote.addr(), big_remote.key(), &ctx), 0);
+	expect_completion(p.client.cq, &ctx, FI_RMA | FI_WRITE);
+	ck_assert(big_remote.check(3, kSplitMax));
+}
+END_TEST
+
+START_TEST(split_across_local_and_remote_segments)
+{
+	SplitEnv env(rma_hints());
+	Pair p(env);
+	Region local(env, 400000, FI_WRITE | FI_READ);
+	Region remote(env, 600000, FI_REMOTE_READ | FI_REMOTE_WRITE);
+	local.fill(41);
+	// Three local pieces onto two remote segments, each longer than a
+	// work request: pieces are cut at both kinds of boundary.
+	iovec iov[3] = {{local.buf.data(), 100000},
+			{local.buf.data() + 100000, 7},
+			{local.buf.data() + 100007, 200000}};
+	void *desc[3] = {local.desc(), local.desc(), local.desc()};
+	fi_rma_iov rma[2] = {{remote.addr() + 1000, 150000, remote.key()},
+			     {remote.addr() + 400000, 150007, remote.key()}};
+	fi_msg_rma msg{};
+	msg.msg_iov = iov;
+	msg.desc = desc;
+	msg.iov_count = 3;
+	msg.rma_iov = rma;
+	msg.rma_iov_count = 2;
+	int ctx;
+	msg.context = &ctx;
+	ck_assert_int_eq(fi_writemsg(p.client.ep, &msg, FI_COMPLETION), 0);
+	fi_cq_data_entry e = expect_completion(p.client.cq, &ctx, FI_RMA | FI_WRITE);
+	ck_assert_uint_eq(e.len, 300007);
+	ck_assert(memcmp(remote.buf.data() + 1000, local.buf.data(), 150000) == 0);
+	ck_assert(memcmp(remote.buf.data() + 400000, local.buf.data() + 150000, 150007) == 0);
+	ck_assert_uint_eq(remote.buf[999], 0);
+	ck_assert_uint_eq(remote.buf[151000], 0);
+	// And read back the same way.
+	std::fill(local.buf.begin(), local.buf.end(), 0);
+	ck_assert_int_eq(fi_readmsg(p.client.ep, &msg, FI_COMPLETION), 0);
+	expect_completion(p.client.cq, &ctx, FI_RMA | FI_READ);
+	ck_assert(memcmp(remote.buf.data() + 1000, local.buf.data(), 150000) == 0);
+	ck_assert(memcmp(remote.buf.data() + 400000, local.buf.data() + 150000, 150007) == 0);
+	expect_no_completion(p.client.cq, 20);
+}
+END_TEST
+
+START_TEST(split_with_flags)
+{
+	SplitEnv env(rma_hints(FI_DELIVERY_COMPLETE));
+	Pair p(env);
+	const size_t len = 200000; // 3 full work requests and 3392 bytes
+	Region local(env, 2 * len, FI_WRITE);
+	Region remote(env, 2 * len, FI_REMOTE_READ | FI_REMOTE_WRITE);
+	// Delivery-complete (default op_flags): the read-back follows the last
+	// piece; the data is there when the completion is.
+	local.fill(51);
+	int ctx;
+	ck_assert_int_eq(fi_write(p.client.ep, local.buf.data(), len, local.desc(), 0, remote.addr(),
+				  remote.key(), &ctx), 0);
+	expect_completion(p.client.cq, &ctx, FI_RMA | FI_WRITE);
+	ck_assert(remote.check(51, len));
+	// Remote CQ data: one entry at the target, after all of the data; its
+	// length is that of the last work request.
+	local.fill(52);
+	ck_assert_int_eq(fi_writedata(p.client.ep, local.buf.data(), len, local.desc(), 0xABCD, 0,
+				      remote.addr(), remote.key(), &ctx), 0);
+	expect_completion(p.client.cq, &ctx, FI_RMA | FI_WRITE);
+	fi_cq_data_entry e = expect_completion(p.server.cq, nullptr,
+					       FI_RMA | FI_REMOTE_WRITE | FI_REMOTE_CQ_DATA);
+	ck_assert_uint_eq(e.data, 0xABCD);
+	ck_assert_uint_eq(e.len, len % kWr);
+	ck_assert(remote.check(52, len));
+	expect_no_completion(p.server.cq, 20);
+	// FI_MORE: a split operation longer than the held-back chain goes out
+	// with what was held before it; both complete.
+	local.fill(53);
+	int c1, c2;
+	OneRma small(local.buf.data(), 64, local.desc(), remote.addr() + len, remote.key(), &c1);
+	ck_assert_int_eq(fi_writemsg(p.client.ep, &small.msg, FI_MORE | FI_COMPLETION), 0);
+	Region big(env, 40 * kWr, FI_WRITE);
+	Region big_remote(env, 40 * kWr, FI_REMOTE_WRITE | FI_REMOTE_READ);
+	big.fill(54);
+	OneRma large(big.buf.data(), 40 * kWr, big.desc(), big_remote.addr(), big_remote.key(), &c2);
+	ck_assert_int_eq(fi_writemsg(p.client.ep, &large.msg, FI_MORE | FI_COMPLETION), 0);
+	expect_completion(p.client.cq, &c1, FI_RMA | FI_WRITE);
+	expect_completion(p.client.cq, &c2, FI_RMA | FI_WRITE);
+	ck_assert(big_remote.check(54, 40 * kWr));
+	ck_assert(memcmp(remote.buf.data() + len, local.buf.data(), 64) == 0);
+}
+END_TEST
+
+START_TEST(messages_are_one_work_request)
+{
+	fi_info *h = rma_hints();
+	h->caps = FI_MSG | FI_RMA;
+	Env env(h);
+	fi_freeinfo(h);
+	// A receive takes one send: messages are never split, so endpoints
+	// with FI_MSG offer one work request's worth.
+	ck_assert_uint_eq(env.info->ep_attr->max_msg_size, kWr);
+	h = rma_hints();
+	h->caps = FI_MSG | FI_RMA;
+	h->ep_attr->max_msg_size = kWr + 1;
+	fi_info *info = nullptr;
+	ck_assert_int_eq(fi_getinfo(FI_VERSION(1, 17), nullptr, nullptr, 0, h, &info), -FI_ENODATA);
+	fi_freeinfo(h);
+}
+END_TEST
+
+Suite *split_suite()
+{
+	Suite *s = suite_create("split");
+	TCase *tc = tcase_create("split");
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, split_write_and_read);
+	tcase_add_test(tc, split_across_local_and_remote_segments);
+	tcase_add_test(tc, split_with_flags);
+	tcase_add_test(tc, messages_are_one_work_request);
+	suite_add_tcase(s, tc);
+	return s;
+}

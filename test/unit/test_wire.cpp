@@ -1,0 +1,95 @@
+// vrma's own wire formats: the commit request round-trips, every malformed
+// request is refused, and the answer's immediate packs id and status.
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "unit.h"
+#include "vrma_wire.h"
+
+using namespace vrma::wire;
+
+START_TEST(commit_request_round_trip)
+{
+	CommitRange in[kMaxCommitRanges];
+	for (size_t i = 0; i < kMaxCommitRanges; i++)
+		in[i] = {0x1000000000ULL * (i + 1) + i, (uint64_t(1) << 33) + i, uint32_t(0xA0000000u + i), 0};
+	for (size_t n : {size_t(1), size_t(3), kMaxCommitRanges}) {
+		uint8_t buf[kCommitMsgMax];
+		const size_t len = encode_commit_request(buf, 0x12345678u, in, n);
+		ck_assert_uint_eq(len, sizeof(CommitHeader) + n * sizeof(CommitRange));
+		ck_assert_uint_le(len, kCommitMsgMax);
+		// Little-endian on the wire whatever the host.
+		ck_assert_uint_eq(buf[0], kCommitRequest);
+		ck_assert_uint_eq(buf[2], n);
+		ck_assert_uint_eq(buf[4], 0x78);
+		ck_assert_uint_eq(buf[6], 0x34);
+		ck_assert_uint_eq(buf[7], 0); // 24-bit id
+		uint32_t id = 0;
+		size_t got = 0;
+		CommitRange out[kMaxCommitRanges] = {};
+		ck_assert(decode_commit_request(buf, len, id, out, got));
+		ck_assert_uint_eq(id, 0x345678u);
+		ck_assert_uint_eq(got, n);
+		for (size_t i = 0; i < n; i++) {
+			ck_assert_uint_eq(out[i].addr, in[i].addr);
+			ck_assert_uint_eq(out[i].len, in[i].len);
+			ck_assert_uint_eq(out[i].key, in[i].key);
+		}
+	}
+}
+END_TEST
+
+START_TEST(malformed_commit_requests_refused)
+{
+	CommitRange r{4096, 64, 7, 0};
+	uint8_t good[kCommitMsgMax];
+	const size_t len = encode_commit_request(good, 5, &r, 1);
+	uint32_t id;
+	size_t n;
+	CommitRange out[kMaxCommitRanges];
+	ck_assert(decode_commit_request(good, len, id, out, n));
+	// Short, truncated ranges, wrong type, wrong version, 0 or too many ranges.
+	ck_assert(!decode_commit_request(good, 0, id, out, n));
+	ck_assert(!decode_commit_request(good, sizeof(CommitHeader) - 1, id, out, n));
+	ck_assert(!decode_commit_request(good, len - 1, id, out, n));
+	uint8_t bad[kCommitMsgMax];
+	memcpy(bad, good, len);
+	bad[0] = 9;
+	ck_assert(!decode_commit_request(bad, len, id, out, n));
+	memcpy(bad, good, len);
+	bad[1] = kCommitVersion + 1;
+	ck_assert(!decode_commit_request(bad, len, id, out, n));
+	memcpy(bad, good, len);
+	bad[2] = 0;
+	ck_assert(!decode_commit_request(bad, len, id, out, n));
+	memcpy(bad, good, len);
+	bad[2] = kMaxCommitRanges + 1;
+	ck_assert(!decode_commit_request(bad, kCommitMsgMax, id, out, n));
+}
+END_TEST
+
+START_TEST(commit_reply_packs_id_and_status)
+{
+	for (uint32_t id : {0u, 1u, 0xABCDEFu, 0xFFFFFFu, 0x1000001u}) {
+		for (CommitStatus st : {CommitStatus::Ok, CommitStatus::BadRange,
+					CommitStatus::PersistFailed, CommitStatus::Malformed}) {
+			const uint32_t imm = commit_reply_imm(id, st);
+			ck_assert_uint_eq(commit_reply_id(imm), id & kCommitIdMask);
+			ck_assert(commit_reply_status(imm) == st);
+		}
+	}
+	ck_assert_uint_eq(commit_reply_imm(0x123456, CommitStatus::Ok), 0x123456u);
+}
+END_TEST
+
+Suite *wire_suite()
+{
+	Suite *s = suite_create("wire");
+	TCase *tc = tcase_create("commit");
+	tcase_add_test(tc, commit_request_round_trip);
+	tcase_add_test(tc, malformed_commit_requests_refused);
+	tcase_add_test(tc, commit_reply_packs_id_and_status);
+	suite_add_tcase(s, tc);
+	return s;
+}
