@@ -69,7 +69,10 @@ inline constexpr uint64_t kMsgCaps = FI_MSG | FI_SEND | FI_RECV;
 inline constexpr uint64_t kRmaCaps =
 	FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
 inline constexpr uint64_t kDomainCaps = FI_LOCAL_COMM | FI_REMOTE_COMM;
-inline constexpr uint64_t kCaps = kMsgCaps | kRmaCaps | kDomainCaps | FI_FENCE | FI_RMA_PMEM;
+// FI_RMA_PMEM and FI_RMA_EVENT endpoints own their receive queue: offered
+// only when asked for, and never with messages.
+inline constexpr uint64_t kOwnRxCaps = FI_RMA_PMEM | FI_RMA_EVENT;
+inline constexpr uint64_t kCaps = kMsgCaps | kRmaCaps | kDomainCaps | FI_FENCE | kOwnRxCaps;
 // FI_DELIVERY_COMPLETE and FI_COMMIT_COMPLETE are honoured for RMA writes
 // (and trivially for reads), not for sends: getinfo offers them only without
 // FI_MSG.
@@ -94,13 +97,14 @@ inline constexpr size_t kMaxRmaIov = 16;
 // without messages offer max_msg_size = this many work requests' worth.
 inline constexpr size_t kMaxSplitWr = 64;
 // Work requests of one operation: one per remote segment and per split,
-// plus the read that makes a write delivery-complete or a commit request.
-inline constexpr size_t kMaxOpWr = kMaxRmaIov + kMaxSplitWr + 1;
+// plus the read that makes a write delivery-complete or a commit request,
+// plus the event message for a peer with FI_RMA_EVENT.
+inline constexpr size_t kMaxOpWr = kMaxRmaIov + kMaxSplitWr + 2;
 // Smallest FI_VRMA_MAX_WR_SIZE honoured.
 inline constexpr size_t kMinWrBytes = 4096;
 // Work requests of an injected operation: inject_size is capped at one work
 // request's bytes, so an inject never splits (bounce buffers count on it).
-inline constexpr size_t kMaxInjectOpWr = kMaxRmaIov + 1;
+inline constexpr size_t kMaxInjectOpWr = kMaxRmaIov + 2;
 
 // Bytes vrma puts in one work request on a port with this max_msg_sz.
 inline size_t wr_bytes_limit(uint32_t port_max_msg_sz) noexcept
@@ -134,6 +138,7 @@ struct Eq;
 struct Cq;
 struct Ep;
 struct Mr;
+struct Cntr;
 struct PmemService;
 // Defined where PmemService is (vrma_pmem.cpp).
 struct PmemServiceDeleter {
@@ -209,6 +214,9 @@ struct Mr final : fid_mr {
 	Domain *domain = nullptr;
 	MrPtr mr;
 	uint64_t access = 0; // FI_* access bits as registered
+	// FI_RMA_EVENT counters (fi_mr_bind), read by the domain's service.
+	std::atomic<Cntr *> cntr_remote_read{nullptr};
+	std::atomic<Cntr *> cntr_remote_write{nullptr};
 	// How the commit service persists this region: found at the first
 	// commit (-1: not yet), a persist::Backing value.
 	std::atomic<int> backing{-1};
@@ -311,10 +319,11 @@ struct PendingCommit {
 	bool report = false;
 };
 
-// State of an FI_RMA_PMEM endpoint. Its receive queue is vrma's own and
-// completes into the domain's commit service CQ, whose thread answers
-// commit requests (target) and completes answered commits (initiator).
-struct PmemEp {
+// State of an FI_RMA_PMEM or FI_RMA_EVENT endpoint. Its receive queue is
+// vrma's own and completes into the domain's service CQ, whose thread
+// answers commit requests and counts RMA events (target) and completes
+// answered commits (initiator).
+struct ServiceEp {
 	std::mutex lock; // the commits table (a leaf lock)
 	PendingCommit commits[kMaxCommits];
 	uint32_t next_id = 0;
@@ -365,11 +374,21 @@ struct Ep final : fid_ep {
 	// RMA-only endpoint without FI_RX_CQ_DATA: vrma keeps zero-length
 	// receives posted so that remote CQ data needs no application receive.
 	bool provider_rx = false;
-	// FI_RMA_PMEM: commit messages share vrma's receive queue.
-	std::unique_ptr<PmemEp> pmem;
+	// FI_RMA_PMEM / FI_RMA_EVENT: commit and event messages share vrma's
+	// receive queue, which the domain's service polls.
+	std::unique_ptr<ServiceEp> service;
 	Cq *service_cq = nullptr; // the receive CQ then (the domain's service's)
-	// fi_vrma_commit_method for writes to the peer; set before Connected.
-	std::atomic<int> commit_method{0};
+	bool rma_pmem = false;      // FI_RMA_PMEM: commits, and answers them
+	bool rma_events = false;    // FI_RMA_EVENT: counts the peer's RMA
+	Cntr *cntr_remote_read = nullptr;
+	Cntr *cntr_remote_write = nullptr;
+	// What the peer announced; set before Connected.
+	std::atomic<int> commit_method{0}; // fi_vrma_commit_method for our writes
+	std::atomic<bool> peer_wants_events{false}; // tell it of each RMA
+	// Event messages (wire::RmaEvent), one per send slot (seq % capacity),
+	// allocated with the first one.
+	std::unique_ptr<uint8_t[]> event_buf;
+	MrPtr event_mr;
 
 	std::mutex tx_lock;
 	std::mutex rx_lock;
@@ -539,6 +558,8 @@ void pmem_connection_lost(Ep *ep) noexcept;
 // given what the peer announced.
 uint8_t pmem_cm_flags(const Ep *ep) noexcept;
 int pmem_commit_method(const Ep *ep, uint8_t peer_flags) noexcept;
+// Takes in what the peer announced (before the endpoint is Connected).
+void ep_set_peer_flags(Ep *ep, uint8_t peer_flags) noexcept;
 // Reserves a pending commit and writes its request (remote segments
 // written by the operation); returns its id + 1 (TxSlot::commit), or a
 // negative FI_E* code.

@@ -167,7 +167,7 @@ try {
 	VRMA_INFO(FI_LOG_EP_DATA, "QP %u failed: connection shut down\n", ep->qp ? ep->qp->qp_num : 0);
 	if (ep->eq)
 		eq_post(ep->eq, shutdown_event(ep));
-	if (ep->pmem)
+	if (ep->service)
 		pmem_connection_lost(ep);
 	// Tell the peer: its side shuts down too instead of waiting for a
 	// retry timeout.
@@ -194,7 +194,7 @@ try {
 				   &user, &user_len, &peer_flags);
 		// The accepting side learnt the peer's flags from the request.
 		if (!ep->passive_side)
-			ep->commit_method.store(pmem_commit_method(ep, peer_flags));
+			ep_set_peer_flags(ep, peer_flags);
 		ep->state.store(EpState::Connected, std::memory_order_release);
 		EqEntry e;
 		e.event = FI_CONNECTED;
@@ -221,7 +221,7 @@ try {
 		EpState was = ep->state.exchange(EpState::Shutdown);
 		// Outstanding operations complete with FI_ECANCELED.
 		ep_set_error(ep);
-		if (ep->pmem)
+		if (ep->service)
 			pmem_connection_lost(ep);
 		if (was == EpState::Connected || was == EpState::Connecting)
 			eq->queue.push_back(shutdown_event(ep)); // EQ lock held

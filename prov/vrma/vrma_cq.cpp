@@ -126,7 +126,7 @@ Outcome handle_wc(const ibv_wc &wc, Completion &c, fi_cq_err_entry &e)
 	ep->rx.retire_through(s->seq, [](RxSlot &, uint64_t) {});
 	if (ep->closing.load(std::memory_order_relaxed))
 		return Outcome::None;
-	if (internal && wc.status == IBV_WC_SUCCESS && ep->pmem) {
+	if (internal && wc.status == IBV_WC_SUCCESS && ep->service) {
 		pmem_rx_completion(ep, wc, buf); // reposts, answers, forwards
 		return Outcome::None;
 	}

@@ -82,6 +82,12 @@ void release_cq(Ep *ep)
 			cntr_detach_cq(c, cq);
 		c->refs--;
 	});
+	// Remote event counters are bumped (and woken) by the domain's
+	// service, not polled through a CQ.
+	if (ep->cntr_remote_read)
+		ep->cntr_remote_read->refs--;
+	if (ep->cntr_remote_write)
+		ep->cntr_remote_write->refs--;
 	if (ep->tx_cq)
 		ep->tx_cq->refs--;
 	if (ep->rx_cq)
@@ -127,7 +133,7 @@ int ep_close(fid *f) noexcept
 		std::lock_guard<std::mutex> guard(ep->eq->lock);
 		ep->id->context = nullptr;
 	}
-	if (ep->pmem)
+	if (ep->service)
 		pmem_ep_quiesce(ep);
 	bool drained = true;
 	if (ep->qp) {
@@ -221,12 +227,13 @@ int ep_bind(fid *f, fid *bfid, uint64_t flags) noexcept
 	}
 	case FI_CLASS_CNTR: {
 		Cntr *c = from_fid<Cntr>(bfid);
-		if (flags & (FI_REMOTE_READ | FI_REMOTE_WRITE)) {
-			// One-sided operations leave no trace at an RC target.
-			VRMA_WARN(FI_LOG_EP_CTRL, "fi_ep_bind(cntr): remote RMA events are not observable (no FI_RMA_EVENT)\n");
+		if ((flags & (FI_REMOTE_READ | FI_REMOTE_WRITE)) && !ep->rma_events) {
+			// One-sided operations leave no trace at an RC target
+			// unless the initiator tells (FI_RMA_EVENT endpoints).
+			VRMA_WARN(FI_LOG_EP_CTRL, "fi_ep_bind(cntr): remote RMA events need an FI_RMA_EVENT endpoint\n");
 			return -FI_EOPNOTSUPP;
 		}
-		if (flags & ~(FI_SEND | FI_RECV | FI_READ | FI_WRITE)) {
+		if (flags & ~(FI_SEND | FI_RECV | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE)) {
 			VRMA_WARN(FI_LOG_EP_CTRL, "fi_ep_bind(cntr): unsupported flags 0x%llx\n",
 				  static_cast<unsigned long long>(flags));
 			return -FI_EBADFLAGS;
@@ -239,14 +246,16 @@ int ep_bind(fid *f, fid *bfid, uint64_t flags) noexcept
 			VRMA_WARN(FI_LOG_EP_CTRL, "fi_ep_bind(cntr): counter belongs to another domain\n");
 			return -FI_EINVAL;
 		}
-		Cntr **slots[] = {&ep->cntr_send, &ep->cntr_recv, &ep->cntr_read, &ep->cntr_write};
-		const uint64_t bits[] = {FI_SEND, FI_RECV, FI_READ, FI_WRITE};
-		for (int i = 0; i < 4; i++)
+		Cntr **slots[] = {&ep->cntr_send, &ep->cntr_recv, &ep->cntr_read, &ep->cntr_write,
+				  &ep->cntr_remote_read, &ep->cntr_remote_write};
+		const uint64_t bits[] = {FI_SEND, FI_RECV, FI_READ, FI_WRITE, FI_REMOTE_READ,
+					 FI_REMOTE_WRITE};
+		for (int i = 0; i < 6; i++)
 			if ((flags & bits[i]) && *slots[i]) {
 				VRMA_WARN(FI_LOG_EP_CTRL, "fi_ep_bind(cntr): a counter is already bound for that event\n");
 				return -FI_EINVAL;
 			}
-		for (int i = 0; i < 4; i++)
+		for (int i = 0; i < 6; i++)
 			if (flags & bits[i]) {
 				*slots[i] = c;
 				c->refs++;
@@ -285,7 +294,7 @@ int ep_control(fid *f, int command, void *arg) noexcept
 					  static_cast<unsigned long long>(f2 & ~kTxOpFlags));
 				return -FI_EBADFLAGS;
 			}
-			if ((f2 & FI_COMMIT_COMPLETE) && !ep->pmem) {
+			if ((f2 & FI_COMMIT_COMPLETE) && !ep->rma_pmem) {
 				VRMA_WARN(FI_LOG_EP_CTRL, "FI_SETOPSFLAG: FI_COMMIT_COMPLETE needs FI_RMA_PMEM\n");
 				return -FI_EBADFLAGS;
 			}
@@ -363,11 +372,11 @@ size_t clamp(size_t want, size_t fallback, int device_max)
 int ep_post_provider_rx(Ep *ep) noexcept
 {
 	ibv_recv_wr wr{};
-	if (ep->pmem) {
+	if (ep->service) {
 		// Commit requests arrive here too: each receive has a buffer.
 		constexpr size_t kLen = wire::kCommitMsgMax;
-		ibv_sge sge{reinterpret_cast<uintptr_t>(ep->pmem->rx_buf.get()), kLen,
-			    ep->pmem->rx_mr->lkey};
+		ibv_sge sge{reinterpret_cast<uintptr_t>(ep->service->rx_buf.get()), kLen,
+			    ep->service->rx_mr->lkey};
 		wr.sg_list = &sge;
 		wr.num_sge = 1;
 		return static_cast<int>(post_recv(ep, wr, nullptr, nullptr, kLen, true, nullptr, true, kLen));
@@ -445,7 +454,7 @@ int ep_enable(Ep *ep) noexcept
 			  ep->id->verbs->device->name, ep->domain->ctx->device->name);
 		return -FI_EINVAL;
 	}
-	if (ep->pmem) {
+	if (ep->service) {
 		if (int rc = pmem_ep_enable(ep)) // sets service_cq: the receive CQ
 			return rc;
 	}
@@ -572,16 +581,20 @@ try {
 	// No messages will be received and the application did not take on
 	// FI_RX_CQ_DATA: immediate data must not need its receives.
 	ep->provider_rx = !ep->rx_cq_data_mode && !(info->caps & (FI_MSG | FI_RECV));
-	if (info->caps & FI_RMA_PMEM) {
+	ep->rma_pmem = info->caps & FI_RMA_PMEM;
+	ep->rma_events = info->caps & FI_RMA_EVENT;
+	if (info->caps & kOwnRxCaps) {
 		if (info->caps & (FI_MSG | FI_SEND | FI_RECV)) {
-			VRMA_WARN(FI_LOG_EP_CTRL, "fi_endpoint: FI_RMA_PMEM endpoints do not carry messages (drop FI_MSG)\n");
+			VRMA_WARN(FI_LOG_EP_CTRL, "fi_endpoint: FI_RMA_PMEM and FI_RMA_EVENT endpoints do not carry messages (drop FI_MSG)\n");
 			return -FI_EINVAL;
 		}
-		// Commit messages use the receive queue: it is vrma's alone.
-		ep->pmem = std::make_unique<PmemEp>();
+		// Commit and event messages use the receive queue: it is vrma's
+		// alone.
+		ep->service = std::make_unique<ServiceEp>();
 		ep->provider_rx = true;
 		ep->rx_cq_data_mode = false;
-	} else if (ep->tx_op_flags & FI_COMMIT_COMPLETE) {
+	}
+	if ((ep->tx_op_flags & FI_COMMIT_COMPLETE) && !ep->rma_pmem) {
 		VRMA_WARN(FI_LOG_EP_CTRL, "fi_endpoint: FI_COMMIT_COMPLETE needs FI_RMA_PMEM in caps\n");
 		return -FI_EINVAL;
 	}
@@ -600,7 +613,7 @@ try {
 		ep->id.reset(cr->id);
 		ep->responder_resources = cr->responder_resources;
 		ep->initiator_depth = cr->initiator_depth;
-		ep->commit_method.store(pmem_commit_method(ep.get(), cr->peer_cm_flags));
+		ep_set_peer_flags(ep.get(), cr->peer_cm_flags);
 		ep->passive_side = true;
 		ep->addr_resolved = true;
 		// The application's info keeps a dangling handle, as with every

@@ -194,7 +194,7 @@ fi_info *build_cap_info(const Port &p, const PortAddr &a, int inline_size)
 	tx.rma_iov_limit = kMaxRmaIov;
 
 	fi_rx_attr &rx = *info->rx_attr;
-	rx.caps = kMsgCaps | kRmaCaps | FI_RMA_PMEM;
+	rx.caps = kMsgCaps | kRmaCaps | kOwnRxCaps;
 	rx.mode = 0;
 	rx.op_flags = kRxOpFlags;
 	rx.msg_order = kMsgOrder;
@@ -521,8 +521,9 @@ try {
 			return -FI_ENOMEM;
 		apply_hints(api, *out, hints, params.tx_size, params.rx_size, params.iov_limit,
 			    kOptionalModes);
-		// FI_RMA_PMEM endpoints keep their receive queue for commit
-		// messages: offered when asked for (or implied by a default
+		// FI_RMA_PMEM and FI_RMA_EVENT endpoints keep their receive
+		// queue for commit and event messages: offered when asked for
+		// (FI_RMA_PMEM also when implied by a default
 		// FI_COMMIT_COMPLETE), never with FI_MSG.
 		const uint64_t asked = hints ? hints->caps : 0;
 		const bool commit = out->tx_attr->op_flags & FI_COMMIT_COMPLETE;
@@ -530,11 +531,15 @@ try {
 			VRMA_INFO(FI_LOG_CORE, "FI_COMMIT_COMPLETE needs FI_RMA_PMEM in caps\n");
 			continue;
 		}
-		if ((asked & FI_RMA_PMEM) || commit) {
+		if ((asked & kOwnRxCaps) || commit) {
 			if (asked & (FI_MSG | FI_SEND | FI_RECV)) {
-				VRMA_INFO(FI_LOG_CORE, "FI_RMA_PMEM endpoints do not carry messages (FI_MSG)\n");
+				VRMA_INFO(FI_LOG_CORE, "FI_RMA_PMEM and FI_RMA_EVENT endpoints do not carry messages (FI_MSG)\n");
 				continue;
 			}
+			const uint64_t drop = kOwnRxCaps & ~(asked & kOwnRxCaps) & ~(commit ? FI_RMA_PMEM : 0);
+			out->caps &= ~drop;
+			out->tx_attr->caps &= ~drop;
+			out->rx_attr->caps &= ~drop;
 			out->caps &= ~kMsgCaps;
 			out->tx_attr->caps &= ~kMsgCaps;
 			out->rx_attr->caps &= ~kMsgCaps;
@@ -544,9 +549,9 @@ try {
 			// operations may complete before it.
 			out->tx_attr->comp_order &= ~FI_ORDER_STRICT;
 		} else {
-			out->caps &= ~FI_RMA_PMEM;
-			out->tx_attr->caps &= ~FI_RMA_PMEM;
-			out->rx_attr->caps &= ~FI_RMA_PMEM;
+			out->caps &= ~kOwnRxCaps;
+			out->tx_attr->caps &= ~kOwnRxCaps;
+			out->rx_attr->caps &= ~kOwnRxCaps;
 		}
 		if (out->tx_attr->op_flags & FI_DELIVERY_COMPLETE) {
 			// Delivery is proven by reading the written region back: RMA

@@ -39,19 +39,56 @@ int mr_close(fid *f) noexcept
 		return errno_to_fi(rc);
 	}
 	dom->mrs_by_key.erase(mr->key);
+	for (Cntr *c : {mr->cntr_remote_read.load(), mr->cntr_remote_write.load()})
+		if (c)
+			c->refs--;
 	mr->domain->refs--;
 	delete mr;
 	return 0;
 }
 
-int mr_bind(fid *, fid *, uint64_t) noexcept
+// FI_RMA_EVENT: a counter of the peer's operations on this region. Counted
+// when the initiating endpoint's event message reaches an FI_RMA_EVENT
+// endpoint of this domain.
+int mr_bind(fid *f, fid *bfid, uint64_t flags) noexcept
 {
-	VRMA_WARN(FI_LOG_MR, "binding memory regions to counters or endpoints is not supported yet\n");
-	return -FI_ENOSYS;
+	Mr *mr = from_fid<Mr>(f);
+	if (!bfid || bfid->fclass != FI_CLASS_CNTR) {
+		VRMA_WARN(FI_LOG_MR, "fi_mr_bind: only counters can be bound (FI_RMA_EVENT)\n");
+		return -FI_EINVAL;
+	}
+	if (!flags || (flags & ~(FI_REMOTE_READ | FI_REMOTE_WRITE))) {
+		VRMA_WARN(FI_LOG_MR, "fi_mr_bind: flags 0x%llx; FI_REMOTE_READ and/or FI_REMOTE_WRITE\n",
+			  static_cast<unsigned long long>(flags));
+		return -FI_EBADFLAGS;
+	}
+	Cntr *c = from_fid<Cntr>(bfid);
+	if (c->domain != mr->domain) {
+		VRMA_WARN(FI_LOG_MR, "fi_mr_bind: counter belongs to another domain\n");
+		return -FI_EINVAL;
+	}
+	if (((flags & FI_REMOTE_READ) && mr->cntr_remote_read.load()) ||
+	    ((flags & FI_REMOTE_WRITE) && mr->cntr_remote_write.load())) {
+		VRMA_WARN(FI_LOG_MR, "fi_mr_bind: a counter is already bound for that event\n");
+		return -FI_EINVAL;
+	}
+	if (flags & FI_REMOTE_READ) {
+		c->refs++;
+		mr->cntr_remote_read.store(c, std::memory_order_release);
+	}
+	if (flags & FI_REMOTE_WRITE) {
+		c->refs++;
+		mr->cntr_remote_write.store(c, std::memory_order_release);
+	}
+	return 0;
 }
 
 int mr_control(fid *, int command, void *) noexcept
 {
+	// Regions registered with FI_RMA_EVENT are enabled after binding;
+	// vrma's count from the bind on.
+	if (command == FI_ENABLE)
+		return 0;
 	VRMA_WARN(FI_LOG_MR, "fi_control(mr, %d) is not supported\n", command);
 	return -FI_ENOSYS;
 }
@@ -80,7 +117,8 @@ try {
 	// The top bits are libfabric's internal flags (ofi_rxm passes its
 	// registration-cache bit to the core provider): ignored.
 	constexpr uint64_t kPrivateFlags = ~((1ULL << 59) - 1);
-	if (flags & ~kPrivateFlags) {
+	// FI_RMA_EVENT: counters will be bound (fi_mr_bind, then FI_ENABLE).
+	if (flags & ~(kPrivateFlags | FI_RMA_EVENT)) {
 		VRMA_WARN(FI_LOG_MR, "fi_mr_reg: unsupported flags 0x%llx\n",
 			  static_cast<unsigned long long>(flags & ~kPrivateFlags));
 		return -FI_EBADFLAGS;

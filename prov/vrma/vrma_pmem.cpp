@@ -160,10 +160,35 @@ void finish_commit(Ep *ep, const PendingCommit &pc, int err, int prov_errno)
 	cq_push(ep->tx_cq, p);
 }
 
+void bump(Cntr *c)
+{
+	if (!c)
+		return;
+	c->value.fetch_add(1, std::memory_order_acq_rel);
+	eventfd_signal(c->event_fd.get()); // fi_cntr_wait may block on it
+}
+
+// An RMA event from the peer: the endpoint's counter, and the counter of
+// each region the operation touched.
+void count_rma_event(Ep *ep, uint8_t kind, const uint32_t *keys, size_t n)
+{
+	const bool write = kind == wire::kEventWrite;
+	bump(write ? ep->cntr_remote_write : ep->cntr_remote_read);
+	Domain *dom = ep->domain;
+	std::lock_guard<std::mutex> guard(dom->mr_lock);
+	for (size_t i = 0; i < n; i++) {
+		auto it = dom->mrs_by_key.find(keys[i]);
+		if (it == dom->mrs_by_key.end())
+			continue; // closed meanwhile
+		Mr *mr = it->second;
+		bump((write ? mr->cntr_remote_write : mr->cntr_remote_read).load(std::memory_order_acquire));
+	}
+}
+
 // Takes the pending commit with this id out of the table.
 bool take_commit(Ep *ep, uint32_t id, PendingCommit &out)
 {
-	PmemEp &pm = *ep->pmem;
+	ServiceEp &pm = *ep->service;
 	std::lock_guard<std::mutex> guard(pm.lock);
 	PendingCommit &pc = pm.commits[id % kMaxCommits];
 	if (!pc.busy || pc.id != id)
@@ -179,10 +204,10 @@ void cancel_commits(Ep *ep)
 		PendingCommit pc;
 		uint32_t id;
 		{
-			std::lock_guard<std::mutex> guard(ep->pmem->lock);
-			if (!ep->pmem->commits[i].busy)
+			std::lock_guard<std::mutex> guard(ep->service->lock);
+			if (!ep->service->commits[i].busy)
 				continue;
-			id = ep->pmem->commits[i].id;
+			id = ep->service->commits[i].id;
 		}
 		if (take_commit(ep, id, pc))
 			finish_commit(ep, pc, FI_ECANCELED, IBV_WC_WR_FLUSH_ERR);
@@ -211,7 +236,7 @@ void service_loop(PmemService *svc)
 					retry.push_back(job);
 			}
 			for (Ep *ep : svc->eps)
-				if (ep->pmem->cancel.exchange(false))
+				if (ep->service->cancel.exchange(false))
 					cancel_commits(ep);
 		}
 		if (!retry.empty()) {
@@ -336,8 +361,10 @@ int domain_ops_open(fid *f, const char *name, uint64_t flags, void **ops, void *
 uint8_t pmem_cm_flags(const Ep *ep) noexcept
 {
 	uint8_t flags = 0;
-	if (ep->pmem)
+	if (ep->rma_pmem)
 		flags |= wire::kCmFlagCommitService;
+	if (ep->rma_events)
+		flags |= wire::kCmFlagRmaEvents;
 	if (ep->domain->direct_write_to_pmem.load())
 		flags |= wire::kCmFlagDirectWritePmem;
 	return flags;
@@ -345,7 +372,7 @@ uint8_t pmem_cm_flags(const Ep *ep) noexcept
 
 int pmem_commit_method(const Ep *ep, uint8_t peer_flags) noexcept
 {
-	if (!ep->pmem)
+	if (!ep->rma_pmem)
 		return FI_VRMA_COMMIT_NONE;
 	// Native FLUSH (kCmFlagNativeFlush) needs ibv_wr_flush, which
 	// rdma-core 44 lacks: never chosen by this build.
@@ -356,10 +383,16 @@ int pmem_commit_method(const Ep *ep, uint8_t peer_flags) noexcept
 	return FI_VRMA_COMMIT_NONE;
 }
 
+void ep_set_peer_flags(Ep *ep, uint8_t peer_flags) noexcept
+{
+	ep->commit_method.store(pmem_commit_method(ep, peer_flags));
+	ep->peer_wants_events.store(peer_flags & wire::kCmFlagRmaEvents);
+}
+
 int pmem_ep_enable(Ep *ep) noexcept
 try {
 	Domain *dom = ep->domain;
-	PmemEp &pm = *ep->pmem;
+	ServiceEp &pm = *ep->service;
 	pm.max_commits = std::min(kMaxCommits, ep->rx_depth);
 	pm.req_mr = register_buffer(dom, pm.req_buf, kMaxCommits * wire::kCommitMsgMax);
 	pm.rx_mr = register_buffer(dom, pm.rx_buf, ep->rx_depth * wire::kCommitMsgMax);
@@ -417,9 +450,18 @@ try {
 	PmemService *svc = ep->domain->pmem.get();
 	PmemService::Job job{};
 	bool is_request = false;
-	if (wc.opcode == IBV_WC_RECV && !(wc.wc_flags & IBV_WC_WITH_IMM)) {
+	uint8_t event_kind = 0;
+	uint32_t event_keys[wire::kMaxCommitRanges];
+	size_t event_nkeys = 0;
+	const auto *msg = static_cast<const uint8_t *>(buf);
+	const bool is_event = wc.opcode == IBV_WC_RECV && !(wc.wc_flags & IBV_WC_WITH_IMM) &&
+			      wc.byte_len && msg[0] == wire::kRmaEvent;
+	if (is_event && !wire::decode_rma_event(msg, wc.byte_len, event_kind, event_keys, event_nkeys)) {
+		VRMA_WARN(FI_LOG_EP_DATA, "malformed RMA event (%u bytes) ignored\n", wc.byte_len);
+		event_kind = 0;
+	}
+	if (wc.opcode == IBV_WC_RECV && !(wc.wc_flags & IBV_WC_WITH_IMM) && !is_event) {
 		// Copied now: reposting hands the buffer to the next receive.
-		const auto *msg = static_cast<const uint8_t *>(buf);
 		is_request = wire::decode_commit_request(msg, wc.byte_len, job.id, job.ranges, job.n);
 		if (!is_request && wc.byte_len >= sizeof(wire::CommitHeader)) {
 			// Answer it as malformed: the initiator must not wait forever.
@@ -435,6 +477,11 @@ try {
 	}
 	if (int rc = ep_post_provider_rx(ep))
 		VRMA_WARN(FI_LOG_CQ, "reposting a vrma receive: %s\n", fi_strerror(-rc));
+	if (is_event) {
+		if (event_kind && ep->rma_events)
+			count_rma_event(ep, event_kind, event_keys, event_nkeys);
+		return;
+	}
 	if (wc.opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
 		// Remote CQ data: the application's receive CQ hears of it (or
 		// its only CQ, as on other RMA-only endpoints).
@@ -483,7 +530,7 @@ try {
 int pmem_begin_commit(Ep *ep, const wire::CommitRange *ranges, size_t n, void *context,
 		      size_t len, Cntr *cntr, bool report, ibv_sge &request) noexcept
 {
-	PmemEp &pm = *ep->pmem;
+	ServiceEp &pm = *ep->service;
 	std::lock_guard<std::mutex> guard(pm.lock);
 	size_t busy = 0;
 	for (const PendingCommit &pc : pm.commits)
@@ -511,13 +558,13 @@ void pmem_abort_commit(Ep *ep, uint32_t commit) noexcept
 bool pmem_claim_commit(Ep *ep, uint32_t commit) noexcept
 {
 	PendingCommit pc;
-	return ep->pmem && take_commit(ep, commit - 1, pc);
+	return ep->service && take_commit(ep, commit - 1, pc);
 }
 
 bool pmem_commits_pending(Ep *ep) noexcept
 {
-	std::lock_guard<std::mutex> guard(ep->pmem->lock);
-	for (const PendingCommit &pc : ep->pmem->commits)
+	std::lock_guard<std::mutex> guard(ep->service->lock);
+	for (const PendingCommit &pc : ep->service->commits)
 		if (pc.busy)
 			return true;
 	return false;
@@ -525,7 +572,7 @@ bool pmem_commits_pending(Ep *ep) noexcept
 
 void pmem_connection_lost(Ep *ep) noexcept
 {
-	ep->pmem->cancel.store(true, std::memory_order_release);
+	ep->service->cancel.store(true, std::memory_order_release);
 	if (PmemService *svc = ep->domain->pmem.get())
 		wake(svc);
 }

@@ -19,13 +19,43 @@ struct TxOp {
 	// buffer. The requests' sges then hold offsets into that buffer.
 	const iovec *bounce_src = nullptr;
 	size_t bounce_count = 0;
+	// Leading requests that carry the payload; the rest (read-back, commit
+	// request, event) are the provider's own and keep their buffers.
+	size_t payload_wrs = SIZE_MAX;
 	uint32_t commit = 0; // TxSlot::commit of every request of the operation
+	// An event message for a peer with FI_RMA_EVENT: copied into the
+	// endpoint's event buffer of the last request, which is its send.
+	const uint8_t *event = nullptr;
+	size_t event_len = 0;
 };
+
+// Points the operation's last request (the event send) at a copy of the
+// event message in the buffer of its slot, `last` (tx lock held): the slot
+// is not reused before that send completed.
+inline ssize_t fill_event(Ep *ep, uint64_t last, ibv_send_wr &wr, const TxOp &op) noexcept
+{
+	constexpr size_t kStride = (wire::kRmaEventMax + 7) & ~size_t(7);
+	if (!ep->event_buf) [[unlikely]] {
+		const size_t bytes = ep->tx.capacity() * kStride;
+		ep->event_buf.reset(new (std::nothrow) uint8_t[bytes]);
+		if (ep->event_buf)
+			ep->event_mr.reset(ibv_reg_mr(ep->domain->pd.get(), ep->event_buf.get(), bytes, 0));
+		if (!ep->event_mr) {
+			VRMA_WARN(FI_LOG_EP_DATA, "cannot set up %zu bytes of RMA event buffers\n", bytes);
+			ep->event_buf.reset();
+			return -FI_ENOMEM;
+		}
+	}
+	uint8_t *dst = ep->event_buf.get() + (last % ep->tx.capacity()) * kStride;
+	memcpy(dst, op.event, op.event_len);
+	wr.sg_list[0] = {reinterpret_cast<uintptr_t>(dst), static_cast<uint32_t>(op.event_len),
+			 ep->event_mr->lkey};
+	return 0;
+}
 
 // Copies an injected payload into the bounce buffer of the operation that
 // starts at sequence `first` and points its sges there (tx lock held). The
-// payload's sges carry lkey 0 and offsets into the buffer; sges with a key
-// (the delivery read-back, a commit request) are the provider's own.
+// payload requests' sges hold offsets into the buffer.
 // -FI_EAGAIN while that buffer's previous operation is outstanding.
 inline ssize_t fill_bounce(Ep *ep, uint64_t first, ibv_send_wr *wrs, size_t n,
 			   const TxOp &op) noexcept
@@ -58,11 +88,9 @@ inline ssize_t fill_bounce(Ep *ep, uint64_t first, ibv_send_wr *wrs, size_t n,
 		memcpy(base + off, op.bounce_src[i].iov_base, op.bounce_src[i].iov_len);
 		off += op.bounce_src[i].iov_len;
 	}
-	for (size_t i = 0; i < n; i++) {
+	for (size_t i = 0; i < std::min(n, op.payload_wrs); i++) {
 		for (int k = 0; k < wrs[i].num_sge; k++) {
 			ibv_sge &sge = wrs[i].sg_list[k];
-			if (sge.lkey)
-				continue;
 			sge.addr += reinterpret_cast<uintptr_t>(base);
 			sge.lkey = ep->bounce_mr->lkey;
 		}
@@ -165,6 +193,10 @@ inline ssize_t post_send_chain(Ep *ep, ibv_send_wr *wrs, size_t n, const TxOp &o
 	const uint64_t first = ep->tx.head();
 	const uint64_t last = first + n - 1;
 	const uint64_t prev_signaled = ep->last_signaled;
+	if (op.event_len) [[unlikely]] {
+		if (ssize_t rc = fill_event(ep, last, wrs[n - 1], op))
+			return rc;
+	}
 	if (op.bounce_src) {
 		if (ssize_t rc = fill_bounce(ep, first, wrs, n, op))
 			return rc;

@@ -1,6 +1,8 @@
 // RMA on MSG endpoints: RDMA READ / WRITE / WRITE_WITH_IMM.
 #include "vrma_post.h"
 
+#include <algorithm>
+
 namespace vrma {
 
 namespace {
@@ -48,7 +50,7 @@ ssize_t rma_common(Ep *ep, ibv_wr_opcode opcode, const iovec *iov, void *const *
 	const bool commit = !is_read && (flags & FI_COMMIT_COMPLETE);
 	int method = FI_VRMA_COMMIT_NONE;
 	if (commit) [[unlikely]] {
-		if (!ep->pmem) {
+		if (!ep->rma_pmem) {
 			VRMA_WARN(FI_LOG_EP_DATA, "FI_COMMIT_COMPLETE needs an FI_RMA_PMEM endpoint\n");
 			return -FI_EBADFLAGS;
 		}
@@ -61,7 +63,7 @@ ssize_t rma_common(Ep *ep, ibv_wr_opcode opcode, const iovec *iov, void *const *
 	}
 	// A fence waits for earlier reads on the QP, not for commit answers:
 	// hold a fenced operation back while commits are unanswered.
-	if ((flags & FI_FENCE) && ep->pmem && pmem_commits_pending(ep)) [[unlikely]]
+	if ((flags & FI_FENCE) && ep->service && pmem_commits_pending(ep)) [[unlikely]]
 		return -FI_EAGAIN;
 	ibv_sge local[kMaxSge];
 	size_t total;
@@ -139,6 +141,7 @@ ssize_t rma_common(Ep *ep, ibv_wr_opcode opcode, const iovec *iov, void *const *
 			ranges[nranges++] = {rma_iov[r].addr, seg, static_cast<uint32_t>(rma_iov[r].key), 0};
 		}
 	}
+	const size_t payload_wrs = nwr;
 	if (flags & FI_REMOTE_CQ_DATA) {
 		// The target hears of the operation once, after all of its data.
 		wrs[nwr - 1].opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
@@ -167,6 +170,7 @@ ssize_t rma_common(Ep *ep, ibv_wr_opcode opcode, const iovec *iov, void *const *
 	TxOp op{context, FI_RMA | (is_read ? FI_READ : FI_WRITE), total,
 		!inject_call && tx_reports(ep, flags), is_read ? ep->cntr_read : ep->cntr_write,
 		(flags & FI_MORE) != 0, bounce ? iov : nullptr, count};
+	op.payload_wrs = payload_wrs;
 	if (target_commit) {
 		// The request follows the writes; the target's answer, not the
 		// request's completion, completes the operation.
@@ -183,12 +187,29 @@ ssize_t rma_common(Ep *ep, ibv_wr_opcode opcode, const iovec *iov, void *const *
 		if (req.length <= ep->inline_size)
 			send.send_flags = IBV_SEND_INLINE;
 		op.commit = static_cast<uint32_t>(c);
-		ssize_t rc = post_send_chain(ep, wrs, nwr, op);
-		if (rc)
-			pmem_abort_commit(ep, op.commit);
-		return rc;
 	}
-	return post_send_chain(ep, wrs, nwr, op);
+	uint8_t event[wire::kRmaEventMax];
+	if (ep->peer_wants_events.load(std::memory_order_relaxed)) [[unlikely]] {
+		// The target counts the operation when this arrives, after the
+		// operation's data (RC keeps the order): the keys it touched.
+		uint32_t keys[kMaxRmaIov];
+		size_t nkeys = 0;
+		for (size_t i = 0; i < nranges; i++)
+			if (std::find(keys, keys + nkeys, ranges[i].key) == keys + nkeys)
+				keys[nkeys++] = ranges[i].key;
+		op.event = event;
+		op.event_len = wire::encode_rma_event(event, is_read ? wire::kEventRead : wire::kEventWrite,
+						      keys, nkeys);
+		ibv_send_wr &send = wrs[nwr++];
+		send = {};
+		send.sg_list = &sges[nsge++]; // filled with the slot's event buffer
+		send.num_sge = 1;
+		send.opcode = IBV_WR_SEND;
+	}
+	ssize_t rc = post_send_chain(ep, wrs, nwr, op);
+	if (rc && op.commit)
+		pmem_abort_commit(ep, op.commit);
+	return rc;
 }
 
 ssize_t rma_read(fid_ep *f, void *buf, size_t len, void *desc, fi_addr_t, uint64_t addr,

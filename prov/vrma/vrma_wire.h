@@ -39,6 +39,7 @@ static_assert(kCmUserDataMax == FI_VRMA_CM_DATA_SIZE, "public header promises th
 inline constexpr uint8_t kCmFlagCommitService = 1 << 0;  // answers commit messages
 inline constexpr uint8_t kCmFlagDirectWritePmem = 1 << 1; // writes land in its persistence domain
 inline constexpr uint8_t kCmFlagNativeFlush = 1 << 2;     // reserved: native persistent FLUSH
+inline constexpr uint8_t kCmFlagRmaEvents = 1 << 3;       // wants an event message per RMA
 
 // Commit messages travel on the connection's own QP, behind the writes they
 // commit (RC delivers a send only after the earlier writes were placed), into
@@ -70,6 +71,57 @@ static_assert(sizeof(CommitRange) == 24, "CommitRange is a wire format");
 
 inline constexpr size_t kCommitMsgMax =
 	sizeof(CommitHeader) + kMaxCommitRanges * sizeof(CommitRange);
+
+// RMA event: a send after the operation's requests, telling a target with
+// FI_RMA_EVENT which of its regions the operation touched (their keys).
+inline constexpr uint8_t kRmaEvent = 2;
+inline constexpr uint8_t kEventWrite = 1;
+inline constexpr uint8_t kEventRead = 2;
+
+struct RmaEventHeader {
+	uint8_t type;    // kRmaEvent
+	uint8_t version; // kCommitVersion
+	uint8_t nkeys;
+	uint8_t kind; // kEventWrite or kEventRead
+};
+static_assert(sizeof(RmaEventHeader) == 4, "RmaEventHeader is a wire format");
+
+inline constexpr size_t kRmaEventMax = sizeof(RmaEventHeader) + kMaxCommitRanges * sizeof(uint32_t);
+static_assert(kRmaEventMax <= kCommitMsgMax, "events fit the receive buffers");
+
+// Writes an event into buf (kRmaEventMax bytes); returns its length.
+inline size_t encode_rma_event(uint8_t *buf, uint8_t kind, const uint32_t *keys, size_t n) noexcept
+{
+	RmaEventHeader h{kRmaEvent, kCommitVersion, static_cast<uint8_t>(n), kind};
+	memcpy(buf, &h, sizeof h);
+	for (size_t i = 0; i < n; i++) {
+		const uint32_t k = htole32(keys[i]);
+		memcpy(buf + sizeof h + i * sizeof k, &k, sizeof k);
+	}
+	return sizeof h + n * sizeof(uint32_t);
+}
+
+// Parses a received event; false if it is not a well-formed one.
+inline bool decode_rma_event(const uint8_t *buf, size_t len, uint8_t &kind, uint32_t *keys,
+			     size_t &n) noexcept
+{
+	RmaEventHeader h;
+	if (len < sizeof h)
+		return false;
+	memcpy(&h, buf, sizeof h);
+	// No key: a zero-length operation, which touched no region.
+	if (h.type != kRmaEvent || h.version != kCommitVersion || h.nkeys > kMaxCommitRanges || (h.kind != kEventWrite && h.kind != kEventRead) ||
+	    len < sizeof h + h.nkeys * sizeof(uint32_t))
+		return false;
+	kind = h.kind;
+	n = h.nkeys;
+	for (size_t i = 0; i < n; i++) {
+		uint32_t k;
+		memcpy(&k, buf + sizeof h + i * sizeof k, sizeof k);
+		keys[i] = le32toh(k);
+	}
+	return true;
+}
 
 enum class CommitStatus : uint8_t {
 	Ok = 0,

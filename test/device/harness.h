@@ -161,3 +161,4 @@ Suite *errors_suite();
 Suite *cntr_suite();
 Suite *pmem_suite();
 Suite *split_suite();
+Suite *events_suite();
