@@ -385,6 +385,7 @@ struct Ep final : fid_ep {
 	// What the peer announced; set before Connected.
 	std::atomic<int> commit_method{0}; // fi_vrma_commit_method for our writes
 	std::atomic<bool> peer_wants_events{false}; // tell it of each RMA
+	std::atomic<bool> peer_takes_cq_data{false}; // remote CQ data allowed
 	// Event messages (wire::RmaEvent), one per send slot (seq % capacity),
 	// allocated with the first one.
 	std::unique_ptr<uint8_t[]> event_buf;

@@ -365,6 +365,10 @@ uint8_t pmem_cm_flags(const Ep *ep) noexcept
 		flags |= wire::kCmFlagCommitService;
 	if (ep->rma_events)
 		flags |= wire::kCmFlagRmaEvents;
+	// Immediate data lands in vrma's own receives, or the application
+	// took on FI_RX_CQ_DATA; otherwise it would eat a posted receive.
+	if (ep->provider_rx || ep->rx_cq_data_mode)
+		flags |= wire::kCmFlagTakesCqData;
 	if (ep->domain->direct_write_to_pmem.load())
 		flags |= wire::kCmFlagDirectWritePmem;
 	return flags;
@@ -387,6 +391,7 @@ void ep_set_peer_flags(Ep *ep, uint8_t peer_flags) noexcept
 {
 	ep->commit_method.store(pmem_commit_method(ep, peer_flags));
 	ep->peer_wants_events.store(peer_flags & wire::kCmFlagRmaEvents);
+	ep->peer_takes_cq_data.store(peer_flags & wire::kCmFlagTakesCqData);
 }
 
 int pmem_ep_enable(Ep *ep) noexcept

@@ -61,6 +61,13 @@ ssize_t rma_common(Ep *ep, ibv_wr_opcode opcode, const iovec *iov, void *const *
 			return -FI_EOPNOTSUPP;
 		}
 	}
+	// Remote CQ data consumes a receive at the target: refused when that
+	// would be one of the application's (it took on no FI_RX_CQ_DATA).
+	if ((flags & FI_REMOTE_CQ_DATA) && !ep->peer_takes_cq_data.load(std::memory_order_relaxed) &&
+	    ep->state.load(std::memory_order_acquire) == EpState::Connected) [[unlikely]] {
+		VRMA_WARN(FI_LOG_EP_DATA, "FI_REMOTE_CQ_DATA: the peer receives messages and did not take on FI_RX_CQ_DATA; the write would consume one of its receives\n");
+		return -FI_EOPNOTSUPP;
+	}
 	// A fence waits for earlier reads on the QP, not for commit answers:
 	// hold a fenced operation back while commits are unanswered.
 	if ((flags & FI_FENCE) && ep->service && pmem_commits_pending(ep)) [[unlikely]]

@@ -40,6 +40,8 @@ inline constexpr uint8_t kCmFlagCommitService = 1 << 0;  // answers commit messa
 inline constexpr uint8_t kCmFlagDirectWritePmem = 1 << 1; // writes land in its persistence domain
 inline constexpr uint8_t kCmFlagNativeFlush = 1 << 2;     // reserved: native persistent FLUSH
 inline constexpr uint8_t kCmFlagRmaEvents = 1 << 3;       // wants an event message per RMA
+inline constexpr uint8_t kCmFlagTakesCqData = 1 << 4;     // write-with-immediate costs it no
+							  // application receive
 
 // Commit messages travel on the connection's own QP, behind the writes they
 // commit (RC delivers a send only after the earlier writes were placed), into

@@ -548,6 +548,42 @@ START_TEST(cq_data_without_application_receives)
 }
 END_TEST
 
+START_TEST(cq_data_refused_where_it_would_eat_a_receive)
+{
+	// Messages and RMA, and the target did not take on FI_RX_CQ_DATA: a
+	// write with immediate data would consume one of its receives, so
+	// the initiator refuses it; the target's receive stays for messages.
+	fi_info *h = base_hints();
+	h->mode = FI_CONTEXT;
+	Env env(h);
+	fi_freeinfo(h);
+	ck_assert_uint_eq(env.info->mode & FI_RX_CQ_DATA, 0);
+	ck_assert_uint_eq(env.info->caps & FI_MSG, FI_MSG);
+	Pair p(env);
+	Region local(env, 4096, FI_WRITE | FI_SEND);
+	Region remote(env, 4096, FI_REMOTE_WRITE | FI_RECV);
+	int rctx, ctx;
+	ck_assert_int_eq(fi_recv(p.server.ep, remote.buf.data() + 1024, 64, remote.desc(), 0, &rctx), 0);
+	local.fill(23);
+	ck_assert_int_eq(fi_writedata(p.client.ep, local.buf.data(), 64, local.desc(), 77, 0,
+				      remote.addr(), remote.key(), &ctx), -FI_EOPNOTSUPP);
+	ck_assert_int_eq(fi_inject_writedata(p.client.ep, local.buf.data(), 8, 77, 0, remote.addr(),
+					     remote.key()), -FI_EOPNOTSUPP);
+	// Plain writes and messages with CQ data still go; the receive takes
+	// the message.
+	ck_assert_int_eq(fi_write(p.client.ep, local.buf.data(), 64, local.desc(), 0, remote.addr(),
+				  remote.key(), &ctx), 0);
+	expect_completion(p.client.cq, &ctx, FI_RMA | FI_WRITE);
+	ck_assert_int_eq(fi_senddata(p.client.ep, local.buf.data() + 64, 64, local.desc(), 78, 0, &ctx), 0);
+	expect_completion(p.client.cq, &ctx, FI_SEND | FI_MSG);
+	fi_cq_data_entry e = expect_completion(p.server.cq, &rctx, FI_RECV | FI_MSG | FI_REMOTE_CQ_DATA);
+	ck_assert_uint_eq(e.data, 78);
+	ck_assert_uint_eq(e.len, 64);
+	ck_assert(memcmp(remote.buf.data() + 1024, local.buf.data() + 64, 64) == 0);
+	ck_assert(remote.check(23, 64));
+}
+END_TEST
+
 Suite *rma_suite()
 {
 	Suite *s = suite_create("rma");
@@ -569,6 +605,7 @@ Suite *rma_suite()
 	tcase_add_test(tc, more_with_a_small_queue);
 	tcase_add_test(tc, inline_then_bounce_injects);
 	tcase_add_test(tc, cq_data_without_application_receives);
+	tcase_add_test(tc, cq_data_refused_where_it_would_eat_a_receive);
 	suite_add_tcase(s, tc);
 	return s;
 }
