@@ -54,7 +54,23 @@ struct PmemService {
 	};
 	std::mutex jobs_lock;
 	std::deque<Job> jobs;
+	// Answers that found the send queue full, retried first, in order
+	// (guarded by lock).
+	std::deque<Job> retry;
 };
+
+namespace {
+
+// Forgets the jobs of an endpoint being closed (service lock held).
+void drop_jobs(PmemService *svc, const Ep *ep)
+{
+	auto of_ep = [ep](const PmemService::Job &j) { return j.ep == ep; };
+	std::erase_if(svc->retry, of_ep);
+	std::lock_guard<std::mutex> guard(svc->jobs_lock);
+	std::erase_if(svc->jobs, of_ep);
+}
+
+} // namespace
 
 void PmemServiceDeleter::operator()(PmemService *svc) const noexcept
 {
@@ -216,30 +232,30 @@ void cancel_commits(Ep *ep)
 
 void service_loop(PmemService *svc)
 {
-	std::deque<PmemService::Job> retry;
 	while (!svc->stop.load(std::memory_order_acquire)) {
+		bool retrying;
 		{
 			std::lock_guard<std::mutex> guard(svc->lock);
 			cq_progress(svc->cq); // answers complete, requests become jobs
 			std::deque<PmemService::Job> work;
+			work.swap(svc->retry);
 			{
 				std::lock_guard<std::mutex> jguard(svc->jobs_lock);
-				work.swap(svc->jobs);
+				work.insert(work.end(), svc->jobs.begin(), svc->jobs.end());
+				svc->jobs.clear();
 			}
-			for (auto &job : retry)
-				work.push_front(job);
-			retry.clear();
 			for (auto &job : work) {
 				if (job.ep->closing.load(std::memory_order_acquire))
 					continue;
 				if (!serve(svc, job))
-					retry.push_back(job);
+					svc->retry.push_back(job);
 			}
 			for (Ep *ep : svc->eps)
 				if (ep->service->cancel.exchange(false))
 					cancel_commits(ep);
+			retrying = !svc->retry.empty();
 		}
-		if (!retry.empty()) {
+		if (retrying) {
 			poll(nullptr, 0, 1); // the send queue drains by itself
 			continue;
 		}
@@ -427,8 +443,7 @@ void pmem_ep_quiesce(Ep *ep) noexcept
 		return;
 	// ep->closing is set: no new job names it once this lock is ours.
 	std::lock_guard<std::mutex> guard(svc->lock);
-	std::lock_guard<std::mutex> jguard(svc->jobs_lock);
-	std::erase_if(svc->jobs, [ep](const PmemService::Job &j) { return j.ep == ep; });
+	drop_jobs(svc, ep);
 }
 
 void pmem_ep_detach(Ep *ep) noexcept
@@ -441,8 +456,7 @@ void pmem_ep_detach(Ep *ep) noexcept
 	{
 		std::lock_guard<std::mutex> sguard(dom->pmem->lock);
 		std::erase(dom->pmem->eps, ep);
-		std::lock_guard<std::mutex> jguard(dom->pmem->jobs_lock);
-		std::erase_if(dom->pmem->jobs, [ep](const PmemService::Job &j) { return j.ep == ep; });
+		drop_jobs(dom->pmem.get(), ep);
 		last = dom->pmem->eps.empty();
 	}
 	ep->service_cq = nullptr;
