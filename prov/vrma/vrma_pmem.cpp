@@ -216,6 +216,7 @@ bool take_commit(Ep *ep, uint32_t id, PendingCommit &out)
 
 void cancel_commits(Ep *ep)
 {
+	size_t cancelled = 0;
 	for (uint32_t i = 0; i < kMaxCommits; i++) {
 		PendingCommit pc;
 		uint32_t id;
@@ -225,9 +226,14 @@ void cancel_commits(Ep *ep)
 				continue;
 			id = ep->service->commits[i].id;
 		}
-		if (take_commit(ep, id, pc))
+		if (take_commit(ep, id, pc)) {
 			finish_commit(ep, pc, FI_ECANCELED, IBV_WC_WR_FLUSH_ERR);
+			cancelled++;
+		}
 	}
+	if (cancelled)
+		VRMA_INFO(FI_LOG_EP_DATA, "connection lost: %zu commits cancelled while awaiting their answer\n",
+			  cancelled);
 }
 
 void service_loop(PmemService *svc)

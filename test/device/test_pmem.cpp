@@ -330,6 +330,101 @@ START_TEST(commit_refused_without_pmem)
 }
 END_TEST
 
+// Collects one entry per context of `ctx` (success or error) within 30 s;
+// returns the error entries.
+std::vector<fi_cq_err_entry> reap_once(fid_cq *cq, std::vector<int> &ctx)
+{
+	const size_t count = ctx.size();
+	std::vector<fi_cq_err_entry> errors;
+	std::vector<int> seen(count, 0);
+	size_t done = 0;
+	const Deadline deadline(30000);
+	while (done < count) {
+		ck_assert_msg(!deadline.expired(), "%zu of %zu operations reported", done, count);
+		fi_cq_data_entry e{};
+		fi_cq_err_entry err{};
+		ssize_t n = wait_cq(cq, &e, &err, 1000);
+		if (n == -FI_EAGAIN)
+			continue;
+		void *op = n == 1 ? e.op_context : err.op_context;
+		ck_assert_msg(n == 1 || n == -FI_EAVAIL, "fi_cq_sread: %zd", n);
+		if (n == -FI_EAVAIL) {
+			ck_assert_int_ne(err.err, 0);
+			errors.push_back(err);
+		}
+		auto it = std::find_if(ctx.begin(), ctx.end(), [&](int &c) { return &c == op; });
+		ck_assert_msg(it != ctx.end(), "unknown context %p", op);
+		ck_assert_int_eq(seen[it - ctx.begin()]++, 0);
+		done++;
+	}
+	expect_no_completion(cq, 100);
+	return errors;
+}
+
+void expect_shutdown(fid_eq *eq)
+{
+	uint32_t event;
+	alignas(fi_eq_cm_entry) uint8_t buf[sizeof(fi_eq_cm_entry) + 64];
+	ck_assert_int_eq(wait_eq(eq, &event, buf, sizeof buf), static_cast<ssize_t>(sizeof(fi_eq_cm_entry)));
+	ck_assert_uint_eq(event, FI_SHUTDOWN);
+}
+
+START_TEST(commits_end_once_when_the_target_goes_away)
+{
+	// Commits in flight when the target endpoint closes: every operation
+	// is reported exactly once (answered, or an error), none waits
+	// forever, and the initiator sees FI_SHUTDOWN.
+	PmemEnv env;
+	Pair p(env);
+	const size_t each = 1024 * 1024, count = 64;
+	Region local(env, each, FI_WRITE);
+	Region remote(env, each * count, FI_REMOTE_WRITE);
+	local.fill(31);
+	std::vector<int> ctx(count);
+	for (size_t i = 0; i < count; i++) {
+		OneRma one(local.buf.data(), each, local.desc(), remote.addr() + i * each, remote.key(), &ctx[i]);
+		post_retrying([&] {
+			return fi_writemsg(p.client.ep, &one.msg, FI_COMMIT_COMPLETE | FI_COMPLETION);
+		});
+	}
+	close_side(p.server);
+	reap_once(p.client.cq, ctx);
+	expect_shutdown(p.client.eq);
+}
+END_TEST
+
+START_TEST(commits_end_once_when_the_connection_fails)
+{
+	// A bad write among commits kills the connection: it fails with
+	// FI_EACCES, every other operation is reported once (answered,
+	// flushed, or cancelled while waiting for its answer).
+	PmemEnv env;
+	Pair p(env);
+	const size_t each = 64 * 1024, count = 40;
+	Region local(env, each, FI_WRITE);
+	Region remote(env, each * count, FI_REMOTE_WRITE);
+	local.fill(33);
+	std::vector<int> ctx(count);
+	for (size_t i = 0; i < count; i++) {
+		const bool bad = i == count / 2;
+		OneRma one(local.buf.data(), each, local.desc(), remote.addr() + i * each,
+			   bad ? remote.key() ^ 0xffff : remote.key(), &ctx[i]);
+		post_retrying([&] {
+			return fi_writemsg(p.client.ep, &one.msg, (bad ? 0 : FI_COMMIT_COMPLETE) | FI_COMPLETION);
+		});
+	}
+	std::vector<fi_cq_err_entry> errors = reap_once(p.client.cq, ctx);
+	ck_assert_uint_ge(errors.size(), 1);
+	auto bad = std::find_if(errors.begin(), errors.end(),
+				[&](const fi_cq_err_entry &e) { return e.op_context == &ctx[count / 2]; });
+	ck_assert_msg(bad != errors.end(), "the bad write reported no error");
+	ck_assert_int_eq(bad->err, FI_EACCES);
+	for (const fi_cq_err_entry &e : errors)
+		ck_assert_msg(e.err == FI_EACCES || e.err == FI_ECANCELED, "err %d", e.err);
+	expect_shutdown(p.client.eq);
+}
+END_TEST
+
 Suite *pmem_suite()
 {
 	Suite *s = suite_create("pmem");
@@ -341,6 +436,8 @@ Suite *pmem_suite()
 	tcase_add_test(tc, commit_with_cq_data_and_fence);
 	tcase_add_test(tc, commit_by_read_back_when_declared);
 	tcase_add_test(tc, commit_refused_without_pmem);
+	tcase_add_test(tc, commits_end_once_when_the_target_goes_away);
+	tcase_add_test(tc, commits_end_once_when_the_connection_fails);
 	suite_add_tcase(s, tc);
 	return s;
 }
