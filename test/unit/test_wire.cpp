@@ -1,5 +1,6 @@
-// vrma's own wire formats: the commit request round-trips, every malformed
-// request is refused, and the answer's immediate packs id and status.
+// vrma's own wire formats: the commit request and the RMA event round-trip,
+// every malformed one is refused, and the answer's immediate packs id and
+// status.
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -83,6 +84,40 @@ START_TEST(commit_reply_packs_id_and_status)
 }
 END_TEST
 
+START_TEST(rma_event_round_trip_and_refusals)
+{
+	const uint32_t keys[3] = {0x11223344u, 7u, 0xFFFFFFFFu};
+	uint8_t buf[kRmaEventMax];
+	for (size_t n : {size_t(0), size_t(1), size_t(3)}) {
+		const size_t len = encode_rma_event(buf, kEventRead, keys, n);
+		ck_assert_uint_eq(len, sizeof(RmaEventHeader) + 4 * n);
+		uint8_t kind = 0;
+		uint32_t out[kMaxCommitRanges];
+		size_t got = 99;
+		ck_assert(decode_rma_event(buf, len, kind, out, got));
+		ck_assert_uint_eq(kind, kEventRead);
+		ck_assert_uint_eq(got, n);
+		for (size_t i = 0; i < n; i++)
+			ck_assert_uint_eq(out[i], keys[i]);
+	}
+	size_t len = encode_rma_event(buf, kEventWrite, keys, 3);
+	ck_assert_uint_eq(buf[4], 0x44); // little-endian
+	uint8_t kind;
+	uint32_t out[kMaxCommitRanges];
+	size_t n;
+	ck_assert(!decode_rma_event(buf, len - 1, kind, out, n)); // truncated
+	ck_assert(!decode_rma_event(buf, 3, kind, out, n));
+	buf[3] = 9; // unknown kind
+	ck_assert(!decode_rma_event(buf, len, kind, out, n));
+	buf[3] = kEventWrite;
+	buf[0] = kCommitRequest; // a commit request is not an event
+	ck_assert(!decode_rma_event(buf, len, kind, out, n));
+	buf[0] = kRmaEvent;
+	buf[2] = kMaxCommitRanges + 1;
+	ck_assert(!decode_rma_event(buf, kRmaEventMax, kind, out, n));
+}
+END_TEST
+
 Suite *wire_suite()
 {
 	Suite *s = suite_create("wire");
@@ -90,6 +125,7 @@ Suite *wire_suite()
 	tcase_add_test(tc, commit_request_round_trip);
 	tcase_add_test(tc, malformed_commit_requests_refused);
 	tcase_add_test(tc, commit_reply_packs_id_and_status);
+	tcase_add_test(tc, rma_event_round_trip_and_refusals);
 	suite_add_tcase(s, tc);
 	return s;
 }
