@@ -161,6 +161,20 @@ const char *mode_name(Mode mode)
 	return "?";
 }
 
+// The value of `all` whose name is `text`: the names are op_name and
+// mode_name's, so parsing and printing cannot drift apart.
+template <typename E, size_t N>
+std::optional<E> parse_name(const std::string &text, const E (&all)[N], const char *(*name)(E))
+{
+	for (E e : all)
+		if (text == name(e))
+			return e;
+	return std::nullopt;
+}
+
+constexpr Op kAllOps[] = {Op::write, Op::read, Op::writedata, Op::inject_write};
+constexpr Mode kAllModes[] = {Mode::bw, Mode::lat, Mode::rate};
+
 std::string flags_name(uint8_t flags)
 {
 	static const struct {
@@ -2129,29 +2143,17 @@ Options parse_args(int argc, char **argv)
 			break;
 		}
 		case 'o': {
-			const std::string op = optarg;
-			if (op == "write")
-				opt.op = Op::write;
-			else if (op == "read")
-				opt.op = Op::read;
-			else if (op == "writedata")
-				opt.op = Op::writedata;
-			else if (op == "inject_write")
-				opt.op = Op::inject_write;
-			else
+			const std::optional<Op> op = parse_name(optarg, kAllOps, op_name);
+			if (!op)
 				usage_error("-o: unknown operation '%s' (write, read, writedata, inject_write)", optarg);
+			opt.op = *op;
 			break;
 		}
 		case 'm': {
-			const std::string mode = optarg;
-			if (mode == "bw")
-				opt.mode = Mode::bw;
-			else if (mode == "lat")
-				opt.mode = Mode::lat;
-			else if (mode == "rate")
-				opt.mode = Mode::rate;
-			else
+			const std::optional<Mode> mode = parse_name(optarg, kAllModes, mode_name);
+			if (!mode)
 				usage_error("-m: unknown mode '%s' (bw, lat, rate)", optarg);
+			opt.mode = *mode;
 			break;
 		}
 		case 'w':
