@@ -93,6 +93,19 @@ struct Pair {
 	Pair &operator=(const Pair &) = delete;
 };
 
+// An fi_msg_rma over the caller's arrays (context 0 and data 0).
+inline fi_msg_rma msg_rma(const iovec *iov, void **desc, size_t iov_count, const fi_rma_iov *rma,
+			  size_t rma_count)
+{
+	fi_msg_rma msg{};
+	msg.msg_iov = iov;
+	msg.desc = desc;
+	msg.iov_count = iov_count;
+	msg.rma_iov = rma;
+	msg.rma_iov_count = rma_count;
+	return msg;
+}
+
 // One local buffer to one remote segment: an fi_msg_rma owning its parts.
 struct OneRma {
 	iovec iov;
@@ -102,11 +115,7 @@ struct OneRma {
 	OneRma(void *buf, size_t len, void *d, uint64_t addr, uint64_t key, void *context)
 		: iov{buf, len}, desc(d), rma{addr, len, key}
 	{
-		msg.msg_iov = &iov;
-		msg.desc = &desc;
-		msg.iov_count = 1;
-		msg.rma_iov = &rma;
-		msg.rma_iov_count = 1;
+		msg = msg_rma(&iov, &desc, 1, &rma, 1);
 		msg.context = context;
 	}
 	OneRma(const OneRma &) = delete;

@@ -90,12 +90,7 @@ START_TEST(target_counts_remote_operations)
 		iovec iov{local.buf.data(), 200};
 		void *desc = local.desc();
 		fi_rma_iov rma[2] = {{a.addr() + 50000, 100, a.key()}, {b.addr() + 500, 100, b.key()}};
-		fi_msg_rma msg{};
-		msg.msg_iov = &iov;
-		msg.desc = &desc;
-		msg.iov_count = 1;
-		msg.rma_iov = rma;
-		msg.rma_iov_count = 2;
+		fi_msg_rma msg = msg_rma(&iov, &desc, 1, rma, 2);
 		msg.context = &ctx[k];
 		ck_assert_int_eq(fi_writemsg(p.client.ep, &msg, FI_COMPLETION), 0);
 		expect_completion(p.client.cq, &ctx[k], FI_RMA | FI_WRITE);

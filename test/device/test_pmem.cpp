@@ -174,12 +174,7 @@ START_TEST(commit_through_target_into_file)
 	fi_rma_iov rma[3] = {{remote.addr() + 8192, 1000, remote.key()},
 			     {remote.addr() + 65536, 1000, remote.key()},
 			     {remote.addr() + 200000, 1000, remote.key()}};
-	fi_msg_rma msg{};
-	msg.msg_iov = &iov;
-	msg.desc = &desc;
-	msg.iov_count = 1;
-	msg.rma_iov = rma;
-	msg.rma_iov_count = 3;
+	fi_msg_rma msg = msg_rma(&iov, &desc, 1, rma, 3);
 	int ctx;
 	msg.context = &ctx;
 	const fi_vrma_commit_stats mid = stats(env);

@@ -59,12 +59,7 @@ START_TEST(writev_readv_msg)
 	iovec one = {local.buf.data(), 512};
 	void *d = local.desc();
 	fi_rma_iov rma = {remote.addr() + 1024, 512, remote.key()};
-	fi_msg_rma msg{};
-	msg.msg_iov = &one;
-	msg.desc = &d;
-	msg.iov_count = 1;
-	msg.rma_iov = &rma;
-	msg.rma_iov_count = 1;
+	fi_msg_rma msg = msg_rma(&one, &d, 1, &rma, 1);
 	msg.context = &ctx;
 	ck_assert_int_eq(fi_writemsg(p.client.ep, &msg, FI_COMPLETION), 0);
 	expect_completion(p.client.cq, &ctx, FI_RMA | FI_WRITE);
@@ -227,12 +222,7 @@ START_TEST(several_remote_segments)
 				     {remote.addr() + 2000, 0, remote.key()},
 				     {remote.addr() + 3000, 1800, remote.key()},
 				     {remote.addr() + 6000, 1500, remote.key()}};
-		fi_msg_rma msg{};
-		msg.msg_iov = iov;
-		msg.desc = desc;
-		msg.iov_count = 2;
-		msg.rma_iov = rma;
-		msg.rma_iov_count = 4;
+		fi_msg_rma msg = msg_rma(iov, desc, 2, rma, 4);
 		int ctx;
 		msg.context = &ctx;
 		ck_assert_int_eq(fi_writemsg(p.client.ep, &msg, FI_COMPLETION), 0);
@@ -280,12 +270,7 @@ START_TEST(error_in_one_segment_reported_once)
 	fi_rma_iov rma[3] = {{remote.addr(), 1000, remote.key()},
 			     {remote.addr() + 1000, 1000, remote.key() ^ 0x5500},
 			     {remote.addr() + 2000, 1000, remote.key()}};
-	fi_msg_rma msg{};
-	msg.msg_iov = &iov;
-	msg.desc = &desc;
-	msg.iov_count = 1;
-	msg.rma_iov = rma;
-	msg.rma_iov_count = 3;
+	fi_msg_rma msg = msg_rma(&iov, &desc, 1, rma, 3);
 	int ctx;
 	msg.context = &ctx;
 	ck_assert_int_eq(fi_writemsg(p.client.ep, &msg, FI_COMPLETION), 0);

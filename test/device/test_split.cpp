@@ -91,12 +91,7 @@ START_TEST(split_across_local_and_remote_segments)
 	void *desc[3] = {local.desc(), local.desc(), local.desc()};
 	fi_rma_iov rma[2] = {{remote.addr() + 1000, 150000, remote.key()},
 			     {remote.addr() + 400000, 150007, remote.key()}};
-	fi_msg_rma msg{};
-	msg.msg_iov = iov;
-	msg.desc = desc;
-	msg.iov_count = 3;
-	msg.rma_iov = rma;
-	msg.rma_iov_count = 2;
+	fi_msg_rma msg = msg_rma(iov, desc, 3, rma, 2);
 	int ctx;
 	msg.context = &ctx;
 	ck_assert_int_eq(fi_writemsg(p.client.ep, &msg, FI_COMPLETION), 0);
@@ -231,12 +226,7 @@ START_TEST(calls_flags_lengths_matrix)
 			iovec iov[2] = {{local.buf.data(), len / 2}, {local.buf.data() + len / 2, len - len / 2}};
 			void *desc[2] = {local.desc(), local.desc()};
 			fi_rma_iov rma{remote.addr(), len, remote.key()};
-			fi_msg_rma msg{};
-			msg.msg_iov = iov;
-			msg.desc = desc;
-			msg.iov_count = 2;
-			msg.rma_iov = &rma;
-			msg.rma_iov_count = 1;
+			fi_msg_rma msg = msg_rma(iov, desc, 2, &rma, 1);
 			msg.context = &ctx;
 			msg.data = data;
 			ssize_t rc = -1;
