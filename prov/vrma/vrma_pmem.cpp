@@ -154,13 +154,20 @@ bool serve(PmemService *svc, PmemService::Job &job)
 	return true;
 }
 
+// Counts on a counter no CQ poll feeds (the service raises it), and wakes
+// fi_cntr_wait, which may block on the counter's eventfd.
+void count_and_wake(Cntr *c, bool success)
+{
+	if (!c)
+		return;
+	(success ? c->value : c->errors).fetch_add(1, std::memory_order_acq_rel);
+	eventfd_signal(c->event_fd.get());
+}
+
 // Reports a finished commit to the initiator's CQ and counter.
 void finish_commit(Ep *ep, const PendingCommit &pc, int err, int prov_errno)
 {
-	if (pc.cntr) {
-		(err ? pc.cntr->errors : pc.cntr->value).fetch_add(1, std::memory_order_acq_rel);
-		eventfd_signal(pc.cntr->event_fd.get()); // fi_cntr_wait may block on it
-	}
+	count_and_wake(pc.cntr, !err);
 	if (!ep->tx_cq || (!err && !pc.report))
 		return;
 	CqPending p;
@@ -176,20 +183,12 @@ void finish_commit(Ep *ep, const PendingCommit &pc, int err, int prov_errno)
 	cq_push(ep->tx_cq, p);
 }
 
-void bump(Cntr *c)
-{
-	if (!c)
-		return;
-	c->value.fetch_add(1, std::memory_order_acq_rel);
-	eventfd_signal(c->event_fd.get()); // fi_cntr_wait may block on it
-}
-
 // An RMA event from the peer: the endpoint's counter, and the counter of
 // each region the operation touched.
 void count_rma_event(Ep *ep, uint8_t kind, const uint32_t *keys, size_t n)
 {
 	const bool write = kind == wire::kEventWrite;
-	bump(write ? ep->cntr_remote_write : ep->cntr_remote_read);
+	count_and_wake(write ? ep->cntr_remote_write : ep->cntr_remote_read, true);
 	Domain *dom = ep->domain;
 	std::lock_guard<std::mutex> guard(dom->mr_lock);
 	for (size_t i = 0; i < n; i++) {
@@ -197,7 +196,8 @@ void count_rma_event(Ep *ep, uint8_t kind, const uint32_t *keys, size_t n)
 		if (it == dom->mrs_by_key.end())
 			continue; // closed meanwhile
 		Mr *mr = it->second;
-		bump((write ? mr->cntr_remote_write : mr->cntr_remote_read).load(std::memory_order_acquire));
+		count_and_wake((write ? mr->cntr_remote_write : mr->cntr_remote_read).load(std::memory_order_acquire),
+			       true);
 	}
 }
 
@@ -217,19 +217,17 @@ bool take_commit(Ep *ep, uint32_t id, PendingCommit &out)
 void cancel_commits(Ep *ep)
 {
 	size_t cancelled = 0;
-	for (uint32_t i = 0; i < kMaxCommits; i++) {
+	for (PendingCommit &entry : ep->service->commits) {
 		PendingCommit pc;
-		uint32_t id;
 		{
 			std::lock_guard<std::mutex> guard(ep->service->lock);
-			if (!ep->service->commits[i].busy)
+			if (!entry.busy)
 				continue;
-			id = ep->service->commits[i].id;
+			pc = entry;
+			entry.busy = false;
 		}
-		if (take_commit(ep, id, pc)) {
-			finish_commit(ep, pc, FI_ECANCELED, IBV_WC_WR_FLUSH_ERR);
-			cancelled++;
-		}
+		finish_commit(ep, pc, FI_ECANCELED, IBV_WC_WR_FLUSH_ERR);
+		cancelled++;
 	}
 	if (cancelled)
 		VRMA_INFO(FI_LOG_EP_DATA, "connection lost: %zu commits cancelled while awaiting their answer\n",
@@ -576,8 +574,7 @@ int pmem_begin_commit(Ep *ep, const wire::CommitRange *ranges, size_t n, void *c
 
 void pmem_abort_commit(Ep *ep, uint32_t commit) noexcept
 {
-	PendingCommit pc;
-	take_commit(ep, commit - 1, pc);
+	pmem_claim_commit(ep, commit);
 }
 
 bool pmem_claim_commit(Ep *ep, uint32_t commit) noexcept
