@@ -382,10 +382,9 @@ struct Ep final : fid_ep {
 	bool rma_events = false;    // FI_RMA_EVENT: counts the peer's RMA
 	Cntr *cntr_remote_read = nullptr;
 	Cntr *cntr_remote_write = nullptr;
-	// What the peer announced; set before Connected.
-	std::atomic<int> commit_method{0}; // fi_vrma_commit_method for our writes
-	std::atomic<bool> peer_wants_events{false}; // tell it of each RMA
-	std::atomic<bool> peer_takes_cq_data{false}; // remote CQ data allowed
+	// wire::kCmFlag* the peer announced; set before Connected, read
+	// through the helpers below.
+	std::atomic<uint8_t> peer_cm_flags{0};
 	// Event messages (wire::RmaEvent), one per send slot (seq % capacity),
 	// allocated with the first one.
 	std::unique_ptr<uint8_t[]> event_buf;
@@ -424,6 +423,12 @@ inline Cq *recv_cq_of(const Ep *ep) noexcept
 	if (ep->service_cq)
 		return ep->service_cq;
 	return ep->rx_cq ? ep->rx_cq : ep->tx_cq ? ep->tx_cq : ep->own_cq;
+}
+
+// What the peer announced while connecting.
+inline bool peer_has(const Ep *ep, uint8_t cm_flag) noexcept
+{
+	return ep->peer_cm_flags.load(std::memory_order_acquire) & cm_flag;
 }
 
 struct Pep final : fid_pep {
@@ -555,12 +560,10 @@ void pmem_rx_completion(Ep *ep, const ibv_wc &wc, const void *buf) noexcept;
 bool pmem_claim_commit(Ep *ep, uint32_t commit) noexcept;
 // The connection died: pending commits fail (done by the service thread).
 void pmem_connection_lost(Ep *ep) noexcept;
-// wire::kCmFlag* this endpoint announces, and the method its writes use
-// given what the peer announced.
+// wire::kCmFlag* this endpoint announces to its peer.
 uint8_t pmem_cm_flags(const Ep *ep) noexcept;
-int pmem_commit_method(const Ep *ep, uint8_t peer_flags) noexcept;
-// Takes in what the peer announced (before the endpoint is Connected).
-void ep_set_peer_flags(Ep *ep, uint8_t peer_flags) noexcept;
+// fi_vrma_commit_method of this endpoint's writes to its peer.
+int pmem_commit_method(const Ep *ep) noexcept;
 // Reserves a pending commit and writes its request (remote segments
 // written by the operation); returns its id + 1 (TxSlot::commit), or a
 // negative FI_E* code.

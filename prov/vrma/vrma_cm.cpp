@@ -194,7 +194,7 @@ try {
 				   &user, &user_len, &peer_flags);
 		// The accepting side learnt the peer's flags from the request.
 		if (!ep->passive_side)
-			ep_set_peer_flags(ep, peer_flags);
+			ep->peer_cm_flags.store(peer_flags, std::memory_order_release);
 		ep->state.store(EpState::Connected, std::memory_order_release);
 		EqEntry e;
 		e.event = FI_CONNECTED;
@@ -616,7 +616,7 @@ int ep_getopt(fid_t f, int level, int optname, void *optval, size_t *optlen) noe
 			VRMA_WARN(FI_LOG_EP_CTRL, "FI_VRMA_OPT_COMMIT_METHOD: known once connected\n");
 			return -FI_EOPBADSTATE;
 		}
-		*static_cast<int *>(optval) = ep->commit_method.load();
+		*static_cast<int *>(optval) = pmem_commit_method(ep);
 		*optlen = sizeof(int);
 		return 0;
 	}

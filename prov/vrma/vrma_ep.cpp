@@ -613,7 +613,7 @@ try {
 		ep->id.reset(cr->id);
 		ep->responder_resources = cr->responder_resources;
 		ep->initiator_depth = cr->initiator_depth;
-		ep_set_peer_flags(ep.get(), cr->peer_cm_flags);
+		ep->peer_cm_flags.store(cr->peer_cm_flags, std::memory_order_release);
 		ep->passive_side = true;
 		ep->addr_resolved = true;
 		// The application's info keeps a dangling handle, as with every

@@ -394,8 +394,9 @@ uint8_t pmem_cm_flags(const Ep *ep) noexcept
 	return flags;
 }
 
-int pmem_commit_method(const Ep *ep, uint8_t peer_flags) noexcept
+int pmem_commit_method(const Ep *ep) noexcept
 {
+	const uint8_t peer_flags = ep->peer_cm_flags.load(std::memory_order_acquire);
 	if (!ep->rma_pmem)
 		return FI_VRMA_COMMIT_NONE;
 	// Native FLUSH (kCmFlagNativeFlush) needs ibv_wr_flush, which
@@ -405,13 +406,6 @@ int pmem_commit_method(const Ep *ep, uint8_t peer_flags) noexcept
 	if (peer_flags & wire::kCmFlagCommitService)
 		return FI_VRMA_COMMIT_TARGET;
 	return FI_VRMA_COMMIT_NONE;
-}
-
-void ep_set_peer_flags(Ep *ep, uint8_t peer_flags) noexcept
-{
-	ep->commit_method.store(pmem_commit_method(ep, peer_flags));
-	ep->peer_wants_events.store(peer_flags & wire::kCmFlagRmaEvents);
-	ep->peer_takes_cq_data.store(peer_flags & wire::kCmFlagTakesCqData);
 }
 
 int pmem_ep_enable(Ep *ep) noexcept

@@ -54,7 +54,7 @@ ssize_t rma_common(Ep *ep, ibv_wr_opcode opcode, const iovec *iov, void *const *
 			VRMA_WARN(FI_LOG_EP_DATA, "FI_COMMIT_COMPLETE needs an FI_RMA_PMEM endpoint\n");
 			return -FI_EBADFLAGS;
 		}
-		method = ep->commit_method.load(std::memory_order_acquire);
+		method = pmem_commit_method(ep);
 		if (method == FI_VRMA_COMMIT_NONE &&
 		    ep->state.load(std::memory_order_acquire) == EpState::Connected) {
 			VRMA_WARN(FI_LOG_EP_DATA, "FI_COMMIT_COMPLETE: the peer offers no way to make writes durable (not an FI_RMA_PMEM endpoint)\n");
@@ -63,7 +63,7 @@ ssize_t rma_common(Ep *ep, ibv_wr_opcode opcode, const iovec *iov, void *const *
 	}
 	// Remote CQ data consumes a receive at the target: refused when that
 	// would be one of the application's (it took on no FI_RX_CQ_DATA).
-	if ((flags & FI_REMOTE_CQ_DATA) && !ep->peer_takes_cq_data.load(std::memory_order_relaxed) &&
+	if ((flags & FI_REMOTE_CQ_DATA) && !peer_has(ep, wire::kCmFlagTakesCqData) &&
 	    ep->state.load(std::memory_order_acquire) == EpState::Connected) [[unlikely]] {
 		VRMA_WARN(FI_LOG_EP_DATA, "FI_REMOTE_CQ_DATA: the peer receives messages and did not take on FI_RX_CQ_DATA; the write would consume one of its receives\n");
 		return -FI_EOPNOTSUPP;
@@ -196,7 +196,7 @@ ssize_t rma_common(Ep *ep, ibv_wr_opcode opcode, const iovec *iov, void *const *
 		op.commit = static_cast<uint32_t>(c);
 	}
 	uint8_t event[wire::kRmaEventMax];
-	if (ep->peer_wants_events.load(std::memory_order_relaxed)) [[unlikely]] {
+	if (peer_has(ep, wire::kCmFlagRmaEvents)) [[unlikely]] {
 		// The target counts the operation when this arrives, after the
 		// operation's data (RC keeps the order): the keys it touched.
 		uint32_t keys[kMaxRmaIov];
