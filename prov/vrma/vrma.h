@@ -100,6 +100,10 @@ inline constexpr size_t kMaxSplitWr = 64;
 // plus the read that makes a write delivery-complete or a commit request,
 // plus the event message for a peer with FI_RMA_EVENT.
 inline constexpr size_t kMaxOpWr = kMaxRmaIov + kMaxSplitWr + 2;
+static_assert(wire::kMaxStagePieces <= kMaxOpWr, "a staged message is one operation");
+// Staging buffers an endpoint with staged receives keeps posted: a largest
+// message fits without waiting for the application.
+inline constexpr size_t kStageBuffers = wire::kMaxStagePieces;
 // Smallest FI_VRMA_MAX_WR_SIZE honoured.
 inline constexpr size_t kMinWrBytes = 4096;
 // Work requests of an injected operation: inject_size is capped at one work
@@ -114,6 +118,26 @@ inline size_t wr_bytes_limit(uint32_t port_max_msg_sz) noexcept
 		return port;
 	return std::max(params.max_wr_size, std::min(kMinWrBytes, port));
 }
+// Whether an endpoint with these caps receives messages / may be the target
+// of remote writes (a class bit without direction bits means both).
+inline bool receives_messages(uint64_t caps) noexcept
+{
+	return (caps & FI_MSG) && ((caps & FI_RECV) || !(caps & (FI_SEND | FI_RECV)));
+}
+inline bool accepts_remote_writes(uint64_t caps) noexcept
+{
+	constexpr uint64_t dirs = FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
+	return (caps & FI_REMOTE_WRITE) || ((caps & FI_RMA) && !(caps & dirs));
+}
+// Remote CQ data must not take the application's receives unless it took on
+// FI_RX_CQ_DATA: such an endpoint receives messages through vrma's staging
+// buffers (wire::MsgHeader), copied, at most wire::kStagedMsgMax bytes.
+inline bool uses_staged_rx(uint64_t caps, uint64_t mode) noexcept
+{
+	return receives_messages(caps) && accepts_remote_writes(caps) && !(mode & FI_RX_CQ_DATA) &&
+	       !(caps & (FI_RMA_PMEM | FI_RMA_EVENT));
+}
+
 // At least one send request in this many is signaled (fewer completions to
 // poll, yet slots and bounce buffers always come back; see post_send_chain).
 inline constexpr uint64_t kSignalPeriod = 16;
@@ -297,6 +321,51 @@ struct RxSlot : SlotHeader {
 	bool internal = false; // posted by vrma for remote CQ data (reposted)
 };
 
+// Registered buffers indexed by send slot (see Ep).
+struct SlotBuffers {
+	std::unique_ptr<uint8_t[]> buf;
+	MrPtr mr;
+};
+
+// What one work completion turns into for the application.
+enum class Outcome { None, Success, Error };
+
+// An application receive on an endpoint with staged receives, waiting in
+// vrma's queue (the device's receive queue holds staging buffers).
+struct StagedRecv {
+	void *context = nullptr;
+	iovec iov[kMaxSge];
+	size_t count = 0;
+	size_t capacity = 0; // bytes of iov
+	bool report = true;
+	Cntr *cntr = nullptr;
+};
+
+// A piece that arrived in a staging buffer, not yet copied out.
+struct StagedArrival {
+	uint8_t *buf;
+	uint32_t len;
+};
+
+// Receive side of staged messages (all under the endpoint's rx lock).
+// Pieces are consumed strictly in arrival order; a message is matched to
+// the oldest posted receive when its first piece is consumed.
+struct StagedRx {
+	std::unique_ptr<uint8_t[]> buffers;
+	MrPtr mr;
+	std::vector<uint8_t *> unposted; // staging buffers a repost failed for
+	std::deque<StagedRecv> posted;
+	std::deque<StagedArrival> arrivals;
+	// The message being copied into `cur`.
+	bool active = false;
+	StagedRecv cur;
+	uint64_t total = 0; // payload bytes the header announced
+	uint64_t seen = 0;  // payload bytes arrived so far
+	bool has_data = false;
+	uint32_t data = 0;
+	bool cancelled = false; // the connection died: receives fail at once
+};
+
 enum class EpState : uint8_t { Idle, Enabled, Connecting, Connected, Shutdown };
 
 // Work requests held back by FI_MORE, posted with one doorbell by the first
@@ -374,6 +443,9 @@ struct Ep final : fid_ep {
 	// RMA-only endpoint without FI_RX_CQ_DATA: vrma keeps zero-length
 	// receives posted so that remote CQ data needs no application receive.
 	bool provider_rx = false;
+	// Receives messages and remote CQ data without FI_RX_CQ_DATA: staged
+	// receives (uses_staged_rx), set up at fi_enable.
+	std::unique_ptr<StagedRx> staged;
 	// FI_RMA_PMEM / FI_RMA_EVENT: commit and event messages share vrma's
 	// receive queue, which the domain's service polls.
 	std::unique_ptr<ServiceEp> service;
@@ -385,10 +457,12 @@ struct Ep final : fid_ep {
 	// wire::kCmFlag* the peer announced; set before Connected, read
 	// through the helpers below.
 	std::atomic<uint8_t> peer_cm_flags{0};
-	// Event messages (wire::RmaEvent), one per send slot (seq % capacity),
-	// allocated with the first one.
-	std::unique_ptr<uint8_t[]> event_buf;
-	MrPtr event_mr;
+	// Provider messages that ride with an operation, one buffer per send
+	// slot, allocated at first use (copy_to_slot_buffer): RMA event
+	// messages (wire::RmaEvent), and headers of staged messages sent as
+	// pieces (wire::MsgHeader).
+	SlotBuffers event_bufs;
+	SlotBuffers msg_hdr_bufs;
 
 	std::mutex tx_lock;
 	std::mutex rx_lock;
@@ -407,6 +481,7 @@ struct Ep final : fid_ep {
 	// whose first sequence is i modulo kBounceCount: free once that
 	// operation retired, which post_send_chain checks from the ring.
 	static constexpr size_t kBounceCount = 64;
+	size_t bounce_stride = 0; // inject_size and room for a MsgHeader
 	std::unique_ptr<uint8_t[]> bounce;
 	MrPtr bounce_mr;
 };
@@ -561,7 +636,7 @@ bool pmem_claim_commit(Ep *ep, uint32_t commit) noexcept;
 // The connection died: pending commits fail (done by the service thread).
 void pmem_connection_lost(Ep *ep) noexcept;
 // wire::kCmFlag* this endpoint announces to its peer.
-uint8_t pmem_cm_flags(const Ep *ep) noexcept;
+uint8_t ep_cm_flags(const Ep *ep) noexcept;
 // fi_vrma_commit_method of this endpoint's writes to its peer.
 int pmem_commit_method(const Ep *ep) noexcept;
 // Reserves a pending commit and writes its request (remote segments
@@ -573,6 +648,21 @@ int pmem_begin_commit(Ep *ep, const wire::CommitRange *ranges, size_t n, void *c
 bool pmem_commits_pending(Ep *ep) noexcept;
 // Releases a commit whose requests were never posted.
 void pmem_abort_commit(Ep *ep, uint32_t commit) noexcept;
+
+// vrma_staged.cpp: staged receives (uses_staged_rx).
+// Allocates, registers and posts the staging buffers (fi_enable).
+int staged_ep_enable(Ep *ep) noexcept;
+// Queues an application receive and copies what already arrived for it.
+ssize_t staged_recv(Ep *ep, const iovec *iov, size_t count, size_t capacity, void *context,
+		    bool report, Cntr *cntr) noexcept;
+// A work completion of a staging buffer, polled from `cq` (its lock held):
+// a piece, remote CQ data, or a flush that fails the queued receives.
+Outcome staged_rx_completion(Ep *ep, Cq *cq, const ibv_wc &wc, void *buf, Completion &c,
+			     fi_cq_err_entry &e) noexcept;
+// fi_cancel of a queued receive: 0 (an FI_ECANCELED error reported) or
+// -FI_ENOENT.
+ssize_t staged_cancel(Ep *ep, void *context) noexcept;
+size_t staged_rx_left(Ep *ep) noexcept;
 
 // vrma_msg.cpp, vrma_rma.cpp
 extern const fi_ops_msg msg_ops;

@@ -351,7 +351,7 @@ int cm_connect(fid_ep *f, const void *addr, const void *param, size_t paramlen) 
 	}
 	PrivateData pd;
 	uint8_t pd_len;
-	if (int rc = build_private_data(param, paramlen, pmem_cm_flags(ep), pd, pd_len))
+	if (int rc = build_private_data(param, paramlen, ep_cm_flags(ep), pd, pd_len))
 		return rc;
 	if (!ep->eq) {
 		VRMA_WARN(FI_LOG_EP_CTRL, "fi_connect: endpoint is not bound to an EQ\n");
@@ -437,7 +437,7 @@ int cm_accept(fid_ep *f, const void *param, size_t paramlen) noexcept
 	}
 	PrivateData pd;
 	uint8_t pd_len;
-	if (int rc = build_private_data(param, paramlen, pmem_cm_flags(ep), pd, pd_len))
+	if (int rc = build_private_data(param, paramlen, ep_cm_flags(ep), pd, pd_len))
 		return rc;
 	if (!ep->qp) {
 		if (int rc = ep_enable(ep))

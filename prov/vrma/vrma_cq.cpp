@@ -18,7 +18,6 @@ namespace vrma {
 
 namespace {
 
-enum class Outcome { None, Success, Error };
 
 size_t format_size(fi_cq_format f)
 {
@@ -73,7 +72,8 @@ void count(Cntr *cntr, bool success)
 
 // Turns one work completion into what the application sees, retiring the
 // slots it covers.
-Outcome handle_wc(const ibv_wc &wc, Completion &c, fi_cq_err_entry &e)
+// `cq` is the CQ being polled (its lock held).
+Outcome handle_wc(Cq *cq, const ibv_wc &wc, Completion &c, fi_cq_err_entry &e)
 {
 	auto *h = reinterpret_cast<SlotHeader *>(wc.wr_id);
 	Ep *ep = h->ep;
@@ -126,6 +126,8 @@ Outcome handle_wc(const ibv_wc &wc, Completion &c, fi_cq_err_entry &e)
 	ep->rx.retire_through(s->seq, [](RxSlot &, uint64_t) {});
 	if (ep->closing.load(std::memory_order_relaxed))
 		return Outcome::None;
+	if (internal && ep->staged)
+		return staged_rx_completion(ep, cq, wc, buf, c, e);
 	if (internal && wc.status == IBV_WC_SUCCESS && ep->service) {
 		pmem_rx_completion(ep, wc, buf); // reposts, answers, forwards
 		return Outcome::None;
@@ -176,7 +178,7 @@ int poll_to_pending(Cq *cq, size_t max)
 		}
 		for (int i = 0; i < k; i++) {
 			CqPending p;
-			Outcome o = handle_wc(wcs[i], p.comp, p.err);
+			Outcome o = handle_wc(cq, wcs[i], p.comp, p.err);
 			if (o == Outcome::None)
 				continue;
 			p.is_error = o == Outcome::Error;
@@ -229,7 +231,7 @@ ssize_t cq_read_impl(Cq *cq, void *buf, size_t count, fi_addr_t *src_addr)
 			}
 			for (int i = 0; i < k; i++) {
 				CqPending p;
-				Outcome o = handle_wc(wcs[i], p.comp, p.err);
+				Outcome o = handle_wc(cq, wcs[i], p.comp, p.err);
 				if (o == Outcome::None)
 					continue;
 				if (o == Outcome::Success && cq->pending.empty() && n < count) {

@@ -316,8 +316,11 @@ int ep_control(fid *f, int command, void *arg) noexcept
 	}
 }
 
-ssize_t ep_cancel(fid_t, void *) noexcept
+ssize_t ep_cancel(fid_t f, void *context) noexcept
 {
+	Ep *ep = from_fid<Ep>(f);
+	if (ep->staged)
+		return staged_cancel(ep, context); // vrma's queue: can be withdrawn
 	// Posted verbs receives cannot be withdrawn one by one.
 	return -FI_ENOENT;
 }
@@ -327,6 +330,8 @@ ssize_t ep_rx_size_left(fid_ep *f) noexcept
 	Ep *ep = static_cast<Ep *>(f);
 	if (!ep->qp)
 		return -FI_EOPBADSTATE;
+	if (ep->staged)
+		return static_cast<ssize_t>(staged_rx_left(ep));
 	return static_cast<ssize_t>(ep->rx_depth - ep->rx.outstanding());
 }
 
@@ -482,7 +487,7 @@ int ep_enable(Ep *ep) noexcept
 	attr.sq_sig_all = 0;
 	attr.cap.max_send_wr = static_cast<uint32_t>(send_wrs);
 	attr.cap.max_recv_wr = static_cast<uint32_t>(ep->rx_depth);
-	attr.cap.max_send_sge = static_cast<uint32_t>(ep->tx_iov_limit);
+	attr.cap.max_send_sge = static_cast<uint32_t>(ep->tx_iov_limit + 1);
 	attr.cap.max_recv_sge = static_cast<uint32_t>(ep->rx_iov_limit);
 	attr.cap.max_inline_data = static_cast<uint32_t>(ep->inline_size);
 	if (rdma_create_qp(ep->id.get(), ep->domain->pd.get(), &attr)) {
@@ -516,6 +521,10 @@ int ep_enable(Ep *ep) noexcept
 	for (uint64_t i = 0; i < ep->rx.capacity(); i++) {
 		ep->rx.at(i).ep = ep;
 		ep->rx.at(i).kind = SlotKind::Rx;
+	}
+	if (ep->staged) {
+		if (int rc = staged_ep_enable(ep))
+			return rc;
 	}
 	if (ep->provider_rx) {
 		for (size_t i = 0; i < ep->rx_depth; i++)
@@ -557,7 +566,8 @@ try {
 	ep->tx_depth = clamp(info->tx_attr ? info->tx_attr->size : 0, params.tx_size, d.max_qp_wr - 1);
 	ep->rx_depth = clamp(info->rx_attr ? info->rx_attr->size : 0, params.rx_size, d.max_qp_wr);
 	const int max_sge = std::min(d.max_sge, static_cast<int>(kMaxSge));
-	ep->tx_iov_limit = clamp(info->tx_attr ? info->tx_attr->iov_limit : 0, params.iov_limit, max_sge);
+	// One send scatter entry stays free for a staged message's header.
+	ep->tx_iov_limit = clamp(info->tx_attr ? info->tx_attr->iov_limit : 0, params.iov_limit, max_sge - 1);
 	ep->rx_iov_limit = clamp(info->rx_attr ? info->rx_attr->iov_limit : 0, params.iov_limit, max_sge);
 	ep->inline_size = static_cast<size_t>(dom->inline_size);
 	ep->inject_size = std::max(ep->inline_size, params.inject_size);
@@ -566,7 +576,10 @@ try {
 	// An inject is one work request per remote segment (bounce buffers
 	// count on it): never more than one work request carries.
 	ep->inject_size = std::min(ep->inject_size, dom->max_wr_bytes);
+	// A staged message's header and an injected payload fit one piece.
+	ep->inject_size = std::min(ep->inject_size, wire::kStageBytes - sizeof(wire::MsgHeader));
 	ep->inline_size = std::min(ep->inline_size, ep->inject_size);
+	ep->bounce_stride = ep->inject_size + sizeof(wire::MsgHeader);
 	// Sends cannot be split (a receive takes one); RMA can.
 	ep->max_wr_bytes = dom->max_wr_bytes;
 	ep->max_msg_size = dom->max_wr_bytes;
@@ -581,6 +594,10 @@ try {
 	// No messages will be received and the application did not take on
 	// FI_RX_CQ_DATA: immediate data must not need its receives.
 	ep->provider_rx = !ep->rx_cq_data_mode && !(info->caps & (FI_MSG | FI_RECV));
+	if (uses_staged_rx(info->caps, ep->rx_cq_data_mode ? FI_RX_CQ_DATA : 0)) {
+		ep->staged = std::make_unique<StagedRx>();
+		ep->max_msg_size = std::min(ep->max_msg_size, wire::kStagedMsgMax);
+	}
 	ep->rma_pmem = info->caps & FI_RMA_PMEM;
 	ep->rma_events = info->caps & FI_RMA_EVENT;
 	if (info->caps & kOwnRxCaps) {

@@ -190,7 +190,8 @@ fi_info *build_cap_info(const Port &p, const PortAddr &a, int inline_size)
 	tx.inject_size = std::min(std::max(static_cast<size_t>(inline_size), params.inject_size),
 				  wr_bytes_limit(p.attr.max_msg_sz));
 	tx.size = static_cast<size_t>(d.max_qp_wr);
-	tx.iov_limit = std::min(static_cast<size_t>(d.max_sge), kMaxSge);
+	// One scatter entry stays free for the header of a staged message.
+	tx.iov_limit = std::min(static_cast<size_t>(d.max_sge), kMaxSge) - 1;
 	tx.rma_iov_limit = kMaxRmaIov;
 
 	fi_rx_attr &rx = *info->rx_attr;
@@ -566,13 +567,18 @@ try {
 			out->rx_attr->caps &= ~kMsgCaps;
 		}
 		if (out->caps & (FI_MSG | FI_SEND | FI_RECV)) {
-			const size_t one_wr = wr_bytes_limit(p.attr.max_msg_sz);
-			if (hints && hints->ep_attr && hints->ep_attr->max_msg_size > one_wr) {
-				VRMA_INFO(FI_LOG_CORE, "max_msg_size %zu: messages are at most %zu bytes\n",
-					  hints->ep_attr->max_msg_size, one_wr);
+			size_t limit = wr_bytes_limit(p.attr.max_msg_sz);
+			// Staged receives carry at most kStagedMsgMax; taking on
+			// FI_RX_CQ_DATA lifts that.
+			if (uses_staged_rx(out->caps, out->mode))
+				limit = std::min(limit, wire::kStagedMsgMax);
+			if (hints && hints->ep_attr && hints->ep_attr->max_msg_size > limit) {
+				VRMA_INFO(FI_LOG_CORE, "max_msg_size %zu: messages are at most %zu bytes%s\n",
+					  hints->ep_attr->max_msg_size, limit,
+					  uses_staged_rx(out->caps, out->mode) ? " without FI_RX_CQ_DATA" : "");
 				continue;
 			}
-			out->ep_attr->max_msg_size = one_wr;
+			out->ep_attr->max_msg_size = limit;
 		}
 		if (have_dest) {
 			out->dest_addr = dup_addr(reinterpret_cast<sockaddr *>(&dest), &out->dest_addrlen);

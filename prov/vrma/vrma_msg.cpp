@@ -9,6 +9,89 @@ constexpr uint64_t kSendFlags = FI_COMPLETION | FI_INJECT | FI_INJECT_COMPLETE |
 				FI_TRANSMIT_COMPLETE | FI_FENCE | FI_MORE | FI_REMOTE_CQ_DATA;
 constexpr uint64_t kRecvFlags = FI_COMPLETION | FI_MORE;
 
+// A message to a peer with staged receives (wire::kCmFlagStagedRx): a
+// MsgHeader in front of the payload, cut into sends of at most
+// wire::kStageBytes, one operation. Small messages go inline with the header
+// copied from the stack; injects beyond inline go through a bounce buffer
+// with the header; the rest take the header from the slot's header buffer.
+ssize_t send_staged(Ep *ep, const iovec *iov, void *const *desc, size_t count, uint64_t data,
+		    uint64_t flags, void *context, bool inject_call)
+{
+	constexpr size_t kHdr = sizeof(wire::MsgHeader);
+	ibv_sge seg[kMaxSge + 1]; // [0]: the header
+	size_t total;
+	const bool inject = inject_call || (flags & FI_INJECT);
+	const size_t inline_payload = ep->inline_size > kHdr ? ep->inline_size - kHdr : 0;
+	if (ssize_t rc = build_sges(ep, iov, desc, count, ep->tx_iov_limit, seg + 1, total,
+				    inject ? ep->inject_size : inline_payload))
+		return rc;
+	if (ssize_t rc = check_inject(ep, inject, total))
+		return rc;
+	if (total > wire::kStagedMsgMax) [[unlikely]] {
+		VRMA_WARN(FI_LOG_EP_DATA, "send of %zu bytes: the peer receives at most %zu (it did not take on FI_RX_CQ_DATA)\n",
+			  total, wire::kStagedMsgMax);
+		return -FI_EMSGSIZE;
+	}
+	uint8_t header[kHdr];
+	wire::encode_msg_header(header, total, flags & FI_REMOTE_CQ_DATA, static_cast<uint32_t>(data));
+	const size_t bytes = kHdr + total;
+	TxOp op{context, FI_SEND | FI_MSG, total, !inject_call && tx_reports(ep, flags),
+		ep->cntr_send, (flags & FI_MORE) != 0};
+	ibv_send_wr wrs[wire::kMaxStagePieces];
+	const uint32_t fence = (flags & FI_FENCE) ? IBV_SEND_FENCE : 0;
+	if (ep->inline_size >= kHdr && total <= inline_payload) {
+		seg[0] = {reinterpret_cast<uintptr_t>(header), kHdr, 0};
+		wrs[0] = {};
+		wrs[0].sg_list = seg;
+		wrs[0].num_sge = static_cast<int>(count + 1);
+		wrs[0].opcode = IBV_WR_SEND;
+		wrs[0].send_flags = IBV_SEND_INLINE | fence;
+		return post_send(ep, wrs[0], op);
+	}
+	iovec src[kMaxSge + 1];
+	if (inject) {
+		// One piece (inject_size leaves room for the header), copied.
+		src[0] = {header, kHdr};
+		std::copy(iov, iov + count, src + 1);
+		seg[0] = {0, static_cast<uint32_t>(bytes), 0};
+		wrs[0] = {};
+		wrs[0].sg_list = seg;
+		wrs[0].num_sge = 1;
+		wrs[0].opcode = IBV_WR_SEND;
+		wrs[0].send_flags = fence;
+		op.bounce_src = src;
+		op.bounce_count = count + 1;
+		return post_send(ep, wrs[0], op);
+	}
+	seg[0] = {0, kHdr, 0}; // the slot's header buffer, set when posting
+	op.msg_header = header;
+	// Pieces of kStageBytes over [header, payload...]; each piece spans at
+	// most count + 1 segments, which the QP's max_send_sge allows.
+	ibv_sge pieces[kMaxSge + 1 + wire::kMaxStagePieces];
+	size_t nwr = 0, np = 0, si = 0, soff = 0;
+	for (size_t left = bytes; left;) {
+		const size_t want = std::min(left, wire::kStageBytes);
+		ibv_send_wr &wr = wrs[nwr++];
+		wr = {};
+		wr.sg_list = &pieces[np];
+		wr.opcode = IBV_WR_SEND;
+		for (size_t need = want; need;) {
+			while (seg[si].length == soff) { // skip empty and used-up segments
+				si++;
+				soff = 0;
+			}
+			const size_t take = std::min<size_t>(need, seg[si].length - soff);
+			pieces[np++] = {seg[si].addr + soff, static_cast<uint32_t>(take), seg[si].lkey};
+			wr.num_sge++;
+			soff += take;
+			need -= take;
+		}
+		left -= want;
+	}
+	wrs[0].send_flags |= fence;
+	return post_send_chain(ep, wrs, nwr, op);
+}
+
 ssize_t send_common(Ep *ep, const iovec *iov, void *const *desc, size_t count, uint64_t data,
 		    uint64_t flags, void *context, bool inject_call)
 {
@@ -20,6 +103,8 @@ ssize_t send_common(Ep *ep, const iovec *iov, void *const *desc, size_t count, u
 	}
 	if (ssize_t rc = check_op_flags(flags, kSendFlags, "send"))
 		return rc;
+	if (peer_has(ep, wire::kCmFlagStagedRx))
+		return send_staged(ep, iov, desc, count, data, flags, context, inject_call);
 	ibv_sge sge[kMaxSge];
 	size_t total;
 	const bool inject = inject_call || (flags & FI_INJECT);
@@ -61,7 +146,13 @@ ssize_t recv_common(Ep *ep, const iovec *iov, void *const *desc, size_t count, u
 	}
 	ibv_sge sge[kMaxSge];
 	size_t total;
-	if (ssize_t rc = build_sges(ep, iov, desc, count, ep->rx_iov_limit, sge, total, 0))
+	if (ep->staged) { // copied out of staging buffers: no descriptor needed
+		if (ssize_t rc = build_sges(ep, iov, desc, count, ep->rx_iov_limit, sge, total, SIZE_MAX,
+					    true))
+			return rc;
+		return staged_recv(ep, iov, count, total, context, rx_reports(ep, flags), ep->cntr_recv);
+	}
+	if (ssize_t rc = build_sges(ep, iov, desc, count, ep->rx_iov_limit, sge, total, 0, true))
 		return rc;
 	ibv_recv_wr wr{};
 	wr.sg_list = sge;

@@ -27,29 +27,32 @@ struct TxOp {
 	// endpoint's event buffer of the last request, which is its send.
 	const uint8_t *event = nullptr;
 	size_t event_len = 0;
+	// A staged message sent as pieces: its MsgHeader, copied into the
+	// endpoint's header buffer of the first request's slot, which the
+	// first sge then points at.
+	const uint8_t *msg_header = nullptr;
 };
 
-// Points the operation's last request (the event send) at a copy of the
-// event message in the buffer of its slot, `last` (tx lock held): the slot
-// is not reused before that send completed.
-inline ssize_t fill_event(Ep *ep, uint64_t last, ibv_send_wr &wr, const TxOp &op) noexcept
+// Copies `len` bytes into the buffer of send slot `seq` in `bufs` (`stride`
+// bytes per slot, allocated and registered at first use) and points `sge`
+// at it (tx lock held): the slot is not reused before its request completed.
+inline ssize_t copy_to_slot_buffer(Ep *ep, SlotBuffers &bufs, size_t stride, uint64_t seq,
+				   const void *src, size_t len, ibv_sge &sge, const char *what) noexcept
 {
-	constexpr size_t kStride = (wire::kRmaEventMax + 7) & ~size_t(7);
-	if (!ep->event_buf) [[unlikely]] {
-		const size_t bytes = ep->tx.capacity() * kStride;
-		ep->event_buf.reset(new (std::nothrow) uint8_t[bytes]);
-		if (ep->event_buf)
-			ep->event_mr.reset(ibv_reg_mr(ep->domain->pd.get(), ep->event_buf.get(), bytes, 0));
-		if (!ep->event_mr) {
-			VRMA_WARN(FI_LOG_EP_DATA, "cannot set up %zu bytes of RMA event buffers\n", bytes);
-			ep->event_buf.reset();
+	if (!bufs.buf) [[unlikely]] {
+		const size_t bytes = ep->tx.capacity() * stride;
+		bufs.buf.reset(new (std::nothrow) uint8_t[bytes]);
+		if (bufs.buf)
+			bufs.mr.reset(ibv_reg_mr(ep->domain->pd.get(), bufs.buf.get(), bytes, 0));
+		if (!bufs.mr) {
+			VRMA_WARN(FI_LOG_EP_DATA, "cannot set up %zu bytes of %s\n", bytes, what);
+			bufs.buf.reset();
 			return -FI_ENOMEM;
 		}
 	}
-	uint8_t *dst = ep->event_buf.get() + (last % ep->tx.capacity()) * kStride;
-	memcpy(dst, op.event, op.event_len);
-	wr.sg_list[0] = {reinterpret_cast<uintptr_t>(dst), static_cast<uint32_t>(op.event_len),
-			 ep->event_mr->lkey};
+	uint8_t *dst = bufs.buf.get() + (seq % ep->tx.capacity()) * stride;
+	memcpy(dst, src, len);
+	sge = {reinterpret_cast<uintptr_t>(dst), static_cast<uint32_t>(len), bufs.mr->lkey};
 	return 0;
 }
 
@@ -62,7 +65,7 @@ inline ssize_t fill_bounce(Ep *ep, uint64_t first, ibv_send_wr *wrs, size_t n,
 {
 	constexpr size_t kCount = Ep::kBounceCount;
 	if (!ep->bounce) [[unlikely]] {
-		const size_t bytes = kCount * ep->inject_size;
+		const size_t bytes = kCount * ep->bounce_stride;
 		ep->bounce.reset(new (std::nothrow) uint8_t[bytes]);
 		if (ep->bounce)
 			ep->bounce_mr.reset(ibv_reg_mr(ep->domain->pd.get(), ep->bounce.get(), bytes,
@@ -82,7 +85,7 @@ inline ssize_t fill_bounce(Ep *ep, uint64_t first, ibv_send_wr *wrs, size_t n,
 		if (ep->tx.outstanding() + n + kMaxInjectOpWr > kCount)
 			return -FI_EAGAIN;
 	}
-	uint8_t *base = ep->bounce.get() + (first % kCount) * ep->inject_size;
+	uint8_t *base = ep->bounce.get() + (first % kCount) * ep->bounce_stride;
 	size_t off = 0;
 	for (size_t i = 0; i < op.bounce_count; i++) {
 		memcpy(base + off, op.bounce_src[i].iov_base, op.bounce_src[i].iov_len);
@@ -194,11 +197,22 @@ inline ssize_t post_send_chain(Ep *ep, ibv_send_wr *wrs, size_t n, const TxOp &o
 	const uint64_t last = first + n - 1;
 	const uint64_t prev_signaled = ep->last_signaled;
 	if (op.event_len) [[unlikely]] {
-		if (ssize_t rc = fill_event(ep, last, wrs[n - 1], op))
+		// The event send is the operation's last request.
+		constexpr size_t kStride = (wire::kRmaEventMax + 7) & ~size_t(7);
+		if (ssize_t rc = copy_to_slot_buffer(ep, ep->event_bufs, kStride, last, op.event,
+						     op.event_len, wrs[n - 1].sg_list[0],
+						     "RMA event buffers"))
 			return rc;
 	}
 	if (op.bounce_src) {
 		if (ssize_t rc = fill_bounce(ep, first, wrs, n, op))
+			return rc;
+	}
+	if (op.msg_header) {
+		// The header leads the first piece.
+		constexpr size_t kLen = sizeof(wire::MsgHeader);
+		if (ssize_t rc = copy_to_slot_buffer(ep, ep->msg_hdr_bufs, kLen, first, op.msg_header,
+						     kLen, wrs[0].sg_list[0], "message headers"))
 			return rc;
 	}
 	for (size_t i = 0; i < n; i++) {
@@ -281,11 +295,11 @@ inline ssize_t post_send(Ep *ep, ibv_send_wr &wr, const TxOp &op) noexcept
 
 // ring_stride: vrma's own receive buffers, one per queue entry: the single
 // sge is moved to buffer seq % rx_depth (its previous receive retired).
-inline ssize_t post_recv(Ep *ep, ibv_recv_wr &wr, void *context, void *buf, size_t len,
-			 bool report, Cntr *cntr, bool internal = false,
-			 size_t ring_stride = 0) noexcept
+// The rx lock is held.
+inline ssize_t post_recv_locked(Ep *ep, ibv_recv_wr &wr, void *context, void *buf, size_t len,
+				bool report, Cntr *cntr, bool internal = false,
+				size_t ring_stride = 0) noexcept
 {
-	std::lock_guard<std::mutex> guard(ep->rx_lock);
 	if (!ep->qp) [[unlikely]] {
 		VRMA_WARN(FI_LOG_EP_DATA, "receive posted before fi_enable\n");
 		return -FI_EOPBADSTATE;
@@ -316,11 +330,21 @@ inline ssize_t post_recv(Ep *ep, ibv_recv_wr &wr, void *context, void *buf, size
 	return 0;
 }
 
+inline ssize_t post_recv(Ep *ep, ibv_recv_wr &wr, void *context, void *buf, size_t len,
+			 bool report, Cntr *cntr, bool internal = false,
+			 size_t ring_stride = 0) noexcept
+{
+	std::lock_guard<std::mutex> guard(ep->rx_lock);
+	return post_recv_locked(ep, wr, context, buf, len, report, cntr, internal, ring_stride);
+}
+
 // Fills scatter/gather entries from an iovec and its descriptors. With
 // FI_MR_LOCAL every non-empty segment needs a descriptor, unless the data is
-// copied (inline, or into a bounce buffer): up to keyless_max bytes.
+// copied (inline, or into a bounce buffer): up to keyless_max bytes. A
+// receive buffer may be larger than any message (max_msg_size).
 inline ssize_t build_sges(const Ep *ep, const iovec *iov, void *const *desc, size_t count,
-			  size_t limit, ibv_sge *sge, size_t &total, size_t keyless_max) noexcept
+			  size_t limit, ibv_sge *sge, size_t &total, size_t keyless_max,
+			  bool receive = false) noexcept
 {
 	if (count > limit) [[unlikely]] {
 		VRMA_WARN(FI_LOG_EP_DATA, "%zu segments exceed iov_limit %zu\n", count, limit);
@@ -345,7 +369,7 @@ inline ssize_t build_sges(const Ep *ep, const iovec *iov, void *const *desc, siz
 			need_keys = true;
 		total += iov[i].iov_len;
 	}
-	if (total > ep->max_msg_size) [[unlikely]] {
+	if (total > ep->max_msg_size && !receive) [[unlikely]] {
 		VRMA_WARN(FI_LOG_EP_DATA, "%zu bytes exceed max_msg_size %zu\n", total, ep->max_msg_size);
 		return -FI_EINVAL;
 	}

@@ -42,6 +42,58 @@ inline constexpr uint8_t kCmFlagNativeFlush = 1 << 2;     // reserved: native pe
 inline constexpr uint8_t kCmFlagRmaEvents = 1 << 3;       // wants an event message per RMA
 inline constexpr uint8_t kCmFlagTakesCqData = 1 << 4;     // write-with-immediate costs it no
 							  // application receive
+inline constexpr uint8_t kCmFlagStagedRx = 1 << 5;        // receives messages through staging
+							  // buffers (MsgHeader framing)
+
+// Staged messages. An endpoint that receives messages and remote CQ data but
+// did not take on FI_RX_CQ_DATA owns its receive queue: it keeps buffers of
+// kStageBytes posted, and its peer sends each message as a MsgHeader
+// followed by the payload, cut into sends of at most kStageBytes (one
+// receive each, back to back on the QP: RC keeps them in order). The
+// receiver copies them into the application's receives in arrival order.
+inline constexpr size_t kStageBytes = 64 * 1024;
+inline constexpr size_t kMaxStagePieces = 65; // sends of one message
+inline constexpr uint8_t kMsgFirst = 0x4d;
+inline constexpr uint8_t kMsgVersion = 1;
+inline constexpr uint8_t kMsgHasData = 1 << 0; // cq_data is remote CQ data
+
+struct MsgHeader {
+	uint8_t type;    // kMsgFirst
+	uint8_t version; // kMsgVersion
+	uint8_t flags;   // kMsgHas*
+	uint8_t reserved;
+	uint32_t cq_data;
+	uint64_t total; // payload bytes after the header, over all pieces
+};
+static_assert(sizeof(MsgHeader) == 16, "MsgHeader is a wire format");
+// The largest message a staged receiver takes: a header and the payload in
+// kMaxStagePieces receives, rounded down to a power of two.
+inline constexpr size_t kStagedMsgMax = (kMaxStagePieces - 1) * kStageBytes;
+static_assert(kStagedMsgMax + sizeof(MsgHeader) <= kMaxStagePieces * kStageBytes, "fits");
+
+inline void encode_msg_header(uint8_t *buf, uint64_t total, bool has_data, uint32_t data) noexcept
+{
+	MsgHeader h{kMsgFirst, kMsgVersion, static_cast<uint8_t>(has_data ? kMsgHasData : 0), 0,
+		    htole32(data), htole64(total)};
+	memcpy(buf, &h, sizeof h);
+}
+
+// Parses the header at the front of a message's first piece; false if it is
+// not one.
+inline bool decode_msg_header(const uint8_t *buf, size_t len, uint64_t &total, bool &has_data,
+			      uint32_t &data) noexcept
+{
+	MsgHeader h;
+	if (len < sizeof h)
+		return false;
+	memcpy(&h, buf, sizeof h);
+	if (h.type != kMsgFirst || h.version != kMsgVersion || (h.flags & ~kMsgHasData))
+		return false;
+	total = le64toh(h.total);
+	has_data = h.flags & kMsgHasData;
+	data = le32toh(h.cq_data);
+	return true;
+}
 
 // Commit messages travel on the connection's own QP, behind the writes they
 // commit (RC delivers a send only after the earlier writes were placed), into

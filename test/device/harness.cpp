@@ -184,6 +184,8 @@ Pair::Pair(Env &e, const PairOptions &opt) : env(e)
 		server.info->tx_attr->size = opt.tx_size;
 	if (opt.rx_size)
 		server.info->rx_attr->size = opt.rx_size;
+	server.info->mode &= ~opt.server_mode_off;
+	server.info->rx_attr->mode &= ~opt.server_mode_off;
 	server.eq = open_eq(env);
 	server.cq = open_cq(env);
 	ck_assert_int_eq(fi_endpoint(env.domain, server.info, &server.ep, nullptr), 0);

@@ -76,6 +76,9 @@ struct PairOptions {
 	// Counters bound (before fi_enable) with the given flags.
 	std::vector<std::pair<fid_cntr *, uint64_t>> client_cntrs, server_cntrs;
 	bool client_cq = true; // false: the client has counters only
+	// Mode bits the server's endpoint does not take on (from the
+	// FI_CONNREQ info), e.g. FI_RX_CQ_DATA for a staged server.
+	uint64_t server_mode_off = 0;
 };
 
 // A connected client/server pair, both with a FI_CQ_FORMAT_DATA CQ bound for
@@ -171,3 +174,4 @@ Suite *cntr_suite();
 Suite *pmem_suite();
 Suite *split_suite();
 Suite *events_suite();
+Suite *staged_suite();

@@ -535,11 +535,15 @@ END_TEST
 
 START_TEST(cq_data_refused_where_it_would_eat_a_receive)
 {
-	// Messages and RMA, and the target did not take on FI_RX_CQ_DATA: a
-	// write with immediate data would consume one of its receives, so
-	// the initiator refuses it; the target's receive stays for messages.
+	// Messages, RMA as an initiator only (no FI_REMOTE_WRITE), and no
+	// FI_RX_CQ_DATA: the target receives straight into the application's
+	// buffers and takes no remote CQ data, so a write with immediate data
+	// would consume one of its receives: the initiator refuses it, and the
+	// target's receive stays for messages. (With FI_REMOTE_WRITE the
+	// target would use staged receives: the staged suite.)
 	fi_info *h = base_hints();
 	h->mode = FI_CONTEXT;
+	h->caps = FI_MSG | FI_RMA | FI_READ | FI_WRITE;
 	Env env(h);
 	fi_freeinfo(h);
 	ck_assert_uint_eq(env.info->mode & FI_RX_CQ_DATA, 0);

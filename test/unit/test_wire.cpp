@@ -118,6 +118,41 @@ START_TEST(rma_event_round_trip_and_refusals)
 }
 END_TEST
 
+START_TEST(msg_header_round_trip_and_refusals)
+{
+	uint8_t buf[sizeof(MsgHeader) + 4];
+	for (bool has_data : {false, true}) {
+		encode_msg_header(buf, 0x0102030405060708ull, has_data, 0xA1B2C3D4u);
+		uint64_t total = 0;
+		bool got_data = !has_data;
+		uint32_t data = 0;
+		ck_assert(decode_msg_header(buf, sizeof(MsgHeader), total, got_data, data));
+		ck_assert_uint_eq(total, 0x0102030405060708ull);
+		ck_assert_int_eq(got_data, has_data);
+		ck_assert_uint_eq(data, 0xA1B2C3D4u);
+	}
+	// Little-endian on the wire: data at 4, total at 8.
+	ck_assert_uint_eq(buf[4], 0xD4);
+	ck_assert_uint_eq(buf[8], 0x08);
+	uint64_t total;
+	bool has_data;
+	uint32_t data;
+	ck_assert(!decode_msg_header(buf, sizeof(MsgHeader) - 1, total, has_data, data));
+	buf[2] = 0x80; // unknown flag
+	ck_assert(!decode_msg_header(buf, sizeof buf, total, has_data, data));
+	buf[2] = kMsgHasData;
+	buf[0] = kRmaEvent; // not a message header
+	ck_assert(!decode_msg_header(buf, sizeof buf, total, has_data, data));
+	buf[0] = kMsgFirst;
+	buf[1] = kMsgVersion + 1;
+	ck_assert(!decode_msg_header(buf, sizeof buf, total, has_data, data));
+	// The largest staged message and its header fit the pieces.
+	ck_assert_uint_eq(kStagedMsgMax, 4u << 20);
+	ck_assert_uint_le((kStagedMsgMax + sizeof(MsgHeader) + kStageBytes - 1) / kStageBytes,
+			  kMaxStagePieces);
+}
+END_TEST
+
 Suite *wire_suite()
 {
 	Suite *s = suite_create("wire");
@@ -126,6 +161,7 @@ Suite *wire_suite()
 	tcase_add_test(tc, malformed_commit_requests_refused);
 	tcase_add_test(tc, commit_reply_packs_id_and_status);
 	tcase_add_test(tc, rma_event_round_trip_and_refusals);
+	tcase_add_test(tc, msg_header_round_trip_and_refusals);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -1,0 +1,340 @@
+// Staged receives: an endpoint that receives messages and may be the target
+// of remote CQ data, whose application did not take on FI_RX_CQ_DATA.
+//
+// One RC receive queue serves sends and writes with immediate data in
+// arrival order, so remote CQ data would consume whatever receive is at its
+// head. Here that queue holds vrma's staging buffers only: remote CQ data
+// takes one and gives it back at once; messages (wire::MsgHeader framing,
+// cut into pieces of wire::kStageBytes by the sender) are copied into the
+// application's receives, which wait in vrma's own queue.
+//
+// Hazards handled here:
+//  - pieces must be consumed strictly in arrival order, and a message is
+//    matched to the oldest receive posted when its first piece is consumed;
+//  - a staging buffer is reposted only once copied out, so a receiver that
+//    posts no receives stops its peer (RNR) instead of losing data;
+//  - called from the CQ poller (CQ lock held, then the rx lock) and from
+//    fi_recv (rx lock, then cq_push after releasing it): never the reverse.
+#include "vrma_post.h"
+
+#include <algorithm>
+
+namespace vrma {
+
+namespace {
+
+constexpr size_t kHeaderLen = sizeof(wire::MsgHeader);
+
+// Posts one staging buffer (rx lock held). On failure the buffer is kept
+// for the next attempt: a shrinking queue only slows the peer down.
+void repost(Ep *ep, uint8_t *buf)
+{
+	StagedRx &st = *ep->staged;
+	ibv_sge sge{reinterpret_cast<uintptr_t>(buf), static_cast<uint32_t>(wire::kStageBytes),
+		    st.mr->lkey};
+	ibv_recv_wr wr{};
+	wr.sg_list = &sge;
+	wr.num_sge = 1;
+	if (ssize_t rc = post_recv_locked(ep, wr, nullptr, buf, wire::kStageBytes, true, nullptr,
+					  true)) {
+		VRMA_WARN(FI_LOG_EP_DATA, "reposting a staging buffer: %s\n",
+			  fi_strerror(static_cast<int>(-rc)));
+		st.unposted.push_back(buf);
+	}
+}
+
+// Copies `len` bytes into the receive at payload offset `at`, clipped to its
+// capacity (the rest is truncated).
+void copy_into(const StagedRecv &r, uint64_t at, const uint8_t *src, size_t len)
+{
+	size_t i = 0, base = 0;
+	while (len && i < r.count) {
+		const size_t seg = r.iov[i].iov_len;
+		if (at < base + seg) {
+			const size_t off = static_cast<size_t>(at - base);
+			const size_t n = std::min(len, seg - off);
+			memcpy(static_cast<uint8_t *>(r.iov[i].iov_base) + off, src, n);
+			src += n;
+			len -= n;
+			at += n;
+		}
+		base += seg;
+		i++;
+	}
+}
+
+// The completion of a received message (rx lock held).
+Outcome finish(StagedRx &st, Completion &c, fi_cq_err_entry &e)
+{
+	const StagedRecv &r = st.cur;
+	void *buf = r.count ? r.iov[0].iov_base : nullptr;
+	st.active = false;
+	if (st.total > r.capacity) {
+		e = {};
+		e.op_context = r.context;
+		e.flags = FI_RECV | FI_MSG | (st.has_data ? FI_REMOTE_CQ_DATA : 0);
+		e.len = r.capacity;
+		e.buf = buf;
+		e.data = st.data;
+		e.olen = st.total - r.capacity;
+		e.err = FI_ETRUNC;
+		return Outcome::Error;
+	}
+	c = {r.context, FI_RECV | FI_MSG | (st.has_data ? FI_REMOTE_CQ_DATA : 0),
+	     static_cast<size_t>(st.total), buf, st.data};
+	return Outcome::Success;
+}
+
+// Consumes arrived pieces in order while receives are there to take them;
+// returns the completion of the message that ended, if one did (rx lock
+// held). At most one can: a new piece completes only the message it belongs
+// to, and a new receive takes only one message.
+Outcome advance(Ep *ep, Completion &c, fi_cq_err_entry &e, Cntr *&cntr, bool &report)
+{
+	StagedRx &st = *ep->staged;
+	while (!st.arrivals.empty()) {
+		const StagedArrival a = st.arrivals.front();
+		const uint8_t *payload = a.buf;
+		size_t len = a.len;
+		if (!st.active) {
+			if (st.posted.empty())
+				return Outcome::None;
+			uint64_t total;
+			bool has_data;
+			uint32_t data;
+			if (!wire::decode_msg_header(a.buf, a.len, total, has_data, data)) {
+				// Not a vrma peer speaking the protocol it announced:
+				// drop the piece, keep the connection.
+				VRMA_WARN(FI_LOG_EP_DATA, "staged receive: %u bytes without a message header dropped\n",
+					  a.len);
+				st.arrivals.pop_front();
+				repost(ep, a.buf);
+				continue;
+			}
+			st.cur = st.posted.front();
+			st.posted.pop_front();
+			st.active = true;
+			st.total = total;
+			st.seen = 0;
+			st.has_data = has_data;
+			st.data = data;
+			payload += kHeaderLen;
+			len -= kHeaderLen;
+		}
+		// A peer sending more than it announced is clipped, not trusted.
+		len = static_cast<size_t>(std::min<uint64_t>(len, st.total - st.seen));
+		copy_into(st.cur, st.seen, payload, len);
+		st.seen += len;
+		st.arrivals.pop_front();
+		repost(ep, a.buf);
+		if (st.seen == st.total) {
+			cntr = st.cur.cntr;
+			report = st.cur.report;
+			return finish(st, c, e);
+		}
+	}
+	return Outcome::None;
+}
+
+void count_completion(Cntr *cntr, bool success)
+{
+	if (cntr)
+		(success ? cntr->value : cntr->errors).fetch_add(1, std::memory_order_acq_rel);
+}
+
+CqPending cancelled(const StagedRecv &r)
+{
+	CqPending p;
+	p.is_error = true;
+	p.err.op_context = r.context;
+	p.err.flags = FI_RECV | FI_MSG;
+	p.err.buf = r.count ? r.iov[0].iov_base : nullptr;
+	p.err.err = FI_ECANCELED;
+	return p;
+}
+
+} // namespace
+
+int staged_ep_enable(Ep *ep) noexcept
+{
+	StagedRx &st = *ep->staged;
+	const size_t count = std::min(ep->rx_depth, kStageBuffers);
+	const size_t bytes = count * wire::kStageBytes;
+	st.buffers.reset(new (std::nothrow) uint8_t[bytes]);
+	if (!st.buffers) {
+		VRMA_WARN(FI_LOG_EP_CTRL, "fi_enable: no memory for %zu bytes of staging buffers\n", bytes);
+		return -FI_ENOMEM;
+	}
+	st.mr.reset(ibv_reg_mr(ep->domain->pd.get(), st.buffers.get(), bytes, IBV_ACCESS_LOCAL_WRITE));
+	if (!st.mr) {
+		int err = errno;
+		VRMA_WARN(FI_LOG_EP_CTRL, "fi_enable: registering %zu bytes of staging buffers: %s\n",
+			  bytes, strerror(err));
+		st.buffers.reset();
+		return errno_to_fi(err);
+	}
+	try {
+		st.unposted.reserve(count);
+	} catch (...) {
+		return -FI_ENOMEM;
+	}
+	std::lock_guard<std::mutex> guard(ep->rx_lock);
+	for (size_t i = 0; i < count; i++)
+		repost(ep, st.buffers.get() + i * wire::kStageBytes);
+	if (st.unposted.size() == count)
+		return -FI_ENOMEM; // logged by repost
+	VRMA_DBG(FI_LOG_EP_CTRL, "staged receives: %zu buffers of %zu bytes\n", count, wire::kStageBytes);
+	return 0;
+}
+
+ssize_t staged_recv(Ep *ep, const iovec *iov, size_t count, size_t capacity, void *context,
+		    bool report, Cntr *cntr) noexcept
+try {
+	StagedRx &st = *ep->staged;
+	Completion c;
+	fi_cq_err_entry e;
+	Cntr *done_cntr = nullptr;
+	bool done_report = false;
+	Outcome o;
+	StagedRecv r;
+	r.context = context;
+	std::copy(iov, iov + count, r.iov);
+	r.count = count;
+	r.capacity = capacity;
+	r.report = report;
+	r.cntr = cntr;
+	bool refused = false;
+	{
+		std::lock_guard<std::mutex> guard(ep->rx_lock);
+		if (!ep->qp) [[unlikely]] {
+			VRMA_WARN(FI_LOG_EP_DATA, "receive posted before fi_enable\n");
+			return -FI_EOPBADSTATE;
+		}
+		if (st.posted.size() >= ep->rx_depth)
+			return -FI_EAGAIN;
+		// The connection is gone: nothing will arrive; the receive ends
+		// as one the device flushed would.
+		refused = st.cancelled;
+		if (!refused)
+			st.posted.push_back(r);
+		// Give back buffers an earlier repost failed for.
+		for (size_t n = st.unposted.size(); n; n--) {
+			uint8_t *b = st.unposted.back();
+			st.unposted.pop_back();
+			repost(ep, b);
+		}
+		o = refused ? Outcome::None : advance(ep, c, e, done_cntr, done_report);
+	}
+	if (refused) {
+		count_completion(cntr, false);
+		if (ep->rx_cq)
+			cq_push(ep->rx_cq, cancelled(r));
+		return 0;
+	}
+	if (o == Outcome::None)
+		return 0;
+	count_completion(done_cntr, o == Outcome::Success);
+	if (!ep->rx_cq || (!done_report && o == Outcome::Success))
+		return 0;
+	CqPending p;
+	p.is_error = o == Outcome::Error;
+	p.comp = c;
+	p.err = e;
+	cq_push(ep->rx_cq, p);
+	return 0;
+} catch (...) {
+	return -FI_ENOMEM;
+}
+
+Outcome staged_rx_completion(Ep *ep, Cq *cq, const ibv_wc &wc, void *buf, Completion &c,
+			     fi_cq_err_entry &e) noexcept
+try {
+	StagedRx &st = *ep->staged;
+	if (wc.status != IBV_WC_SUCCESS) {
+		if (wc.status != IBV_WC_WR_FLUSH_ERR)
+			ep_connection_failed(ep);
+		// The queue is flushed: every receive waiting in vrma's queue
+		// ends now, as the device's own would (lock order: CQ, then rx).
+		std::deque<StagedRecv> failed;
+		{
+			std::lock_guard<std::mutex> guard(ep->rx_lock);
+			if (st.cancelled)
+				return Outcome::None;
+			st.cancelled = true;
+			if (st.active)
+				failed.push_back(st.cur);
+			st.active = false;
+			failed.insert(failed.end(), st.posted.begin(), st.posted.end());
+			st.posted.clear();
+			st.arrivals.clear();
+		}
+		for (const StagedRecv &r : failed) {
+			count_completion(r.cntr, false);
+			if (ep->rx_cq == cq) // the CQ being polled: its lock is held
+				cq->pending.push_back(cancelled(r));
+			else if (ep->rx_cq)
+				cq_push(ep->rx_cq, cancelled(r));
+		}
+		return Outcome::None;
+	}
+	auto *piece = static_cast<uint8_t *>(buf);
+	if (wc.opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
+		// Remote CQ data: the buffer goes straight back.
+		{
+			std::lock_guard<std::mutex> guard(ep->rx_lock);
+			repost(ep, piece);
+		}
+		if (!ep->rx_cq)
+			return Outcome::None;
+		c = {nullptr, FI_RMA | FI_REMOTE_WRITE | FI_REMOTE_CQ_DATA, wc.byte_len, nullptr,
+		     ntohl(wc.imm_data)};
+		return Outcome::Success;
+	}
+	Cntr *cntr = nullptr;
+	bool report = false;
+	Outcome o;
+	{
+		std::lock_guard<std::mutex> guard(ep->rx_lock);
+		st.arrivals.push_back({piece, wc.byte_len});
+		o = advance(ep, c, e, cntr, report);
+	}
+	if (o == Outcome::None)
+		return o;
+	count_completion(cntr, o == Outcome::Success);
+	if (!ep->rx_cq || (o == Outcome::Success && !report))
+		return Outcome::None;
+	return o;
+} catch (...) {
+	VRMA_WARN(FI_LOG_CQ, "out of memory handling a staged receive\n");
+	return Outcome::None;
+}
+
+ssize_t staged_cancel(Ep *ep, void *context) noexcept
+{
+	StagedRx &st = *ep->staged;
+	CqPending p;
+	Cntr *cntr = nullptr;
+	{
+		std::lock_guard<std::mutex> guard(ep->rx_lock);
+		auto it = std::find_if(st.posted.begin(), st.posted.end(),
+				       [&](const StagedRecv &r) { return r.context == context; });
+		if (it == st.posted.end())
+			return -FI_ENOENT; // unknown, or already matched
+		p = cancelled(*it);
+		cntr = it->cntr;
+		st.posted.erase(it);
+	}
+	count_completion(cntr, false);
+	if (ep->rx_cq)
+		cq_push(ep->rx_cq, p);
+	return 0;
+}
+
+size_t staged_rx_left(Ep *ep) noexcept
+{
+	std::lock_guard<std::mutex> guard(ep->rx_lock);
+	const size_t used = ep->staged->posted.size();
+	return used >= ep->rx_depth ? 0 : ep->rx_depth - used;
+}
+
+} // namespace vrma
