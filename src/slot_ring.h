@@ -50,6 +50,8 @@ public:
 	// The slot the next push() publishes.
 	Slot &next() noexcept { return at(head()); }
 	void push() noexcept { head_.store(head() + 1, std::memory_order_release); }
+	// push() for a producer that read head() as `seq` and filled at(seq).
+	void publish(uint64_t seq) noexcept { head_.store(seq + 1, std::memory_order_release); }
 	void unpush() noexcept { head_.store(head() - 1, std::memory_order_release); }
 
 	// Retires every slot with sequence <= seq; calls fn(slot, seq) for each,

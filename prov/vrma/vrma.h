@@ -272,7 +272,8 @@ struct Cq final : fid_cq {
 	CompChannelPtr channel;
 	CqPtr cq;
 	Fd epoll_fd;  // waits on the completion channel and signal_fd
-	Fd signal_fd; // eventfd written by fi_cq_signal
+	Fd signal_fd; // eventfd written by fi_cq_signal and cq_push
+	std::atomic<bool> user_signal{false}; // fi_cq_signal was called
 	std::mutex lock;
 	std::deque<CqPending> pending;
 	size_t cqe = 0;      // entries the ibv CQ holds
@@ -311,6 +312,19 @@ struct TxSlot : SlotHeader {
 	// the target's answer completes (0: none). Errors of the operation's
 	// requests claim it.
 	uint32_t commit = 0;
+
+	void fill(uint64_t seq_, uint64_t op_end_, void *context_, uint64_t comp_flags_, size_t len_,
+		  bool report_, Cntr *cntr_, uint32_t commit_) noexcept
+	{
+		seq = seq_;
+		op_end = op_end_;
+		context = context_;
+		comp_flags = comp_flags_;
+		len = len_;
+		report = report_;
+		cntr = cntr_;
+		commit = commit_;
+	}
 };
 struct RxSlot : SlotHeader {
 	void *context = nullptr;
@@ -370,12 +384,17 @@ enum class EpState : uint8_t { Idle, Enabled, Connecting, Connected, Shutdown };
 
 // Work requests held back by FI_MORE, posted with one doorbell by the first
 // operation without it (or when full). Copies: the caller's stack is gone.
+// Inline payloads are copied here (the device copies inline data only when
+// the chain is posted, and the caller may reuse its buffer at once).
 struct MoreChain {
 	static constexpr size_t kMaxWr = 32;
 	ibv_send_wr wr[kMaxWr];
 	ibv_sge sge[kMaxWr * kMaxSge];
 	size_t nwr = 0;
 	size_t nsge = 0;
+	std::unique_ptr<uint8_t[]> inline_buf; // kMaxWr * the endpoint's inline size
+	size_t inline_cap = 0;
+	size_t inline_used = 0;
 };
 
 // One FI_COMMIT_COMPLETE operation waiting for the target's answer.
@@ -465,10 +484,18 @@ struct Ep final : fid_ep {
 	SlotBuffers msg_hdr_bufs;
 
 	std::mutex tx_lock;
+	// The application serializes this endpoint's transmit calls (domain
+	// threading FI_THREAD_DOMAIN, FI_THREAD_COMPLETION or
+	// FI_THREAD_ENDPOINT) and no provider thread posts on it: the data
+	// path skips tx_lock (TxGuard).
+	bool tx_serialized = false;
 	std::mutex rx_lock;
 	SlotRing<TxSlot> tx;
 	SlotRing<RxSlot> rx;
 	uint64_t last_signaled = 0; // sequence of the last signaled send WR
+	// An unsignaled request at least this far after the last signaled one
+	// is signaled (min(tx_depth / 2, kSignalPeriod), set at fi_enable).
+	uint64_t signal_period = 1;
 	// Touched by the CQ poller only: the last operation an error was
 	// reported for (its other requests' flushes are not reported again).
 	uint64_t failed_op_end = UINT64_MAX;
@@ -476,6 +503,7 @@ struct Ep final : fid_ep {
 	uint64_t scratch[2] = {0, 0};
 	MrPtr scratch_mr;
 	std::unique_ptr<MoreChain> more; // allocated at the first FI_MORE
+	bool more_held = false; // the chain holds requests (tx lock)
 	// Registered copies of injected payloads too large for inline data,
 	// allocated at the first such inject. Buffer i serves the operation
 	// whose first sequence is i modulo kBounceCount: free once that

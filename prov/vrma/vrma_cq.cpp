@@ -308,12 +308,14 @@ ssize_t cq_sreadfrom(fid_cq *f, void *buf, size_t count, fi_addr_t *src_addr, co
 		if (n < 0)
 			return n;
 		for (int i = 0; i < n; i++) {
-			if (ready[i] == cq->signal_fd.get()) {
-				eventfd_clear(cq->signal_fd.get());
-				// fi_cq_signal (or an entry queued by the provider):
-				// return what there is, or -FI_EAGAIN.
+			if (ready[i] != cq->signal_fd.get())
+				continue;
+			eventfd_clear(cq->signal_fd.get());
+			// Only fi_cq_signal ends the wait empty-handed. An entry the
+			// provider queued (cq_push) is read by the loop; its wakeup
+			// may also be stale, its entry read by an earlier call.
+			if (cq->user_signal.exchange(false))
 				return cq_read_impl(cq, buf, count, src_addr);
-			}
 		}
 	}
 }
@@ -328,6 +330,7 @@ int cq_signal(fid_cq *f) noexcept
 	Cq *cq = static_cast<Cq *>(f);
 	if (cq->signal_fd.get() < 0)
 		return -FI_ENOSYS;
+	cq->user_signal.store(true);
 	return eventfd_signal(cq->signal_fd.get());
 }
 

@@ -105,14 +105,7 @@ void post_sentinel(Ep *ep)
 	if (ep->tx.outstanding() == 0 || ep->tx.full())
 		return;
 	TxSlot &s = ep->tx.next();
-	s.seq = ep->tx.head();
-	s.op_end = s.seq;
-	s.context = nullptr;
-	s.comp_flags = 0;
-	s.len = 0;
-	s.report = false;
-	s.cntr = nullptr;
-	s.commit = 0;
+	s.fill(ep->tx.head(), ep->tx.head(), nullptr, 0, 0, false, nullptr, 0);
 	ibv_send_wr wr{};
 	wr.wr_id = reinterpret_cast<uintptr_t>(&s);
 	wr.opcode = IBV_WR_RDMA_WRITE;
@@ -513,6 +506,7 @@ int ep_enable(Ep *ep) noexcept
 	if (attr.cap.max_inline_data < ep->inline_size)
 		ep->inline_size = attr.cap.max_inline_data;
 	ep->tx.reset(send_wrs);
+	ep->signal_period = std::min<uint64_t>(ep->tx_depth / 2, kSignalPeriod);
 	ep->rx.reset(ep->rx_depth);
 	for (uint64_t i = 0; i < ep->tx.capacity(); i++) {
 		ep->tx.at(i).ep = ep;
@@ -610,6 +604,14 @@ try {
 		ep->service = std::make_unique<ServiceEp>();
 		ep->provider_rx = true;
 		ep->rx_cq_data_mode = false;
+	}
+	{
+		const int threading = dom->info && dom->info->domain_attr
+					      ? dom->info->domain_attr->threading
+					      : FI_THREAD_SAFE;
+		ep->tx_serialized = !ep->service && (threading == FI_THREAD_DOMAIN ||
+						     threading == FI_THREAD_COMPLETION ||
+						     threading == FI_THREAD_ENDPOINT);
 	}
 	if ((ep->tx_op_flags & FI_COMMIT_COMPLETE) && !ep->rma_pmem) {
 		VRMA_WARN(FI_LOG_EP_CTRL, "fi_endpoint: FI_COMMIT_COMPLETE needs FI_RMA_PMEM in caps\n");

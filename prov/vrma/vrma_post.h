@@ -119,6 +119,8 @@ inline void flush_more(Ep *ep) noexcept
 	}
 	mc.nwr = 0;
 	mc.nsge = 0;
+	mc.inline_used = 0;
+	ep->more_held = false;
 }
 
 static_assert(kMaxRmaIov + 1 <= MoreChain::kMaxWr, "an unsplit operation fits an empty chain");
@@ -129,22 +131,37 @@ static_assert(kMaxSge + kMaxOpWr <= MoreChain::kMaxWr * kMaxSge, "an operation's
 inline void hold_back(Ep *ep, const ibv_send_wr *wrs, size_t n) noexcept
 {
 	MoreChain &mc = *ep->more;
-	size_t nsge = 0;
-	for (size_t i = 0; i < n; i++)
+	size_t nsge = 0, inline_bytes = 0;
+	for (size_t i = 0; i < n; i++) {
 		nsge += static_cast<size_t>(wrs[i].num_sge);
-	if (mc.nwr + n > MoreChain::kMaxWr || mc.nsge + nsge > MoreChain::kMaxWr * kMaxSge)
+		if (wrs[i].send_flags & IBV_SEND_INLINE)
+			for (int k = 0; k < wrs[i].num_sge; k++)
+				inline_bytes += wrs[i].sg_list[k].length;
+	}
+	if (mc.nwr + n > MoreChain::kMaxWr || mc.nsge + nsge > MoreChain::kMaxWr * kMaxSge ||
+	    mc.inline_used + inline_bytes > mc.inline_cap)
 		flush_more(ep);
 	for (size_t i = 0; i < n; i++) {
 		ibv_send_wr &w = mc.wr[mc.nwr];
 		w = wrs[i];
 		w.sg_list = &mc.sge[mc.nsge];
-		for (int k = 0; k < wrs[i].num_sge; k++)
-			mc.sge[mc.nsge++] = wrs[i].sg_list[k];
+		const bool copy = wrs[i].send_flags & IBV_SEND_INLINE;
+		for (int k = 0; k < wrs[i].num_sge; k++) {
+			ibv_sge sge = wrs[i].sg_list[k];
+			if (copy && sge.length) {
+				uint8_t *dst = mc.inline_buf.get() + mc.inline_used;
+				memcpy(dst, reinterpret_cast<const void *>(sge.addr), sge.length);
+				sge.addr = reinterpret_cast<uintptr_t>(dst);
+				mc.inline_used += sge.length;
+			}
+			mc.sge[mc.nsge++] = sge;
+		}
 		w.next = nullptr;
 		if (mc.nwr)
 			mc.wr[mc.nwr - 1].next = &w;
 		mc.nwr++;
 	}
+	ep->more_held = true;
 }
 
 inline bool tx_reports(const Ep *ep, uint64_t flags) noexcept
@@ -165,6 +182,29 @@ inline ssize_t post_failed(int rc, const char *what) noexcept
 	return fi;
 }
 
+// The endpoint's tx lock, unless the application serializes its transmits
+// (Ep::tx_serialized).
+class TxGuard {
+public:
+	explicit TxGuard(Ep *ep) noexcept : lock_(ep->tx_serialized ? nullptr : &ep->tx_lock)
+	{
+		if (lock_)
+			lock_->lock();
+	}
+	~TxGuard()
+	{
+		if (lock_)
+			lock_->unlock();
+	}
+	TxGuard(const TxGuard &) = delete;
+	TxGuard &operator=(const TxGuard &) = delete;
+
+private:
+	std::mutex *lock_;
+};
+
+inline ssize_t post_send_chain_locked(Ep *ep, ibv_send_wr *wrs, size_t n, const TxOp &op) noexcept;
+
 // Posts the work requests of one operation (a chain of n, linked here) with
 // one doorbell. Only the last request carries the operation's completion
 // and counter; the others are unsignaled. Requests that need no completion
@@ -173,7 +213,56 @@ inline ssize_t post_failed(int rc, const char *what) noexcept
 // last sequence so an error is reported once per operation.
 inline ssize_t post_send_chain(Ep *ep, ibv_send_wr *wrs, size_t n, const TxOp &op) noexcept
 {
-	std::lock_guard<std::mutex> guard(ep->tx_lock);
+	TxGuard guard(ep);
+	return post_send_chain_locked(ep, wrs, n, op);
+}
+
+// One work request that needs nothing of post_send_chain's extras (no
+// bounce buffer, event or header; nothing held back by FI_MORE; room in the
+// queue): the data path's common case, straight to the device, inlined into
+// each entry point. Anything else goes the long way. `wr` needs no wr_id or
+// next.
+// The long way for post_send_one (tx lock held), out of the inlined path.
+[[gnu::noinline]] inline ssize_t post_one_slow(Ep *ep, ibv_send_wr &wr, void *context,
+					       uint64_t comp_flags, size_t len, bool report,
+					       Cntr *cntr, bool more) noexcept
+{
+	const TxOp op{context, comp_flags, len, report, cntr, more};
+	return post_send_chain_locked(ep, &wr, 1, op);
+}
+
+[[gnu::always_inline]] inline ssize_t post_send_one(Ep *ep, ibv_send_wr &wr, void *context,
+						     uint64_t comp_flags, size_t len, bool report,
+						     Cntr *cntr, bool more) noexcept
+{
+	TxGuard guard(ep);
+	// FI_MORE (and what it held back) takes the long way: batching saves
+	// the doorbell, not these instructions.
+	if (ep->state.load(std::memory_order_acquire) != EpState::Connected ||
+	    ep->tx.outstanding() >= ep->tx_depth || more || ep->more_held) [[unlikely]]
+		return post_one_slow(ep, wr, context, comp_flags, len, report, cntr, more);
+	const uint64_t seq = ep->tx.head();
+	TxSlot &s = ep->tx.at(seq);
+	s.fill(seq, seq, context, comp_flags, len, report, cntr, 0);
+	const uint64_t prev_signaled = ep->last_signaled;
+	if (report || cntr || seq - prev_signaled >= ep->signal_period) {
+		wr.send_flags |= IBV_SEND_SIGNALED;
+		ep->last_signaled = seq;
+	}
+	wr.wr_id = reinterpret_cast<uintptr_t>(&s);
+	wr.next = nullptr;
+	ep->tx.publish(seq);
+	ibv_send_wr *bad;
+	if (int rc = ibv_post_send(ep->qp, &wr, &bad)) [[unlikely]] {
+		ep->tx.unpush();
+		ep->last_signaled = prev_signaled;
+		return post_failed(rc, "ibv_post_send");
+	}
+	return 0;
+}
+
+inline ssize_t post_send_chain_locked(Ep *ep, ibv_send_wr *wrs, size_t n, const TxOp &op) noexcept
+{
 	if (ep->state.load(std::memory_order_acquire) != EpState::Connected) [[unlikely]] {
 		VRMA_WARN(FI_LOG_EP_DATA, "transmit on an endpoint that is not connected\n");
 		return -FI_ENOTCONN;
@@ -218,20 +307,12 @@ inline ssize_t post_send_chain(Ep *ep, ibv_send_wr *wrs, size_t n, const TxOp &o
 	for (size_t i = 0; i < n; i++) {
 		const uint64_t seq = first + i;
 		TxSlot &s = ep->tx.next();
-		s.seq = seq;
-		s.op_end = last;
-		s.context = op.context;
-		s.comp_flags = op.comp_flags;
-		s.len = op.len;
-		s.report = op.want_completion;
-		s.cntr = op.cntr;
-		s.commit = op.commit;
+		s.fill(seq, last, op.context, op.comp_flags, op.len, op.want_completion, op.cntr, op.commit);
 		const bool needed = seq == last && (op.want_completion || op.cntr);
 		// Unsignaled requests come back only behind a signaled one: one in
 		// every kSignalPeriod is signaled, so a full ring or a busy bounce
 		// buffer is always reclaimable by polling the CQ.
-		const uint64_t period = std::min<uint64_t>(ep->tx_depth / 2, kSignalPeriod);
-		if (needed || seq - ep->last_signaled >= period) {
+		if (needed || seq - ep->last_signaled >= ep->signal_period) {
 			wrs[i].send_flags |= IBV_SEND_SIGNALED;
 			ep->last_signaled = seq;
 		}
@@ -239,14 +320,10 @@ inline ssize_t post_send_chain(Ep *ep, ibv_send_wr *wrs, size_t n, const TxOp &o
 		wrs[i].next = i + 1 < n ? &wrs[i + 1] : nullptr;
 		ep->tx.push();
 	}
-	// FI_MORE: hold the doorbell. Inline data is copied at post time, so an
-	// operation with inline data (the caller may reuse its buffer at once)
-	// rings it now, for everything held back before it too.
-	bool inline_data = false;
-	for (size_t i = 0; i < n; i++)
-		inline_data |= (wrs[i].send_flags & IBV_SEND_INLINE) != 0;
+	// FI_MORE: hold the doorbell (inline payloads are copied into the
+	// chain: the caller may reuse its buffer at once).
 	const bool held = ep->more && ep->more->nwr;
-	if ((op.more && !inline_data) || held) [[unlikely]] {
+	if (op.more || held) [[unlikely]] {
 		if (n > MoreChain::kMaxWr) {
 			// A split operation too long to hold: it goes now, after
 			// what was held (one doorbell each).
@@ -256,13 +333,16 @@ inline ssize_t post_send_chain(Ep *ep, ibv_send_wr *wrs, size_t n, const TxOp &o
 		}
 		if (!ep->more) {
 			try {
-				ep->more = std::make_unique<MoreChain>();
+				auto mc = std::make_unique<MoreChain>();
+				mc->inline_cap = MoreChain::kMaxWr * ep->inline_size;
+				mc->inline_buf = std::make_unique<uint8_t[]>(mc->inline_cap);
+				ep->more = std::move(mc);
 			} catch (...) {
 				goto post_now; // no memory for batching: post at once
 			}
 		}
 		hold_back(ep, wrs, n);
-		if (!op.more || inline_data)
+		if (!op.more)
 			flush_more(ep);
 		return 0;
 	}

@@ -219,14 +219,75 @@ ssize_t rma_common(Ep *ep, ibv_wr_opcode opcode, const iovec *iov, void *const *
 	return rc;
 }
 
+// The common case: one local buffer, one remote segment that one work
+// request carries, and no flag that adds requests (delivery or commit
+// completion, fence) or a check the long way makes (bad arguments,
+// a bounce buffer, an event for the peer). Everything else, and every
+// error, goes through rma_common.
+// rma_one's long way, out of its inlined path.
+[[gnu::noinline, gnu::cold]] ssize_t rma_one_slow(Ep *ep, ibv_wr_opcode opcode, const void *buf,
+						  size_t len, void *desc, uint64_t addr,
+						  uint64_t key, uint64_t data, uint64_t flags,
+						  void *context, bool inject_call) noexcept
+{
+	const iovec iov{const_cast<void *>(buf), len};
+	const fi_rma_iov r{addr, len, key};
+	return rma_common(ep, opcode, &iov, &desc, 1, &r, 1, data, flags, context, inject_call);
+}
+
+constexpr uint64_t kOneWrFlags = FI_COMPLETION | FI_INJECT | FI_INJECT_COMPLETE |
+				 FI_TRANSMIT_COMPLETE | FI_REMOTE_CQ_DATA | FI_MORE;
+
+[[gnu::always_inline]] inline ssize_t rma_one(Ep *ep, ibv_wr_opcode opcode, const void *buf,
+					       size_t len, void *desc, uint64_t addr, uint64_t key,
+					       uint64_t data, uint64_t flags, void *context,
+					       bool inject_call) noexcept
+{
+	const bool is_read = opcode == IBV_WR_RDMA_READ;
+	const bool inject = inject_call || (flags & FI_INJECT);
+	const uint8_t peer = ep->peer_cm_flags.load(std::memory_order_relaxed);
+	const bool copied = !is_read && len <= ep->inline_size; // inline: no key needed
+	if ((flags & ~kOneWrFlags) || key > UINT32_MAX || len > ep->max_wr_bytes ||
+	    (!buf && len) || (!desc && !copied && len) || (inject && !copied) ||
+	    (is_read && (inject || (flags & FI_REMOTE_CQ_DATA))) ||
+	    (peer & wire::kCmFlagRmaEvents) ||
+	    ((flags & FI_REMOTE_CQ_DATA) && !(peer & wire::kCmFlagTakesCqData))) [[unlikely]]
+		return rma_one_slow(ep, opcode, buf, len, desc, addr, key, data, flags, context,
+				    inject_call);
+	ibv_sge sge{reinterpret_cast<uintptr_t>(buf), static_cast<uint32_t>(len),
+		    desc ? static_cast<const Mr *>(desc)->lkey : 0};
+	// Only the fields an RDMA request uses are set: zeroing the whole
+	// request costs more than the rest of this function.
+	ibv_send_wr wr;
+	wr.sg_list = &sge;
+	wr.num_sge = len ? 1 : 0;
+	wr.opcode = opcode;
+	wr.send_flags = copied && len ? IBV_SEND_INLINE : 0;
+	wr.imm_data = 0;
+	wr.wr.rdma.remote_addr = addr;
+	wr.wr.rdma.rkey = static_cast<uint32_t>(key);
+	if (flags & FI_REMOTE_CQ_DATA) {
+		wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+		wr.imm_data = htonl(static_cast<uint32_t>(data));
+	}
+	return post_send_one(ep, wr, context, FI_RMA | (is_read ? FI_READ : FI_WRITE), len,
+			     !inject_call && tx_reports(ep, flags),
+			     is_read ? ep->cntr_read : ep->cntr_write, flags & FI_MORE);
+}
+
+// One local buffer and one remote segment that holds it.
+inline bool one_segment(const fi_msg_rma *msg) noexcept
+{
+	return msg->iov_count == 1 && msg->rma_iov_count == 1 && msg->msg_iov && msg->rma_iov &&
+	       msg->rma_iov[0].len >= msg->msg_iov[0].iov_len;
+}
+
 ssize_t rma_read(fid_ep *f, void *buf, size_t len, void *desc, fi_addr_t, uint64_t addr,
 		 uint64_t key, void *context) noexcept
 {
 	Ep *ep = static_cast<Ep *>(f);
-	const iovec iov{buf, len};
-	const fi_rma_iov r{addr, len, key};
-	return rma_common(ep, IBV_WR_RDMA_READ, &iov, &desc, 1, &r, 1, 0, ep->tx_op_flags, context,
-			  false);
+	return rma_one(ep, IBV_WR_RDMA_READ, buf, len, desc, addr, key, 0, ep->tx_op_flags, context,
+		       false);
 }
 
 ssize_t rma_readv(fid_ep *f, const iovec *iov, void **desc, size_t count, fi_addr_t,
@@ -244,6 +305,11 @@ ssize_t rma_readmsg(fid_ep *f, const fi_msg_rma *msg, uint64_t flags) noexcept
 		VRMA_WARN(FI_LOG_EP_DATA, "fi_readmsg: NULL message\n");
 		return -FI_EINVAL;
 	}
+	if (one_segment(msg))
+		return rma_one(static_cast<Ep *>(f), IBV_WR_RDMA_READ, msg->msg_iov[0].iov_base,
+			       msg->msg_iov[0].iov_len, msg->desc ? msg->desc[0] : nullptr,
+			       msg->rma_iov[0].addr, msg->rma_iov[0].key, 0, flags, msg->context,
+			       false);
 	return rma_common(static_cast<Ep *>(f), IBV_WR_RDMA_READ, msg->msg_iov, msg->desc,
 			  msg->iov_count, msg->rma_iov, msg->rma_iov_count, 0, flags, msg->context,
 			  false);
@@ -253,10 +319,8 @@ ssize_t rma_write(fid_ep *f, const void *buf, size_t len, void *desc, fi_addr_t,
 		  uint64_t key, void *context) noexcept
 {
 	Ep *ep = static_cast<Ep *>(f);
-	const iovec iov{const_cast<void *>(buf), len};
-	const fi_rma_iov r{addr, len, key};
-	return rma_common(ep, IBV_WR_RDMA_WRITE, &iov, &desc, 1, &r, 1, 0, ep->tx_op_flags,
-			  context, false);
+	return rma_one(ep, IBV_WR_RDMA_WRITE, buf, len, desc, addr, key, 0, ep->tx_op_flags, context,
+		       false);
 }
 
 ssize_t rma_writev(fid_ep *f, const iovec *iov, void **desc, size_t count, fi_addr_t,
@@ -274,6 +338,11 @@ ssize_t rma_writemsg(fid_ep *f, const fi_msg_rma *msg, uint64_t flags) noexcept
 		VRMA_WARN(FI_LOG_EP_DATA, "fi_writemsg: NULL message\n");
 		return -FI_EINVAL;
 	}
+	if (one_segment(msg))
+		return rma_one(static_cast<Ep *>(f), IBV_WR_RDMA_WRITE, msg->msg_iov[0].iov_base,
+			       msg->msg_iov[0].iov_len, msg->desc ? msg->desc[0] : nullptr,
+			       msg->rma_iov[0].addr, msg->rma_iov[0].key, msg->data, flags,
+			       msg->context, false);
 	return rma_common(static_cast<Ep *>(f), IBV_WR_RDMA_WRITE, msg->msg_iov, msg->desc,
 			  msg->iov_count, msg->rma_iov, msg->rma_iov_count, msg->data, flags,
 			  msg->context, false);
@@ -282,31 +351,23 @@ ssize_t rma_writemsg(fid_ep *f, const fi_msg_rma *msg, uint64_t flags) noexcept
 ssize_t rma_inject(fid_ep *f, const void *buf, size_t len, fi_addr_t, uint64_t addr,
 		   uint64_t key) noexcept
 {
-	Ep *ep = static_cast<Ep *>(f);
-	const iovec iov{const_cast<void *>(buf), len};
-	const fi_rma_iov r{addr, len, key};
-	return rma_common(ep, IBV_WR_RDMA_WRITE, &iov, nullptr, 1, &r, 1, 0, FI_INJECT, nullptr,
-			  true);
+	return rma_one(static_cast<Ep *>(f), IBV_WR_RDMA_WRITE, buf, len, nullptr, addr, key, 0,
+		       FI_INJECT, nullptr, true);
 }
 
 ssize_t rma_writedata(fid_ep *f, const void *buf, size_t len, void *desc, uint64_t data,
 		      fi_addr_t, uint64_t addr, uint64_t key, void *context) noexcept
 {
 	Ep *ep = static_cast<Ep *>(f);
-	const iovec iov{const_cast<void *>(buf), len};
-	const fi_rma_iov r{addr, len, key};
-	return rma_common(ep, IBV_WR_RDMA_WRITE, &iov, &desc, 1, &r, 1, data,
-			  ep->tx_op_flags | FI_REMOTE_CQ_DATA, context, false);
+	return rma_one(ep, IBV_WR_RDMA_WRITE, buf, len, desc, addr, key, data,
+		       ep->tx_op_flags | FI_REMOTE_CQ_DATA, context, false);
 }
 
 ssize_t rma_injectdata(fid_ep *f, const void *buf, size_t len, uint64_t data, fi_addr_t,
 		       uint64_t addr, uint64_t key) noexcept
 {
-	Ep *ep = static_cast<Ep *>(f);
-	const iovec iov{const_cast<void *>(buf), len};
-	const fi_rma_iov r{addr, len, key};
-	return rma_common(ep, IBV_WR_RDMA_WRITE, &iov, nullptr, 1, &r, 1, data,
-			  FI_INJECT | FI_REMOTE_CQ_DATA, nullptr, true);
+	return rma_one(static_cast<Ep *>(f), IBV_WR_RDMA_WRITE, buf, len, nullptr, addr, key, data,
+		       FI_INJECT | FI_REMOTE_CQ_DATA, nullptr, true);
 }
 
 } // namespace

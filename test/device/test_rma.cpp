@@ -381,6 +381,40 @@ START_TEST(more_holds_the_doorbell)
 }
 END_TEST
 
+START_TEST(more_holds_inline_injects)
+{
+	// Small injects with FI_MORE are held back too: their payload is copied
+	// when the call returns (the buffer is overwritten at once) and goes
+	// out with the first operation without FI_MORE.
+	Env env;
+	Pair p(env);
+	Region remote(env, 4096, FI_REMOTE_WRITE);
+	std::fill(remote.buf.begin(), remote.buf.end(), 0);
+	constexpr int kHeld = 20;
+	int ctx[kHeld];
+	uint64_t v = 0;
+	for (int i = 0; i < kHeld; i++) {
+		v = 1000 + i;
+		OneRma one(&v, sizeof v, nullptr, remote.addr() + 8 * i, remote.key(), &ctx[i]);
+		ck_assert_int_eq(fi_writemsg(p.client.ep, &one.msg, FI_INJECT | FI_COMPLETION | FI_MORE), 0);
+		v = 0xdeadbeef; // the caller's buffer is reusable at once
+	}
+	expect_no_completion(p.client.cq, 300);
+	for (int i = 0; i < kHeld; i++)
+		ck_assert_uint_eq(reinterpret_cast<const uint64_t *>(remote.buf.data())[i], 0);
+	v = 2000;
+	int last;
+	OneRma one(&v, sizeof v, nullptr, remote.addr() + 8 * kHeld, remote.key(), &last);
+	ck_assert_int_eq(fi_writemsg(p.client.ep, &one.msg, FI_INJECT | FI_COMPLETION), 0);
+	for (int i = 0; i < kHeld; i++)
+		expect_completion(p.client.cq, &ctx[i], FI_RMA | FI_WRITE);
+	expect_completion(p.client.cq, &last, FI_RMA | FI_WRITE);
+	for (int i = 0; i < kHeld; i++)
+		ck_assert_uint_eq(reinterpret_cast<const uint64_t *>(remote.buf.data())[i], 1000 + i);
+	ck_assert_uint_eq(reinterpret_cast<const uint64_t *>(remote.buf.data())[kHeld], 2000);
+}
+END_TEST
+
 START_TEST(inject_write_beyond_inline)
 {
 	Env env;
@@ -590,6 +624,7 @@ Suite *rma_suite()
 	tcase_add_test(tc, delivery_complete_write);
 	tcase_add_test(tc, delivery_complete_needs_remote_read);
 	tcase_add_test(tc, more_holds_the_doorbell);
+	tcase_add_test(tc, more_holds_inline_injects);
 	tcase_add_test(tc, inject_write_beyond_inline);
 	tcase_add_test(tc, more_with_a_small_queue);
 	tcase_add_test(tc, inline_then_bounce_injects);

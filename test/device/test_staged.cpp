@@ -304,6 +304,35 @@ START_TEST(direct_sender_to_staged_receiver)
 }
 END_TEST
 
+START_TEST(sread_waits_after_a_queued_entry)
+{
+	// A receive posted after its message arrived completes from fi_recv
+	// (vrma queues the entry and wakes waiters). Read without waiting, that
+	// wakeup stays behind: a later fi_cq_sread must still wait for its
+	// timeout, or for the next entry, and not return -FI_EAGAIN at once.
+	StagedEnv env;
+	Pair p(env);
+	Region src(env, 64, FI_SEND);
+	Region dst(env, 64, FI_RECV);
+	int sctx, rctx;
+	ck_assert_int_eq(fi_send(p.client.ep, src.buf.data(), 8, src.desc(), 0, &sctx), 0);
+	expect_completion(p.client.cq, &sctx, FI_SEND | FI_MSG);
+	expect_no_completion(p.server.cq, 100); // polls: the message waits unclaimed
+	ck_assert_int_eq(fi_recv(p.server.ep, dst.buf.data(), 64, dst.desc(), 0, &rctx), 0);
+	fi_cq_data_entry e;
+	ck_assert_int_eq(fi_cq_read(p.server.cq, &e, 1), 1);
+	ck_assert_ptr_eq(e.op_context, &rctx);
+	const auto t0 = std::chrono::steady_clock::now();
+	ck_assert_int_eq(fi_cq_sread(p.server.cq, &e, 1, nullptr, 300), -FI_EAGAIN);
+	const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(
+		std::chrono::steady_clock::now() - t0).count();
+	ck_assert_msg(waited >= 250, "fi_cq_sread returned after %lld ms of 300", static_cast<long long>(waited));
+	// fi_cq_signal still ends a wait at once.
+	ck_assert_int_eq(fi_cq_signal(p.server.cq), 0);
+	ck_assert_int_eq(fi_cq_sread(p.server.cq, &e, 1, nullptr, 5000), -FI_EAGAIN);
+}
+END_TEST
+
 Suite *staged_suite()
 {
 	Suite *s = suite_create("staged");
@@ -315,6 +344,7 @@ Suite *staged_suite()
 	tcase_add_test(tc, staged_truncation_and_cancel);
 	tcase_add_test(tc, staged_receives_end_at_shutdown);
 	tcase_add_test(tc, direct_sender_to_staged_receiver);
+	tcase_add_test(tc, sread_waits_after_a_queued_entry);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -78,6 +78,14 @@ START_TEST(ring_push_unpush_accounting)
 	ck_assert_ptr_eq(&ring.next(), &ring.at(2));
 	ck_assert_uint_eq(ring.at(0).seq, 0);
 	ck_assert_uint_eq(ring.at(1).seq, 1);
+
+	// publish(seq) is push() for a producer that read head() once.
+	const uint64_t seq = ring.head();
+	ring.at(seq).seq = seq;
+	ring.publish(seq);
+	ck_assert_uint_eq(ring.head(), 3);
+	ck_assert_uint_eq(ring.outstanding(), 3);
+	ck_assert_uint_eq(ring.at(2).seq, 2);
 }
 END_TEST
 
