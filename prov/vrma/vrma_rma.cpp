@@ -247,11 +247,22 @@ constexpr uint64_t kOneWrFlags = FI_COMPLETION | FI_INJECT | FI_INJECT_COMPLETE 
 	const bool inject = inject_call || (flags & FI_INJECT);
 	const uint8_t peer = ep->peer_cm_flags.load(std::memory_order_relaxed);
 	const bool copied = !is_read && len <= ep->inline_size; // inline: no key needed
-	if ((flags & ~kOneWrFlags) || key > UINT32_MAX || len > ep->max_wr_bytes ||
-	    (!buf && len) || (!desc && !copied && len) || (inject && !copied) ||
-	    (is_read && (inject || (flags & FI_REMOTE_CQ_DATA))) ||
-	    (peer & wire::kCmFlagRmaEvents) ||
-	    ((flags & FI_REMOTE_CQ_DATA) && !(peer & wire::kCmFlagTakesCqData))) [[unlikely]]
+	bool slow;
+	if (inject_call) {
+		// fi_inject_write(data): flags are known, it must go inline
+		// (inline_size <= max_wr_bytes). The terms are or-ed without
+		// short-circuit: one branch for all of them.
+		slow = !copied | (key > UINT32_MAX) | (!buf & (len != 0)) |
+		       ((peer & wire::kCmFlagRmaEvents) != 0) |
+		       (((flags & FI_REMOTE_CQ_DATA) != 0) & !(peer & wire::kCmFlagTakesCqData));
+	} else {
+		slow = (flags & ~kOneWrFlags) || key > UINT32_MAX || len > ep->max_wr_bytes ||
+		       (!buf && len) || (!desc && !copied && len) || (inject && !copied) ||
+		       (is_read && (inject || (flags & FI_REMOTE_CQ_DATA))) ||
+		       (peer & wire::kCmFlagRmaEvents) ||
+		       ((flags & FI_REMOTE_CQ_DATA) && !(peer & wire::kCmFlagTakesCqData));
+	}
+	if (slow) [[unlikely]]
 		return rma_one_slow(ep, opcode, buf, len, desc, addr, key, data, flags, context,
 				    inject_call);
 	ibv_sge sge{reinterpret_cast<uintptr_t>(buf), static_cast<uint32_t>(len),
@@ -260,10 +271,10 @@ constexpr uint64_t kOneWrFlags = FI_COMPLETION | FI_INJECT | FI_INJECT_COMPLETE 
 	// request costs more than the rest of this function.
 	ibv_send_wr wr;
 	wr.sg_list = &sge;
-	wr.num_sge = len ? 1 : 0;
+	wr.num_sge = len != 0;
 	wr.opcode = opcode;
 	wr.send_flags = copied && len ? IBV_SEND_INLINE : 0;
-	wr.imm_data = 0;
+	wr.imm_data = 0; // read only with immediate data, but copied whole by FI_MORE
 	wr.wr.rdma.remote_addr = addr;
 	wr.wr.rdma.rkey = static_cast<uint32_t>(key);
 	if (flags & FI_REMOTE_CQ_DATA) {
