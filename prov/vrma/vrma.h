@@ -614,6 +614,17 @@ void cq_push(Cq *cq, const CqPending &entry) noexcept;
 
 // vrma_cntr.cpp
 int cntr_open(fid_domain *domain, fi_cntr_attr *attr, fid_cntr **cntr, void *context) noexcept;
+// Counts one completion (success or error) on a counter, if any. From a CQ
+// poll: a counter waiting on that CQ sees it.
+inline void count_completion(Cntr *cntr, bool success) noexcept
+{
+	if (cntr)
+		(success ? cntr->value : cntr->errors).fetch_add(1, std::memory_order_acq_rel);
+}
+// The same outside a CQ poll (a provider thread, or a completion produced
+// by a posting call): also wakes fi_cntr_wait, which may be blocked on the
+// counter's eventfd.
+void count_and_wake(Cntr *cntr, bool success) noexcept;
 // The counter polls (and waits on) the CQs that carry its completions.
 int cntr_attach_cq(Cntr *cntr, Cq *cq) noexcept;
 void cntr_detach_cq(Cntr *cntr, Cq *cq) noexcept;

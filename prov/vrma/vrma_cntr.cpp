@@ -191,6 +191,14 @@ void cntr_detach_cq(Cntr *c, Cq *cq) noexcept
 	c->cqs.erase(it);
 }
 
+void count_and_wake(Cntr *cntr, bool success) noexcept
+{
+	if (!cntr)
+		return;
+	count_completion(cntr, success);
+	eventfd_signal(cntr->event_fd.get());
+}
+
 int cntr_open(fid_domain *domain, fi_cntr_attr *attr, fid_cntr **cntr_out, void *context) noexcept
 try {
 	if (!domain || !cntr_out) {

@@ -18,7 +18,6 @@ namespace vrma {
 
 namespace {
 
-
 size_t format_size(fi_cq_format f)
 {
 	switch (f) {
@@ -64,12 +63,6 @@ void fill_error(fi_cq_err_entry &e, const ibv_wc &wc, void *context, uint64_t fl
 	e.prov_errno = static_cast<int>(wc.status);
 }
 
-void count(Cntr *cntr, bool success)
-{
-	if (cntr)
-		(success ? cntr->value : cntr->errors).fetch_add(1, std::memory_order_acq_rel);
-}
-
 // Turns one work completion into what the application sees, retiring the
 // slots it covers.
 // `cq` is the CQ being polled (its lock held).
@@ -99,7 +92,7 @@ Outcome handle_wc(Cq *cq, const ibv_wc &wc, Completion &c, fi_cq_err_entry &e)
 				ep_connection_failed(ep);
 			if (commit && !pmem_claim_commit(ep, commit))
 				return Outcome::None; // answered before the error
-			count(cntr, false);
+			count_completion(cntr, false);
 			// Errors go to the transmit CQ, if the endpoint has one.
 			if (!ep->tx_cq)
 				return Outcome::None;
@@ -111,7 +104,7 @@ Outcome handle_wc(Cq *cq, const ibv_wc &wc, Completion &c, fi_cq_err_entry &e)
 			return Outcome::None;
 		if (commit)
 			return Outcome::None; // the target's answer completes it
-		count(cntr, true);
+		count_completion(cntr, true);
 		if (!report)
 			return Outcome::None;
 		c = done;
@@ -137,7 +130,7 @@ Outcome handle_wc(Cq *cq, const ibv_wc &wc, Completion &c, fi_cq_err_entry &e)
 		if (int rc = ep_post_provider_rx(ep))
 			VRMA_WARN(FI_LOG_CQ, "reposting a vrma receive: %s\n", fi_strerror(-rc));
 	}
-	count(cntr, wc.status == IBV_WC_SUCCESS);
+	count_completion(cntr, wc.status == IBV_WC_SUCCESS);
 	if (wc.status != IBV_WC_SUCCESS) {
 		if (wc.status != IBV_WC_WR_FLUSH_ERR)
 			ep_connection_failed(ep);

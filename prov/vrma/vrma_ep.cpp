@@ -392,8 +392,7 @@ void report_unposted(Ep *ep, const ibv_send_wr *first, int err) noexcept
 			continue; // one report per operation, at its last request
 		if (s->commit && !pmem_claim_commit(ep, s->commit))
 			continue;
-		if (s->cntr)
-			s->cntr->errors.fetch_add(1, std::memory_order_acq_rel);
+		count_completion(s->cntr, false);
 		if (!ep->tx_cq)
 			continue;
 		CqPending p;

@@ -154,16 +154,6 @@ bool serve(PmemService *svc, PmemService::Job &job)
 	return true;
 }
 
-// Counts on a counter no CQ poll feeds (the service raises it), and wakes
-// fi_cntr_wait, which may block on the counter's eventfd.
-void count_and_wake(Cntr *c, bool success)
-{
-	if (!c)
-		return;
-	(success ? c->value : c->errors).fetch_add(1, std::memory_order_acq_rel);
-	eventfd_signal(c->event_fd.get());
-}
-
 // Reports a finished commit to the initiator's CQ and counter.
 void finish_commit(Ep *ep, const PendingCommit &pc, int err, int prov_errno)
 {

@@ -136,12 +136,6 @@ Outcome advance(Ep *ep, Completion &c, fi_cq_err_entry &e, Cntr *&cntr, bool &re
 	return Outcome::None;
 }
 
-void count_completion(Cntr *cntr, bool success)
-{
-	if (cntr)
-		(success ? cntr->value : cntr->errors).fetch_add(1, std::memory_order_acq_rel);
-}
-
 CqPending cancelled(const StagedRecv &r)
 {
 	CqPending p;
