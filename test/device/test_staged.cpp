@@ -333,6 +333,46 @@ START_TEST(sread_waits_after_a_queued_entry)
 }
 END_TEST
 
+START_TEST(counter_wait_wakes_on_a_receive_completed_by_fi_recv)
+{
+	// The client counts receives on a counter and has no CQ. A message
+	// waits unclaimed; a thread blocks in fi_cntr_wait; fi_recv then
+	// completes the receive at once: the waiter must wake then, not at
+	// its timeout (no CQ entry is made that could wake it).
+	StagedEnv env;
+	fid_cntr *rc = open_cntr(env);
+	PairOptions opt;
+	opt.client_cq = false;
+	opt.client_cntrs = {{rc, FI_RECV}};
+	{
+		Pair p(env, opt);
+		Region src(env, 64, FI_SEND);
+		Region dst(env, 64, FI_RECV);
+		src.fill(41);
+		int sctx;
+		ck_assert_int_eq(fi_send(p.server.ep, src.buf.data(), 48, src.desc(), 0, &sctx), 0);
+		expect_completion(p.server.cq, &sctx, FI_SEND | FI_MSG);
+		ck_assert_uint_eq(fi_cntr_read(rc), 0); // polls: the message waits unclaimed
+		int waited_rc = 1;
+		long long waited_ms = -1;
+		std::thread waiter([&] {
+			const auto t0 = std::chrono::steady_clock::now();
+			waited_rc = fi_cntr_wait(rc, 1, 5000);
+			waited_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+				std::chrono::steady_clock::now() - t0).count();
+		});
+		std::this_thread::sleep_for(std::chrono::milliseconds(300));
+		ck_assert_int_eq(fi_recv(p.client.ep, dst.buf.data(), 64, dst.desc(), 0, nullptr), 0);
+		waiter.join();
+		ck_assert_int_eq(waited_rc, 0);
+		ck_assert_msg(waited_ms < 2500, "fi_cntr_wait woke after %lld ms", waited_ms);
+		ck_assert_uint_eq(fi_cntr_read(rc), 1);
+		ck_assert(dst.check(41, 48));
+	}
+	ck_assert_int_eq(fi_close(&rc->fid), 0);
+}
+END_TEST
+
 Suite *staged_suite()
 {
 	Suite *s = suite_create("staged");
@@ -345,6 +385,7 @@ Suite *staged_suite()
 	tcase_add_test(tc, staged_receives_end_at_shutdown);
 	tcase_add_test(tc, direct_sender_to_staged_receiver);
 	tcase_add_test(tc, sread_waits_after_a_queued_entry);
+	tcase_add_test(tc, counter_wait_wakes_on_a_receive_completed_by_fi_recv);
 	suite_add_tcase(s, tc);
 	return s;
 }
