@@ -68,24 +68,19 @@ ssize_t send_staged(Ep *ep, const iovec *iov, void *const *desc, size_t count, u
 	// Pieces of kStageBytes over [header, payload...]; each piece spans at
 	// most count + 1 segments, which the QP's max_send_sge allows.
 	ibv_sge pieces[kMaxSge + 1 + wire::kMaxStagePieces];
-	size_t nwr = 0, np = 0, si = 0, soff = 0;
+	size_t seg_len[kMaxSge + 1];
+	for (size_t i = 0; i <= count; i++)
+		seg_len[i] = seg[i].length;
+	SgeCursor cursor{seg, seg_len};
+	size_t nwr = 0, np = 0;
 	for (size_t left = bytes; left;) {
 		const size_t want = std::min(left, wire::kStageBytes);
 		ibv_send_wr &wr = wrs[nwr++];
 		wr = {};
 		wr.sg_list = &pieces[np];
 		wr.opcode = IBV_WR_SEND;
-		for (size_t need = want; need;) {
-			while (seg[si].length == soff) { // skip empty and used-up segments
-				si++;
-				soff = 0;
-			}
-			const size_t take = std::min<size_t>(need, seg[si].length - soff);
-			pieces[np++] = {seg[si].addr + soff, static_cast<uint32_t>(take), seg[si].lkey};
-			wr.num_sge++;
-			soff += take;
-			need -= take;
-		}
+		wr.num_sge = cursor.take(want, &pieces[np]);
+		np += static_cast<size_t>(wr.num_sge);
 		left -= want;
 	}
 	wrs[0].send_flags |= fence;

@@ -472,6 +472,34 @@ inline ssize_t check_inject(const Ep *ep, bool inject, size_t total) noexcept
 	return 0;
 }
 
+// Hands out an operation's local data in order as the scatter entries of
+// successive work requests. len[i] is entry i's full length (the 32-bit
+// length of an sge may be too small for a segment split over several
+// requests); empty and used-up entries are skipped.
+struct SgeCursor {
+	const ibv_sge *sge;
+	const size_t *len;
+	size_t i = 0, off = 0;
+
+	// Appends the entries covering the next `need` bytes to out (which
+	// must exist); returns how many.
+	int take(size_t need, ibv_sge *out) noexcept
+	{
+		int n = 0;
+		while (need) {
+			while (len[i] == off) {
+				i++;
+				off = 0;
+			}
+			const size_t part = std::min(need, len[i] - off);
+			out[n++] = {sge[i].addr + off, static_cast<uint32_t>(part), sge[i].lkey};
+			off += part;
+			need -= part;
+		}
+		return n;
+	}
+};
+
 // Unknown operation flags are refused, not ignored.
 inline ssize_t check_op_flags(uint64_t flags, uint64_t accepted, const char *what) noexcept
 {

@@ -101,7 +101,8 @@ ssize_t rma_common(Ep *ep, ibv_wr_opcode opcode, const iovec *iov, void *const *
 	// initialised: the array is large and this is the data path.
 	ibv_send_wr wrs[kMaxOpWr];
 	ibv_sge sges[kMaxOpSge];
-	size_t nwr = 0, nsge = 0, li = 0, loff = 0, left = total;
+	size_t nwr = 0, nsge = 0, left = total;
+	SgeCursor cursor{local, local_len};
 	const fi_rma_iov *last_written = nullptr;
 	size_t last_written_len = 0; // bytes of that segment the operation fills
 	wire::CommitRange ranges[kMaxRmaIov];
@@ -121,17 +122,8 @@ ssize_t rma_common(Ep *ep, ibv_wr_opcode opcode, const iovec *iov, void *const *
 			wr.opcode = opcode;
 			wr.wr.rdma.remote_addr = rma_iov[r].addr + done;
 			wr.wr.rdma.rkey = static_cast<uint32_t>(rma_iov[r].key);
-			for (size_t need = chunk; need;) {
-				while (local_len[li] == loff) { // skip empty and used-up pieces
-					li++;
-					loff = 0;
-				}
-				const size_t take = std::min(need, local_len[li] - loff);
-				sges[nsge++] = {local[li].addr + loff, static_cast<uint32_t>(take), local[li].lkey};
-				wr.num_sge++;
-				loff += take;
-				need -= take;
-			}
+			wr.num_sge = cursor.take(chunk, &sges[nsge]);
+			nsge += static_cast<size_t>(wr.num_sge);
 			if (static_cast<size_t>(wr.num_sge) > ep->tx_iov_limit) [[unlikely]] {
 				VRMA_WARN(FI_LOG_EP_DATA, "RMA: a work request would span more than iov_limit %zu local pieces\n",
 					  ep->tx_iov_limit);
