@@ -335,7 +335,8 @@ struct RxSlot : SlotHeader {
 	bool internal = false; // posted by vrma for remote CQ data (reposted)
 };
 
-// Registered buffers indexed by send slot (see Ep).
+// Registered buffers, allocated at first use and indexed by send sequence
+// (see Ep and slot_buffers_ready).
 struct SlotBuffers {
 	std::unique_ptr<uint8_t[]> buf;
 	MrPtr mr;
@@ -510,8 +511,7 @@ struct Ep final : fid_ep {
 	// operation retired, which post_send_chain checks from the ring.
 	static constexpr size_t kBounceCount = 64;
 	size_t bounce_stride = 0; // inject_size and room for a MsgHeader
-	std::unique_ptr<uint8_t[]> bounce;
-	MrPtr bounce_mr;
+	SlotBuffers bounce;
 };
 
 // The CQs the QP's queues complete into: the bound one, the other direction's

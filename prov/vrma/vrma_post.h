@@ -33,23 +33,32 @@ struct TxOp {
 	const uint8_t *msg_header = nullptr;
 };
 
+// Allocates and registers `bytes` for `bufs` at their first use (tx lock
+// held); false, logged, when that fails.
+inline bool slot_buffers_ready(Ep *ep, SlotBuffers &bufs, size_t bytes, int access,
+			       const char *what) noexcept
+{
+	if (bufs.buf) [[likely]]
+		return true;
+	bufs.buf.reset(new (std::nothrow) uint8_t[bytes]);
+	if (bufs.buf)
+		bufs.mr.reset(ibv_reg_mr(ep->domain->pd.get(), bufs.buf.get(), bytes, access));
+	if (!bufs.mr) {
+		VRMA_WARN(FI_LOG_EP_DATA, "cannot set up %zu bytes of %s\n", bytes, what);
+		bufs.buf.reset();
+		return false;
+	}
+	return true;
+}
+
 // Copies `len` bytes into the buffer of send slot `seq` in `bufs` (`stride`
-// bytes per slot, allocated and registered at first use) and points `sge`
-// at it (tx lock held): the slot is not reused before its request completed.
+// bytes per slot) and points `sge` at it (tx lock held): the slot is not
+// reused before its request completed.
 inline ssize_t copy_to_slot_buffer(Ep *ep, SlotBuffers &bufs, size_t stride, uint64_t seq,
 				   const void *src, size_t len, ibv_sge &sge, const char *what) noexcept
 {
-	if (!bufs.buf) [[unlikely]] {
-		const size_t bytes = ep->tx.capacity() * stride;
-		bufs.buf.reset(new (std::nothrow) uint8_t[bytes]);
-		if (bufs.buf)
-			bufs.mr.reset(ibv_reg_mr(ep->domain->pd.get(), bufs.buf.get(), bytes, 0));
-		if (!bufs.mr) {
-			VRMA_WARN(FI_LOG_EP_DATA, "cannot set up %zu bytes of %s\n", bytes, what);
-			bufs.buf.reset();
-			return -FI_ENOMEM;
-		}
-	}
+	if (!slot_buffers_ready(ep, bufs, ep->tx.capacity() * stride, 0, what))
+		return -FI_ENOMEM;
 	uint8_t *dst = bufs.buf.get() + (seq % ep->tx.capacity()) * stride;
 	memcpy(dst, src, len);
 	sge = {reinterpret_cast<uintptr_t>(dst), static_cast<uint32_t>(len), bufs.mr->lkey};
@@ -64,18 +73,9 @@ inline ssize_t fill_bounce(Ep *ep, uint64_t first, ibv_send_wr *wrs, size_t n,
 			   const TxOp &op) noexcept
 {
 	constexpr size_t kCount = Ep::kBounceCount;
-	if (!ep->bounce) [[unlikely]] {
-		const size_t bytes = kCount * ep->bounce_stride;
-		ep->bounce.reset(new (std::nothrow) uint8_t[bytes]);
-		if (ep->bounce)
-			ep->bounce_mr.reset(ibv_reg_mr(ep->domain->pd.get(), ep->bounce.get(), bytes,
-						       IBV_ACCESS_LOCAL_WRITE));
-		if (!ep->bounce_mr) {
-			VRMA_WARN(FI_LOG_EP_DATA, "cannot set up %zu bytes of inject bounce buffers\n", bytes);
-			ep->bounce.reset();
-			return -FI_ENOMEM;
-		}
-	}
+	if (!slot_buffers_ready(ep, ep->bounce, kCount * ep->bounce_stride, IBV_ACCESS_LOCAL_WRITE,
+				"inject bounce buffers"))
+		return -FI_ENOMEM;
 	// The buffer's previous user started kCount sequences ago and spans at
 	// most kMaxInjectOpWr of them: it has retired once the ring's tail
 	// passed it.
@@ -85,7 +85,7 @@ inline ssize_t fill_bounce(Ep *ep, uint64_t first, ibv_send_wr *wrs, size_t n,
 		if (ep->tx.outstanding() + n + kMaxInjectOpWr > kCount)
 			return -FI_EAGAIN;
 	}
-	uint8_t *base = ep->bounce.get() + (first % kCount) * ep->bounce_stride;
+	uint8_t *base = ep->bounce.buf.get() + (first % kCount) * ep->bounce_stride;
 	size_t off = 0;
 	for (size_t i = 0; i < op.bounce_count; i++) {
 		memcpy(base + off, op.bounce_src[i].iov_base, op.bounce_src[i].iov_len);
@@ -95,7 +95,7 @@ inline ssize_t fill_bounce(Ep *ep, uint64_t first, ibv_send_wr *wrs, size_t n,
 		for (int k = 0; k < wrs[i].num_sge; k++) {
 			ibv_sge &sge = wrs[i].sg_list[k];
 			sge.addr += reinterpret_cast<uintptr_t>(base);
-			sge.lkey = ep->bounce_mr->lkey;
+			sge.lkey = ep->bounce.mr->lkey;
 		}
 	}
 	return 0;
