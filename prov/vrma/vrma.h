@@ -674,8 +674,6 @@ void pmem_rx_completion(Ep *ep, const ibv_wc &wc, const void *buf) noexcept;
 bool pmem_claim_commit(Ep *ep, uint32_t commit) noexcept;
 // The connection died: pending commits fail (done by the service thread).
 void pmem_connection_lost(Ep *ep) noexcept;
-// wire::kCmFlag* this endpoint announces to its peer.
-uint8_t ep_cm_flags(const Ep *ep) noexcept;
 // fi_vrma_commit_method of this endpoint's writes to its peer.
 int pmem_commit_method(const Ep *ep) noexcept;
 // Reserves a pending commit and writes its request (remote segments

@@ -11,6 +11,25 @@ namespace {
 
 using PrivateData = std::array<uint8_t, wire::kCmPrivateDataMax>;
 
+// wire::kCmFlag* this endpoint announces to its peer.
+uint8_t ep_cm_flags(const Ep *ep)
+{
+	uint8_t flags = 0;
+	if (ep->rma_pmem)
+		flags |= wire::kCmFlagCommitService;
+	if (ep->rma_events)
+		flags |= wire::kCmFlagRmaEvents;
+	// Immediate data lands in vrma's own receives, or the application
+	// took on FI_RX_CQ_DATA; otherwise it would eat a posted receive.
+	if (ep->provider_rx || ep->rx_cq_data_mode || ep->staged)
+		flags |= wire::kCmFlagTakesCqData;
+	if (ep->staged)
+		flags |= wire::kCmFlagStagedRx;
+	if (ep->domain->direct_write_to_pmem.load())
+		flags |= wire::kCmFlagDirectWritePmem;
+	return flags;
+}
+
 // Puts vrma's header (with the sender's wire::kCmFlag*) in front of the
 // application's CM data.
 int build_private_data(const void *param, size_t len, uint8_t flags, PrivateData &out,

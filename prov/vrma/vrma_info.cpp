@@ -570,12 +570,13 @@ try {
 			size_t limit = wr_bytes_limit(p.attr.max_msg_sz);
 			// Staged receives carry at most kStagedMsgMax; taking on
 			// FI_RX_CQ_DATA lifts that.
-			if (uses_staged_rx(out->caps, out->mode))
+			const bool staged = uses_staged_rx(out->caps, out->mode);
+			if (staged)
 				limit = std::min(limit, wire::kStagedMsgMax);
 			if (hints && hints->ep_attr && hints->ep_attr->max_msg_size > limit) {
 				VRMA_INFO(FI_LOG_CORE, "max_msg_size %zu: messages are at most %zu bytes%s\n",
 					  hints->ep_attr->max_msg_size, limit,
-					  uses_staged_rx(out->caps, out->mode) ? " without FI_RX_CQ_DATA" : "");
+					  staged ? " without FI_RX_CQ_DATA" : "");
 				continue;
 			}
 			out->ep_attr->max_msg_size = limit;

@@ -368,24 +368,6 @@ int domain_ops_open(fid *f, const char *name, uint64_t flags, void **ops, void *
 	return fid_no_ops_open(f, name, flags, ops, context);
 }
 
-uint8_t ep_cm_flags(const Ep *ep) noexcept
-{
-	uint8_t flags = 0;
-	if (ep->rma_pmem)
-		flags |= wire::kCmFlagCommitService;
-	if (ep->rma_events)
-		flags |= wire::kCmFlagRmaEvents;
-	// Immediate data lands in vrma's own receives, or the application
-	// took on FI_RX_CQ_DATA; otherwise it would eat a posted receive.
-	if (ep->provider_rx || ep->rx_cq_data_mode || ep->staged)
-		flags |= wire::kCmFlagTakesCqData;
-	if (ep->staged)
-		flags |= wire::kCmFlagStagedRx;
-	if (ep->domain->direct_write_to_pmem.load())
-		flags |= wire::kCmFlagDirectWritePmem;
-	return flags;
-}
-
 int pmem_commit_method(const Ep *ep) noexcept
 {
 	const uint8_t peer_flags = ep->peer_cm_flags.load(std::memory_order_acquire);

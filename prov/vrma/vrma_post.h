@@ -217,11 +217,6 @@ inline ssize_t post_send_chain(Ep *ep, ibv_send_wr *wrs, size_t n, const TxOp &o
 	return post_send_chain_locked(ep, wrs, n, op);
 }
 
-// One work request that needs nothing of post_send_chain's extras (no
-// bounce buffer, event or header; nothing held back by FI_MORE; room in the
-// queue): the data path's common case, straight to the device, inlined into
-// each entry point. Anything else goes the long way. `wr` needs no wr_id or
-// next.
 // The long way for post_send_one (tx lock held), out of the inlined path.
 [[gnu::noinline]] inline ssize_t post_one_slow(Ep *ep, ibv_send_wr &wr, void *context,
 					       uint64_t comp_flags, size_t len, bool report,
@@ -231,6 +226,11 @@ inline ssize_t post_send_chain(Ep *ep, ibv_send_wr *wrs, size_t n, const TxOp &o
 	return post_send_chain_locked(ep, &wr, 1, op);
 }
 
+// One work request that needs nothing of post_send_chain's extras (no
+// bounce buffer, event or header; nothing held back by FI_MORE; room in the
+// queue): the data path's common case, straight to the device, inlined into
+// each entry point. Anything else goes the long way. `wr` needs no wr_id or
+// next.
 [[gnu::always_inline]] inline ssize_t post_send_one(Ep *ep, ibv_send_wr &wr, void *context,
 						     uint64_t comp_flags, size_t len, bool report,
 						     Cntr *cntr, bool more) noexcept
@@ -322,7 +322,7 @@ inline ssize_t post_send_chain_locked(Ep *ep, ibv_send_wr *wrs, size_t n, const 
 	}
 	// FI_MORE: hold the doorbell (inline payloads are copied into the
 	// chain: the caller may reuse its buffer at once).
-	const bool held = ep->more && ep->more->nwr;
+	const bool held = ep->more_held;
 	if (op.more || held) [[unlikely]] {
 		if (n > MoreChain::kMaxWr) {
 			// A split operation too long to hold: it goes now, after

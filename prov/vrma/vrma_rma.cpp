@@ -211,11 +211,6 @@ ssize_t rma_common(Ep *ep, ibv_wr_opcode opcode, const iovec *iov, void *const *
 	return rc;
 }
 
-// The common case: one local buffer, one remote segment that one work
-// request carries, and no flag that adds requests (delivery or commit
-// completion, fence) or a check the long way makes (bad arguments,
-// a bounce buffer, an event for the peer). Everything else, and every
-// error, goes through rma_common.
 // rma_one's long way, out of its inlined path.
 [[gnu::noinline, gnu::cold]] ssize_t rma_one_slow(Ep *ep, ibv_wr_opcode opcode, const void *buf,
 						  size_t len, void *desc, uint64_t addr,
@@ -230,6 +225,11 @@ ssize_t rma_common(Ep *ep, ibv_wr_opcode opcode, const iovec *iov, void *const *
 constexpr uint64_t kOneWrFlags = FI_COMPLETION | FI_INJECT | FI_INJECT_COMPLETE |
 				 FI_TRANSMIT_COMPLETE | FI_REMOTE_CQ_DATA | FI_MORE;
 
+// The common case: one local buffer, one remote segment that one work
+// request carries, and no flag that adds requests (delivery or commit
+// completion, fence) or a check the long way makes (bad arguments,
+// a bounce buffer, an event for the peer). Everything else, and every
+// error, goes through rma_common.
 [[gnu::always_inline]] inline ssize_t rma_one(Ep *ep, ibv_wr_opcode opcode, const void *buf,
 					       size_t len, void *desc, uint64_t addr, uint64_t key,
 					       uint64_t data, uint64_t flags, void *context,
