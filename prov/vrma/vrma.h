@@ -292,6 +292,10 @@ struct Cntr final : fid_cntr {
 	std::mutex lock;
 	std::map<Cq *, int> cqs; // CQs whose completions feed the counter
 	std::atomic<int> refs{0};
+	// Threads inside fi_cntr_wait. A count made while one waits writes
+	// event_fd: the waiter may sleep on a completion channel that another
+	// thread's CQ wait has already drained, or on no channel at all.
+	std::atomic<int> waiters{0};
 };
 
 // Work request bookkeeping; wr_id points to a slot.
@@ -614,17 +618,22 @@ void cq_push(Cq *cq, const CqPending &entry) noexcept;
 
 // vrma_cntr.cpp
 int cntr_open(fid_domain *domain, fi_cntr_attr *attr, fid_cntr **cntr, void *context) noexcept;
-// Counts one completion (success or error) on a counter, if any. From a CQ
-// poll: a counter waiting on that CQ sees it.
+// Wakes the threads in fi_cntr_wait (vrma_cntr.cpp).
+void cntr_wake(Cntr *cntr) noexcept;
+// Counts one completion (success or error) on a counter, if any, from
+// whichever thread found it: a CQ poll, a posting call, a provider thread.
+// Hazard: the count and fi_cntr_wait's registration in `waiters` are
+// sequentially consistent, so either the waiter sees the count before it
+// sleeps or this call sees the waiter and wakes it; no count is missed and
+// the data path pays a load, not a syscall, when nobody waits.
 inline void count_completion(Cntr *cntr, bool success) noexcept
 {
-	if (cntr)
-		(success ? cntr->value : cntr->errors).fetch_add(1, std::memory_order_acq_rel);
+	if (!cntr)
+		return;
+	(success ? cntr->value : cntr->errors).fetch_add(1, std::memory_order_seq_cst);
+	if (cntr->waiters.load(std::memory_order_seq_cst) != 0) [[unlikely]]
+		cntr_wake(cntr);
 }
-// The same outside a CQ poll (a provider thread, or a completion produced
-// by a posting call): also wakes fi_cntr_wait, which may be blocked on the
-// counter's eventfd.
-void count_and_wake(Cntr *cntr, bool success) noexcept;
 // The counter polls (and waits on) the CQs that carry its completions.
 int cntr_attach_cq(Cntr *cntr, Cq *cq) noexcept;
 void cntr_detach_cq(Cntr *cntr, Cq *cq) noexcept;

@@ -5,7 +5,8 @@
 // its completion is seen individually. fi_cntr_read/wait poll the CQs of the
 // bound endpoints (entries meant for the application stay queued for it), and
 // fi_cntr_wait blocks on those CQs' completion channels and on the counter's
-// own eventfd (fi_cntr_add/set from another thread wake it).
+// own eventfd, which fi_cntr_add/set and every count made while a thread
+// waits write (count_completion in vrma.h).
 #include "vrma.h"
 
 #include <sys/epoll.h>
@@ -79,16 +80,29 @@ int cntr_seterr(fid_cntr *f, uint64_t value) noexcept
 	return update(c, c->errors, value, false);
 }
 
+// fi_cntr_wait's registration in Cntr::waiters (see count_completion).
+class CntrWaiter {
+public:
+	explicit CntrWaiter(Cntr *c) noexcept : c_(c) { c_->waiters.fetch_add(1, std::memory_order_seq_cst); }
+	~CntrWaiter() { c_->waiters.fetch_sub(1, std::memory_order_seq_cst); }
+	CntrWaiter(const CntrWaiter &) = delete;
+	CntrWaiter &operator=(const CntrWaiter &) = delete;
+
+private:
+	Cntr *c_;
+};
+
 int cntr_wait(fid_cntr *f, uint64_t threshold, int timeout) noexcept
 {
 	Cntr *c = static_cast<Cntr *>(f);
 	const Deadline deadline(timeout);
-	const uint64_t errors_before = c->errors.load(std::memory_order_acquire);
+	const CntrWaiter registered(c);
+	const uint64_t errors_before = c->errors.load(std::memory_order_seq_cst);
 	for (;;) {
 		progress(c);
-		if (c->value.load(std::memory_order_acquire) >= threshold)
+		if (c->value.load(std::memory_order_seq_cst) >= threshold)
 			return 0;
-		if (c->errors.load(std::memory_order_acquire) != errors_before)
+		if (c->errors.load(std::memory_order_seq_cst) != errors_before)
 			return -FI_EAVAIL;
 		if (deadline.expired())
 			return -FI_ETIMEDOUT;
@@ -191,11 +205,8 @@ void cntr_detach_cq(Cntr *c, Cq *cq) noexcept
 	c->cqs.erase(it);
 }
 
-void count_and_wake(Cntr *cntr, bool success) noexcept
+void cntr_wake(Cntr *cntr) noexcept
 {
-	if (!cntr)
-		return;
-	count_completion(cntr, success);
 	eventfd_signal(cntr->event_fd.get());
 }
 

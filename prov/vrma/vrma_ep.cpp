@@ -392,7 +392,7 @@ void report_unposted(Ep *ep, const ibv_send_wr *first, int err) noexcept
 			continue; // one report per operation, at its last request
 		if (s->commit && !pmem_claim_commit(ep, s->commit))
 			continue;
-		count_and_wake(s->cntr, false); // counted by a post, not a CQ poll
+		count_completion(s->cntr, false);
 		if (!ep->tx_cq)
 			continue;
 		CqPending p;

@@ -157,7 +157,7 @@ bool serve(PmemService *svc, PmemService::Job &job)
 // Reports a finished commit to the initiator's CQ and counter.
 void finish_commit(Ep *ep, const PendingCommit &pc, int err, int prov_errno)
 {
-	count_and_wake(pc.cntr, !err);
+	count_completion(pc.cntr, !err);
 	if (!ep->tx_cq || (!err && !pc.report))
 		return;
 	CqPending p;
@@ -178,7 +178,7 @@ void finish_commit(Ep *ep, const PendingCommit &pc, int err, int prov_errno)
 void count_rma_event(Ep *ep, uint8_t kind, const uint32_t *keys, size_t n)
 {
 	const bool write = kind == wire::kEventWrite;
-	count_and_wake(write ? ep->cntr_remote_write : ep->cntr_remote_read, true);
+	count_completion(write ? ep->cntr_remote_write : ep->cntr_remote_read, true);
 	Domain *dom = ep->domain;
 	std::lock_guard<std::mutex> guard(dom->mr_lock);
 	for (size_t i = 0; i < n; i++) {
@@ -186,7 +186,7 @@ void count_rma_event(Ep *ep, uint8_t kind, const uint32_t *keys, size_t n)
 		if (it == dom->mrs_by_key.end())
 			continue; // closed meanwhile
 		Mr *mr = it->second;
-		count_and_wake((write ? mr->cntr_remote_write : mr->cntr_remote_read).load(std::memory_order_acquire),
+		count_completion((write ? mr->cntr_remote_write : mr->cntr_remote_read).load(std::memory_order_acquire),
 			       true);
 	}
 }

@@ -220,14 +220,14 @@ try {
 		o = refused ? Outcome::None : advance(ep, c, e, done_cntr, done_report);
 	}
 	if (refused) {
-		count_and_wake(cntr, false);
+		count_completion(cntr, false);
 		if (ep->rx_cq)
 			cq_push(ep->rx_cq, cancelled(r));
 		return 0;
 	}
 	if (o == Outcome::None)
 		return 0;
-	count_and_wake(done_cntr, o == Outcome::Success);
+	count_completion(done_cntr, o == Outcome::Success);
 	if (!ep->rx_cq || (!done_report && o == Outcome::Success))
 		return 0;
 	CqPending p;
@@ -318,7 +318,7 @@ ssize_t staged_cancel(Ep *ep, void *context) noexcept
 		cntr = it->cntr;
 		st.posted.erase(it);
 	}
-	count_and_wake(cntr, false);
+	count_completion(cntr, false);
 	if (ep->rx_cq)
 		cq_push(ep->rx_cq, p);
 	return 0;

@@ -2,7 +2,9 @@
 // errors counted apart, a real blocking wait.
 #include "harness.h"
 
+#include <atomic>
 #include <chrono>
+#include <thread>
 
 using namespace vt;
 
@@ -168,6 +170,62 @@ START_TEST(counters_only_endpoint)
 }
 END_TEST
 
+// fi_cntr_wait in one thread while another waits on the CQ that carries the
+// counted completions (fi_cq_sread, as an MPI progress thread does): the
+// counter's waiter wakes whichever thread takes the completion channel's
+// event and counts. It used to sleep to its timeout when the fi_cq_sread
+// thread drained the channel first.
+START_TEST(counter_wait_wakes_when_another_thread_counts)
+{
+	constexpr int kRounds = 20;
+	Env env;
+	fid_cntr *wc = open_cntr(env);
+	PairOptions opt;
+	opt.bind_flags = FI_SELECTIVE_COMPLETION; // counted, no CQ entries
+	opt.client_cntrs = {{wc, FI_WRITE}};
+	{
+		Pair p(env, opt);
+		Region local(env, 64 * kRounds, FI_WRITE);
+		Region remote(env, 64 * kRounds, FI_REMOTE_WRITE);
+		local.fill(23);
+		std::atomic<bool> stop{false};
+		std::atomic<int> unexpected_sread{0};
+		std::thread cq_waiter([&] {
+			fi_cq_data_entry entry;
+			while (!stop.load()) {
+				ssize_t rc = fi_cq_sread(p.client.cq, &entry, 1, nullptr, 20);
+				if (rc != -FI_EAGAIN)
+					unexpected_sread = static_cast<int>(rc);
+			}
+		});
+		for (int i = 0; i < kRounds; i++) {
+			int waited_rc = 1;
+			long long waited_ms = 0;
+			std::thread waiter([&] {
+				const auto t0 = std::chrono::steady_clock::now();
+				waited_rc = fi_cntr_wait(wc, static_cast<uint64_t>(i) + 1, 4000);
+				waited_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+					std::chrono::steady_clock::now() - t0).count();
+			});
+			std::this_thread::sleep_for(std::chrono::milliseconds(30)); // both asleep
+			ck_assert_int_eq(fi_write(p.client.ep, local.buf.data() + i * 64, 64, local.desc(), 0,
+						  remote.addr() + i * 64, remote.key(), nullptr), 0);
+			waiter.join();
+			ck_assert_int_eq(waited_rc, 0);
+			ck_assert_msg(waited_ms < 2500, "round %d: fi_cntr_wait woke after %lld ms", i, waited_ms);
+		}
+		stop = true;
+		cq_waiter.join();
+		ck_assert_int_eq(unexpected_sread.load(), 0);
+		ck_assert_uint_eq(fi_cntr_read(wc), kRounds);
+		ck_assert_uint_eq(fi_cntr_readerr(wc), 0);
+		ck_assert(remote.check(23, 64 * kRounds));
+		expect_no_completion(p.client.cq);
+	}
+	ck_assert_int_eq(fi_close(&wc->fid), 0);
+}
+END_TEST
+
 Suite *cntr_suite()
 {
 	Suite *s = suite_create("cntr");
@@ -177,6 +235,7 @@ Suite *cntr_suite()
 	tcase_add_test(tc, counter_errors);
 	tcase_add_test(tc, counter_api_and_blocking_wait);
 	tcase_add_test(tc, counters_only_endpoint);
+	tcase_add_test(tc, counter_wait_wakes_when_another_thread_counts);
 	suite_add_tcase(s, tc);
 	return s;
 }
