@@ -32,6 +32,10 @@
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#if defined(__x86_64__)
+#include <cpuid.h>
+#include <x86intrin.h>
+#endif
 
 #include <algorithm>
 #include <array>
@@ -102,9 +106,6 @@ double seconds_since(Clock::time_point t)
 	return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
-// Gives up when a wait sees no progress for `limit` seconds (<= 0: never),
-// and stops when the other side of a loopback run failed. Cheap enough to
-// poll on every spin: it reads the clock once every 256 polls.
 // A spin-wait hint to the CPU.
 inline void cpu_relax()
 {
@@ -113,26 +114,108 @@ inline void cpu_relax()
 #endif
 }
 
+// Gives up when a wait sees no progress for `limit` seconds (<= 0: never),
+// and stops when the other side of a loopback run failed.
+// Hazard: a watchdog is made for every posted operation, and in the soft-RoCE
+// VM one steady_clock read costs about 1 us (the guest's clocksource is the
+// HPET, which has no vDSO path, because the kernel marks TCG's TSCs
+// unstable). So it reads no clock until a wait has lasted 256 polls: the
+// limit then counts from that first look.
 class Watchdog {
 public:
-	Watchdog(double limit, const char *what) : limit_(limit), what_(what), last_(Clock::now()) {}
-	void progressed() { last_ = Clock::now(); }
+	Watchdog(double limit, const char *what) : limit_(limit), what_(what) {}
+	void progressed() { started_ = false; }
 	void poll()
 	{
 		if ((++calls_ & 255) != 0)
 			return;
 		if (g_abort.load(std::memory_order_relaxed))
 			stop_quietly();
-		if (limit_ > 0 && seconds_since(last_) > limit_)
+		if (limit_ <= 0)
+			return;
+		if (!started_) {
+			last_ = Clock::now();
+			started_ = true;
+		} else if (seconds_since(last_) > limit_) {
 			fail(kExitError, "nothing happened for %.0f s while waiting for %s (peer gone? see --timeout)",
 			     limit_, what_);
+		}
 	}
 
 private:
 	double limit_;
 	const char *what_;
 	Clock::time_point last_;
+	bool started_ = false;
 	unsigned calls_ = 0;
+};
+
+// Timestamps of latency samples. perftest reads the TSC; steady_clock costs
+// about 1 us per read in the VM (see Watchdog), several times per round
+// trip, which would be charged to the provider under test. On x86 with
+// RDTSCP the samples therefore come from the TSC: its processor id tells
+// when a sample spans a move between processors, whose TSCs the guest
+// kernel found unsynchronised, and such a sample is dropped. The tick rate is
+// measured once against steady_clock. Elsewhere: steady_clock.
+struct Stamp {
+	uint64_t ticks;
+	uint32_t cpu;
+};
+
+class SampleClock {
+public:
+	SampleClock()
+	{
+#if defined(__x86_64__)
+		unsigned a, b, c, d;
+		if (!__get_cpuid(0x80000001, &a, &b, &c, &d) || !(d & (1u << 27)))
+			return; // no RDTSCP
+		for (int attempt = 0; attempt < 5 && !tsc_; ++attempt) {
+			const auto s0 = Clock::now();
+			const Stamp t0 = tsc_now();
+			while (Clock::now() - s0 < std::chrono::milliseconds(20))
+				;
+			const Stamp t1 = tsc_now();
+			const double us = std::chrono::duration<double, std::micro>(Clock::now() - s0).count();
+			if (t0.cpu == t1.cpu && t1.ticks > t0.ticks) {
+				ticks_per_us_ = static_cast<double>(t1.ticks - t0.ticks) / us;
+				tsc_ = true;
+			}
+		}
+#endif
+	}
+	Stamp now() const
+	{
+#if defined(__x86_64__)
+		if (tsc_)
+			return tsc_now();
+#endif
+		return {static_cast<uint64_t>(
+				std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
+					.count()),
+			0};
+	}
+	// Microseconds from a to b; nothing when they were taken on different
+	// processors.
+	std::optional<double> micros(Stamp a, Stamp b) const
+	{
+		if (a.cpu != b.cpu || b.ticks < a.ticks)
+			return std::nullopt;
+		return static_cast<double>(b.ticks - a.ticks) / ticks_per_us_;
+	}
+	const char *source() const { return tsc_ ? "tsc" : "steady_clock"; }
+
+private:
+#if defined(__x86_64__)
+	static Stamp tsc_now()
+	{
+		unsigned aux;
+		const uint64_t t = __rdtscp(&aux);
+		return {t, aux};
+	}
+#endif
+	bool tsc_ = false;
+	double ticks_per_us_ = 1000; // steady_clock stamps are in ns
 };
 
 enum class Op : uint8_t { write, read, writedata, inject_write };
@@ -794,6 +877,12 @@ protected:
 	// A control write or read of the region's own bytes, waited for.
 	void rma_ctrl(bool write, size_t local_off, size_t remote_off, size_t len, const char *what)
 	{
+		wait_slot(post_ctrl(write, local_off, remote_off, len, what), what);
+	}
+
+	// The same, posted only: returns the context that wait_slot waits on.
+	void *post_ctrl(bool write, size_t local_off, size_t remote_off, size_t len, const char *what)
+	{
 		void *ctx = acquire_tx();
 		iovec iov{base_ + local_off, len};
 		void *desc = desc_;
@@ -816,7 +905,7 @@ protected:
 			progress();
 			wd.poll();
 		}
-		wait_slot(ctx, what);
+		return ctx;
 	}
 
 	uint64_t load_u64(size_t off) const
@@ -1085,6 +1174,7 @@ struct Row {
 	std::optional<double> p50, p99;
 	uint64_t iterations = 0;
 	uint64_t posts = 0; // calls of the operation in the measured run, retries included
+	uint64_t dropped_samples = 0; // latency samples that spanned two processors
 };
 
 struct RunInfo {
@@ -1094,6 +1184,7 @@ struct RunInfo {
 	uint8_t flags = 0;
 	size_t window = 0;
 	std::string inject_flush; // how bw/rate injects are waited for
+	std::string sample_clock; // what timed the latency samples
 };
 
 // Shows "size: done/total" on stderr during long runs.
@@ -1191,6 +1282,7 @@ public:
 		ri.mode = mode_;
 		ri.flags = flags_;
 		ri.window = window_;
+		ri.sample_clock = sample_clock_.source();
 		if (op_ == Op::inject_write && mode_ != Mode::lat)
 			ri.inject_flush = cntr_ ? "counter" : "read";
 		return ri;
@@ -1229,8 +1321,10 @@ public:
 		}
 		std::vector<double> samples;
 		const uint64_t posts_before = data_posts_;
+		const uint64_t dropped_before = dropped_samples_;
 		const double elapsed = run(size, iterations, &samples, true);
 		row.posts = data_posts_ - posts_before;
+		row.dropped_samples = dropped_samples_ - dropped_before;
 		if (mode_ != Mode::lat)
 			verify(size, salt);
 
@@ -1264,6 +1358,17 @@ private:
 	size_t window_ = 1;
 	uint64_t cmd_seq_ = 0;
 	ProgressLine progress_line_;
+	SampleClock sample_clock_;
+	uint64_t dropped_samples_ = 0; // spanned two processors (see SampleClock)
+
+	// One sample: the microseconds from a to b, divided by `per`.
+	void add_sample(std::vector<double> &samples, Stamp a, Stamp b, double per)
+	{
+		if (const auto us = sample_clock_.micros(a, b))
+			samples.push_back(*us / per);
+		else
+			++dropped_samples_;
+	}
 
 	// Doubles a run's length until it takes a twentieth of --duration, then
 	// scales to --duration.
@@ -1304,7 +1409,7 @@ private:
 		uint64_t posted = 0;
 		uint64_t next_mark = window_;
 		const auto start = Clock::now();
-		auto mark = start;
+		Stamp mark = sample_clock_.now();
 		while (tx_done_ - base < n) {
 			const uint64_t outstanding = posted - (tx_done_ - base);
 			const uint64_t burst = std::min<uint64_t>(window_ - outstanding, n - posted);
@@ -1316,10 +1421,9 @@ private:
 			if (progress()) {
 				wd.progressed();
 				while (tx_done_ - base >= next_mark) {
-					const auto now = Clock::now();
+					const Stamp now = sample_clock_.now();
 					if (samples)
-						samples->push_back(std::chrono::duration<double, std::micro>(now - mark).count() /
-								   static_cast<double>(window_));
+						add_sample(*samples, mark, now, static_cast<double>(window_));
 					mark = now;
 					next_mark += window_;
 				}
@@ -1334,23 +1438,23 @@ private:
 
 	// Injects have no completions: each window is flushed with the write
 	// counter or, without counters, with a read that RC orders after them.
+	// Two windows are in flight, as an application keeps its queue busy:
+	// the next window is posted before waiting for the one before it.
 	double inject_run(size_t size, uint64_t n, std::vector<double> *samples, bool show)
 	{
 		const uint64_t cntr_base = cntr_ ? fi_cntr_read(cntr_.get()) : 0;
 		const uint64_t err_base = cntr_ ? fi_cntr_readerr(cntr_.get()) : 0;
 		uint64_t posted = 0;
+		uint64_t flushed = 0; // injects known to have completed
+		uint64_t last_burst = 0;
+		void *flush_ctx = nullptr; // the read after the previous window
 		const auto start = Clock::now();
-		auto mark = start;
-		while (posted < n) {
-			const uint64_t burst = std::min<uint64_t>(window_, n - posted);
-			for (uint64_t j = 0; j < burst; ++j) {
-				const uint64_t more = ((flags_ & kFlagMore) && j + 1 < burst) ? FI_MORE : 0;
-				post_data(op_, size, more, 0, nullptr);
-			}
-			posted += burst;
+		Stamp mark = sample_clock_.now();
+		// Waits until the first `upto` injects have completed.
+		auto wait_flushed = [&](uint64_t upto, void *ctx) {
 			if (cntr_) {
 				Watchdog wd(opt_.timeout, "the write counter");
-				while (fi_cntr_read(cntr_.get()) < cntr_base + posted) {
+				while (fi_cntr_read(cntr_.get()) < cntr_base + upto) {
 					if (fi_cntr_readerr(cntr_.get()) > err_base) {
 						progress();
 						fail(kExitError, "client: %" PRIu64 " injected write(s) failed (write counter errors)",
@@ -1359,17 +1463,34 @@ private:
 					progress();
 					wd.poll();
 				}
-			} else {
-				rma_ctrl(false, ctrl_off() + kCtrlCheck, rx_off(), 8, "the read after a window of injects");
+			} else if (ctx) {
+				wait_slot(ctx, "the read after a window of injects");
 			}
-			const auto now = Clock::now();
-			if (samples && burst == window_)
-				samples->push_back(std::chrono::duration<double, std::micro>(now - mark).count() /
-						   static_cast<double>(window_));
+			flushed = upto;
+			const Stamp now = sample_clock_.now();
+			if (samples && last_burst == window_)
+				add_sample(*samples, mark, now, static_cast<double>(window_));
 			mark = now;
+		};
+		while (posted < n) {
+			const uint64_t burst = std::min<uint64_t>(window_, n - posted);
+			for (uint64_t j = 0; j < burst; ++j) {
+				const uint64_t more = ((flags_ & kFlagMore) && j + 1 < burst) ? FI_MORE : 0;
+				post_data(op_, size, more, 0, nullptr);
+			}
+			void *ctx = cntr_ ? nullptr
+					  : post_ctrl(false, ctrl_off() + kCtrlCheck, rx_off(), 8,
+						      "the read after a window of injects");
+			if (posted > flushed)
+				wait_flushed(posted, flush_ctx);
+			posted += burst;
+			flush_ctx = ctx;
+			last_burst = burst;
 			if (show)
 				progress_line_.update(posted);
 		}
+		if (posted > flushed)
+			wait_flushed(posted, flush_ctx);
 		return seconds_since(start);
 	}
 
@@ -1378,12 +1499,12 @@ private:
 		if (op_ == Op::read) {
 			const auto start = Clock::now();
 			for (uint64_t i = 0; i < n; ++i) {
-				const auto t0 = Clock::now();
+				const Stamp t0 = sample_clock_.now();
 				void *ctx = acquire_tx();
 				post_data(op_, size, 0, 0, ctx);
 				wait_slot(ctx, "a read's completion");
 				if (samples)
-					samples->push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+					add_sample(*samples, t0, sample_clock_.now(), 1);
 				if (show)
 					progress_line_.update(i + 1);
 			}
@@ -1397,14 +1518,14 @@ private:
 		for (uint64_t i = 0; i < n; ++i) {
 			const uint8_t value = static_cast<uint8_t>(i % 255 + 1);
 			base_[tx_off() + size - 1] = value;
-			const auto t0 = Clock::now();
+			const Stamp t0 = sample_clock_.now();
 			post_data(op_, size, 0, value, op_completes(op_) ? acquire_tx() : nullptr);
 			if (op_ == Op::writedata)
 				wait_remote_data(seen, value, "the server's write (remote CQ data)");
 			else
 				wait_byte(last, value, "the server's write");
 			if (samples)
-				samples->push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / 2);
+				add_sample(*samples, t0, sample_clock_.now(), 2);
 			if (show)
 				progress_line_.update(i + 1);
 		}
@@ -1546,15 +1667,16 @@ void write_json(const std::string &path, const RunInfo &ri, const std::vector<Ro
 	fprintf(f, "  \"op\": %s,\n  \"mode\": %s,\n  \"flags\": %s,\n  \"window\": %zu,\n",
 		json_string(op_name(ri.op)).c_str(), json_string(mode_name(ri.mode)).c_str(),
 		json_string(ri.flags ? flags_name(ri.flags) : "").c_str(), ri.window);
+	fprintf(f, "  \"sample_clock\": %s,\n", json_string(ri.sample_clock).c_str());
 	fprintf(f, "  \"results\": [");
 	bool first = true;
 	for (const Row &row : rows) {
 		if (row.skipped)
 			continue;
-		fprintf(f, "%s\n    {\"size\": %zu, \"mbps\": %s, \"mops\": %s, \"p50_us\": %s, \"p99_us\": %s, \"iterations\": %" PRIu64 ", \"posts\": %" PRIu64 "}",
+		fprintf(f, "%s\n    {\"size\": %zu, \"mbps\": %s, \"mops\": %s, \"p50_us\": %s, \"p99_us\": %s, \"iterations\": %" PRIu64 ", \"posts\": %" PRIu64 ", \"dropped_samples\": %" PRIu64 "}",
 			first ? "" : ",", row.size, json_number(row.mbps).c_str(),
 			json_number(row.mops).c_str(), json_number(row.p50).c_str(),
-			json_number(row.p99).c_str(), row.iterations, row.posts);
+			json_number(row.p99).c_str(), row.iterations, row.posts, row.dropped_samples);
 		first = false;
 	}
 	fprintf(f, "\n  ]\n}\n");

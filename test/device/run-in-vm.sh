@@ -51,5 +51,29 @@ pingpong() { # name, provider, endpoint type, port
 pingpong "fi_pingpong -p vrma -e msg" vrma msg 47592
 pingpong "fi_pingpong -p 'vrma;ofi_rxm' -e rdm" "vrma;ofi_rxm" rdm 47593
 
+# 4. vrma_bench, short runs of each mode and loop: it checks the bytes it
+# moved (the last byte of each ping-pong; the first and last 8 bytes, read
+# back, after bw and rate runs) and every completion's status, and exits
+# non-zero on a mismatch. The verbs provider runs the inject loop that
+# flushes with reads (it has no counters).
+bench() { # name, vrma_bench arguments
+	name=$1
+	shift
+	if timeout 300 "$builddir/util/vrma_bench" --timeout 30 "$@" >/tmp/bench.out 2>&1; then
+		pass "vrma_bench $name"
+	else
+		fail "vrma_bench $name"
+		cat /tmp/bench.out
+	fi
+}
+bench "write bw" -p vrma -m bw -S 64,65536 -I 400
+bench "read bw" -p vrma -o read -m bw -S 4096 -I 400
+bench "write lat" -p vrma -m lat -S 8,4096 -I 200
+bench "read lat" -p vrma -o read -m lat -S 8 -I 200
+bench "writedata lat" -p vrma -o writedata -m lat -S 8 -I 200
+bench "inject_write rate --more" -p vrma -o inject_write -m rate --more -I 1000
+bench "write bw --delivery-complete" -p vrma -m bw -S 4096 -I 400 --delivery-complete
+bench "inject_write rate (verbs)" -p verbs -o inject_write -m rate -I 1000
+
 echo "tools: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]
