@@ -60,6 +60,7 @@ struct Params {
 	int cm_timeout_ms = 2000;  // address/route resolution timeout
 	int listen_backlog = 1024;
 	size_t max_wr_size = 0;    // bytes per work request; 0: the device's max_msg_sz
+	size_t stage_buffers = 65; // staging buffers per staged endpoint, 1..kStageBuffers
 };
 extern Params params;
 void params_init() noexcept;
@@ -101,8 +102,10 @@ inline constexpr size_t kMaxSplitWr = 64;
 // plus the event message for a peer with FI_RMA_EVENT.
 inline constexpr size_t kMaxOpWr = kMaxRmaIov + kMaxSplitWr + 2;
 static_assert(wire::kMaxStagePieces <= kMaxOpWr, "a staged message is one operation");
-// Staging buffers an endpoint with staged receives keeps posted: a largest
-// message fits without waiting for the application.
+// Most staging buffers an endpoint with staged receives keeps posted (the
+// default of FI_VRMA_STAGE_BUFFERS): a largest message fits without waiting
+// for the application. With fewer, the sender's pieces wait in RNR retries
+// until the application's receives free buffers; nothing is lost.
 inline constexpr size_t kStageBuffers = wire::kMaxStagePieces;
 // Smallest FI_VRMA_MAX_WR_SIZE honoured.
 inline constexpr size_t kMinWrBytes = 4096;

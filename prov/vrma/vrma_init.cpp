@@ -74,6 +74,14 @@ void params_init() noexcept
 		   &params.cm_timeout_ms);
 	define_int("listen_backlog", "Backlog of a listening passive endpoint (default: 1024)",
 		   &params.listen_backlog);
+	define_size("stage_buffers",
+		    "Staging buffers of 64 KiB an endpoint with staged receives keeps registered and posted, 1 to 65 (default: 65)",
+		    &params.stage_buffers);
+	if (params.stage_buffers > kStageBuffers) {
+		VRMA_WARN(FI_LOG_CORE, "FI_VRMA_STAGE_BUFFERS=%zu: at most %zu are used\n",
+			  params.stage_buffers, kStageBuffers);
+		params.stage_buffers = kStageBuffers;
+	}
 	if (params.cm_timeout_ms <= 0)
 		params.cm_timeout_ms = 2000;
 	if (params.listen_backlog <= 0)

@@ -8,6 +8,8 @@
 
 #include <infiniband/verbs.h>
 
+#include <cstdlib>
+
 using namespace vt;
 
 namespace {
@@ -186,6 +188,46 @@ START_TEST(staged_unexpected_messages_wait_in_order)
 		if (i == 2)
 			ck_assert_uint_eq(e.data, 42);
 		ck_assert_msg(memcmp(dst.buf.data(), src.buf.data() + i, lens[i]) == 0, "message %d differs", i);
+	}
+	expect_no_completion(p.server.cq, 100);
+}
+END_TEST
+
+// FI_VRMA_STAGE_BUFFERS=2: the staged endpoint keeps 2 buffers posted. A
+// message of 3 pieces sent before its receive waits: its last piece finds no
+// buffer, and the sender's RNR retries carry it once the receive frees one.
+// Then 1 MiB messages (17 pieces each) pass through the 2 buffers intact.
+// The variable is read when the provider loads: this test sets it before its
+// first libfabric call, in the process check forks for it (CK_FORK=no would
+// make the wait assertion fail).
+START_TEST(staged_with_two_stage_buffers)
+{
+	ck_assert_int_eq(setenv("FI_VRMA_STAGE_BUFFERS", "2", 1), 0);
+	StagedEnv env;
+	Pair p(env);
+	const size_t big = size_t(1) << 20;
+	Region src(env, big, FI_SEND);
+	Region dst(env, big, FI_RECV);
+	src.fill(61);
+	const size_t three = 2 * kPiece + 100; // with its 16-byte header: 3 pieces
+	int sctx, rctx;
+	ck_assert_int_eq(fi_send(p.client.ep, src.buf.data(), three, src.desc(), 0, &sctx), 0);
+	expect_no_completion(p.client.cq, 500);
+	std::fill(dst.buf.begin(), dst.buf.end(), 0);
+	ck_assert_int_eq(fi_recv(p.server.ep, dst.buf.data(), big, dst.desc(), 0, &rctx), 0);
+	fi_cq_data_entry e = expect_completion(p.server.cq, &rctx, FI_RECV | FI_MSG);
+	ck_assert_uint_eq(e.len, three);
+	expect_completion(p.client.cq, &sctx, FI_SEND | FI_MSG);
+	ck_assert(dst.check(61, three));
+	for (uint8_t seed = 70; seed < 73; seed++) {
+		src.fill(seed);
+		std::fill(dst.buf.begin(), dst.buf.end(), 0);
+		ck_assert_int_eq(fi_recv(p.server.ep, dst.buf.data(), big, dst.desc(), 0, &rctx), 0);
+		ck_assert_int_eq(fi_send(p.client.ep, src.buf.data(), big, src.desc(), 0, &sctx), 0);
+		e = expect_completion(p.server.cq, &rctx, FI_RECV | FI_MSG);
+		ck_assert_uint_eq(e.len, big);
+		expect_completion(p.client.cq, &sctx, FI_SEND | FI_MSG);
+		ck_assert_msg(dst.check(seed, big), "1 MiB message %d differs", seed);
 	}
 	expect_no_completion(p.server.cq, 100);
 }
@@ -381,6 +423,7 @@ Suite *staged_suite()
 	tcase_add_test(tc, staged_sizes_and_vectors);
 	tcase_add_test(tc, staged_cq_data_takes_no_receive);
 	tcase_add_test(tc, staged_unexpected_messages_wait_in_order);
+	tcase_add_test(tc, staged_with_two_stage_buffers);
 	tcase_add_test(tc, staged_truncation_and_cancel);
 	tcase_add_test(tc, staged_receives_end_at_shutdown);
 	tcase_add_test(tc, direct_sender_to_staged_receiver);
