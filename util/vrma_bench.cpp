@@ -1103,8 +1103,11 @@ public:
 					fail(kExitError, "server: malformed command (kind %" PRIu64 ", size %" PRIu64 ")",
 					     cmd.kind, cmd.size);
 				store_u8(rx_off() + cmd.size - 1, 0);
+				// Counted before the ack: the client's first write may
+				// arrive, and be counted, while the ack is waited for.
+				const uint64_t seen = remote_data_count_;
 				ack(seq);
-				pong(cmd.size, cmd.count);
+				pong(cmd.size, cmd.count, seen);
 				continue;
 			}
 			if ((++spins & 4095) == 0) {
@@ -1148,10 +1151,10 @@ private:
 			 "the answer to the client");
 	}
 
-	void pong(size_t size, uint64_t count)
+	// `seen`: remote CQ data entries counted before the command was acked.
+	void pong(size_t size, uint64_t count, uint64_t seen)
 	{
 		const size_t last = rx_off() + size - 1;
-		uint64_t seen = remote_data_count_;
 		for (uint64_t i = 0; i < count; ++i) {
 			const uint8_t value = static_cast<uint8_t>(i % 255 + 1);
 			if (op_ == Op::writedata)
