@@ -130,6 +130,45 @@ ssize_t send_common(Ep *ep, const iovec *iov, void *const *desc, size_t count, u
 	return post_send(ep, wr, op);
 }
 
+// send_one's long way, out of its inlined path.
+[[gnu::noinline, gnu::cold]] ssize_t send_one_slow(Ep *ep, const void *buf, size_t len, void *desc,
+						   uint64_t data, uint64_t flags, void *context,
+						   bool inject_call) noexcept
+{
+	const iovec iov{const_cast<void *>(buf), len};
+	return send_common(ep, &iov, &desc, 1, data, flags, context, inject_call);
+}
+
+constexpr uint64_t kOneWrSendFlags = FI_COMPLETION | FI_INJECT | FI_INJECT_COMPLETE |
+				     FI_TRANSMIT_COMPLETE | FI_REMOTE_CQ_DATA | FI_MORE;
+
+// The common case, as rma_one for RMA: one local buffer sent in one work
+// request to a peer without staged receives, no fence, no bounce buffer, no
+// argument for the long way to refuse. Everything else, and every error,
+// goes through send_common.
+[[gnu::always_inline]] inline ssize_t send_one(Ep *ep, const void *buf, size_t len, void *desc,
+						uint64_t data, uint64_t flags, void *context,
+						bool inject_call) noexcept
+{
+	const bool copied = len <= ep->inline_size; // inline: no key needed
+	const bool staged_peer =
+		(ep->peer_cm_flags.load(std::memory_order_relaxed) & wire::kCmFlagStagedRx) != 0;
+	bool slow;
+	if (inject_call) // flags are known; the terms are or-ed in one branch
+		slow = (!copied) | (!buf & (len != 0)) | staged_peer;
+	else
+		slow = (flags & ~kOneWrSendFlags) || len > ep->max_msg_size || (!buf && len) ||
+		       (!desc && !copied && len) || ((flags & FI_INJECT) && !copied) || staged_peer;
+	if (slow) [[unlikely]]
+		return send_one_slow(ep, buf, len, desc, data, flags, context, inject_call);
+	ibv_sge sge;
+	ibv_send_wr wr;
+	fill_one_wr(wr, sge, IBV_WR_SEND, IBV_WR_SEND_WITH_IMM, buf, len, desc, copied, 0, 0, flags,
+		    data);
+	return post_send_one(ep, wr, context, FI_SEND | FI_MSG, len,
+			     !inject_call && tx_reports(ep, flags), ep->cntr_send, flags & FI_MORE);
+}
+
 ssize_t recv_common(Ep *ep, const iovec *iov, void *const *desc, size_t count, uint64_t flags,
 		    void *context)
 {
@@ -184,8 +223,7 @@ ssize_t msg_send(fid_ep *f, const void *buf, size_t len, void *desc, fi_addr_t,
 		 void *context) noexcept
 {
 	Ep *ep = static_cast<Ep *>(f);
-	const iovec iov{const_cast<void *>(buf), len};
-	return send_common(ep, &iov, &desc, 1, 0, ep->tx_op_flags, context, false);
+	return send_one(ep, buf, len, desc, 0, ep->tx_op_flags, context, false);
 }
 
 ssize_t msg_sendv(fid_ep *f, const iovec *iov, void **desc, size_t count, fi_addr_t,
@@ -201,31 +239,31 @@ ssize_t msg_sendmsg(fid_ep *f, const fi_msg *msg, uint64_t flags) noexcept
 		VRMA_WARN(FI_LOG_EP_DATA, "fi_sendmsg: NULL message\n");
 		return -FI_EINVAL;
 	}
+	if (msg->iov_count == 1 && msg->msg_iov)
+		return send_one(static_cast<Ep *>(f), msg->msg_iov[0].iov_base, msg->msg_iov[0].iov_len,
+				msg->desc ? msg->desc[0] : nullptr, msg->data, flags, msg->context,
+				false);
 	return send_common(static_cast<Ep *>(f), msg->msg_iov, msg->desc, msg->iov_count,
 			   msg->data, flags, msg->context, false);
 }
 
 ssize_t msg_inject(fid_ep *f, const void *buf, size_t len, fi_addr_t) noexcept
 {
-	Ep *ep = static_cast<Ep *>(f);
-	const iovec iov{const_cast<void *>(buf), len};
-	return send_common(ep, &iov, nullptr, 1, 0, FI_INJECT, nullptr, true);
+	return send_one(static_cast<Ep *>(f), buf, len, nullptr, 0, FI_INJECT, nullptr, true);
 }
 
 ssize_t msg_senddata(fid_ep *f, const void *buf, size_t len, void *desc, uint64_t data,
 		     fi_addr_t, void *context) noexcept
 {
 	Ep *ep = static_cast<Ep *>(f);
-	const iovec iov{const_cast<void *>(buf), len};
-	return send_common(ep, &iov, &desc, 1, data, ep->tx_op_flags | FI_REMOTE_CQ_DATA, context,
-			   false);
+	return send_one(ep, buf, len, desc, data, ep->tx_op_flags | FI_REMOTE_CQ_DATA, context,
+			false);
 }
 
 ssize_t msg_injectdata(fid_ep *f, const void *buf, size_t len, uint64_t data, fi_addr_t) noexcept
 {
-	Ep *ep = static_cast<Ep *>(f);
-	const iovec iov{const_cast<void *>(buf), len};
-	return send_common(ep, &iov, nullptr, 1, data, FI_INJECT | FI_REMOTE_CQ_DATA, nullptr, true);
+	return send_one(static_cast<Ep *>(f), buf, len, nullptr, data, FI_INJECT | FI_REMOTE_CQ_DATA,
+			nullptr, true);
 }
 
 } // namespace

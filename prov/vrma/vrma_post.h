@@ -217,6 +217,33 @@ inline ssize_t post_send_chain(Ep *ep, ibv_send_wr *wrs, size_t n, const TxOp &o
 	return post_send_chain_locked(ep, wrs, n, op);
 }
 
+// The one work request of a fast-path operation (rma_one, send_one): `sge`
+// covers buf/len with desc's key (inline data needs none). Only the fields
+// the device reads are set, since zeroing the whole request costs more than
+// the rest of the fast path; remote_addr and rkey are set even for sends,
+// and imm_data always, because FI_MORE copies the request whole. With
+// FI_REMOTE_CQ_DATA the opcode becomes `imm_opcode`.
+[[gnu::always_inline]] inline void fill_one_wr(ibv_send_wr &wr, ibv_sge &sge, ibv_wr_opcode opcode,
+					       ibv_wr_opcode imm_opcode, const void *buf,
+					       size_t len, void *desc, bool copied,
+					       uint64_t addr, uint64_t key, uint64_t flags,
+					       uint64_t data) noexcept
+{
+	sge = {reinterpret_cast<uintptr_t>(buf), static_cast<uint32_t>(len),
+	       desc ? static_cast<const Mr *>(desc)->lkey : 0};
+	wr.sg_list = &sge;
+	wr.num_sge = len != 0;
+	wr.opcode = opcode;
+	wr.send_flags = copied && len ? IBV_SEND_INLINE : 0;
+	wr.imm_data = 0;
+	wr.wr.rdma.remote_addr = addr;
+	wr.wr.rdma.rkey = static_cast<uint32_t>(key);
+	if (flags & FI_REMOTE_CQ_DATA) {
+		wr.opcode = imm_opcode;
+		wr.imm_data = htonl(static_cast<uint32_t>(data));
+	}
+}
+
 // The long way for post_send_one (tx lock held), out of the inlined path.
 [[gnu::noinline]] inline ssize_t post_one_slow(Ep *ep, ibv_send_wr &wr, void *context,
 					       uint64_t comp_flags, size_t len, bool report,

@@ -257,22 +257,10 @@ constexpr uint64_t kOneWrFlags = FI_COMPLETION | FI_INJECT | FI_INJECT_COMPLETE 
 	if (slow) [[unlikely]]
 		return rma_one_slow(ep, opcode, buf, len, desc, addr, key, data, flags, context,
 				    inject_call);
-	ibv_sge sge{reinterpret_cast<uintptr_t>(buf), static_cast<uint32_t>(len),
-		    desc ? static_cast<const Mr *>(desc)->lkey : 0};
-	// Only the fields an RDMA request uses are set: zeroing the whole
-	// request costs more than the rest of this function.
+	ibv_sge sge;
 	ibv_send_wr wr;
-	wr.sg_list = &sge;
-	wr.num_sge = len != 0;
-	wr.opcode = opcode;
-	wr.send_flags = copied && len ? IBV_SEND_INLINE : 0;
-	wr.imm_data = 0; // read only with immediate data, but copied whole by FI_MORE
-	wr.wr.rdma.remote_addr = addr;
-	wr.wr.rdma.rkey = static_cast<uint32_t>(key);
-	if (flags & FI_REMOTE_CQ_DATA) {
-		wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
-		wr.imm_data = htonl(static_cast<uint32_t>(data));
-	}
+	fill_one_wr(wr, sge, opcode, IBV_WR_RDMA_WRITE_WITH_IMM, buf, len, desc, copied, addr, key,
+		    flags, data);
 	return post_send_one(ep, wr, context, FI_RMA | (is_read ? FI_READ : FI_WRITE), len,
 			     !inject_call && tx_reports(ep, flags),
 			     is_read ? ep->cntr_read : ep->cntr_write, flags & FI_MORE);

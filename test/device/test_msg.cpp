@@ -101,6 +101,61 @@ START_TEST(sendmsg_and_senddata)
 }
 END_TEST
 
+// FI_MORE on sends: the messages are held until the one without it, whose
+// doorbell posts them all; inline payloads are copied when held, so the
+// caller's buffer may change at once. All arrive in order, each with its
+// own completion.
+START_TEST(sends_held_by_fi_more)
+{
+	Env env;
+	Pair p(env);
+	Region src(env, 4 * 100, FI_SEND);
+	Region dst(env, 4 * 128, FI_RECV);
+	src.fill(31);
+	int rctx[4], sctx[4];
+	for (int i = 0; i < 4; i++)
+		ck_assert_int_eq(fi_recv(p.server.ep, dst.buf.data() + i * 128, 128, dst.desc(), 0, &rctx[i]), 0);
+	uint8_t small[4] = {5, 6, 7, 8};
+	for (int i = 0; i < 4; i++) {
+		iovec iov = {src.buf.data() + i * 100, 100};
+		void *desc = src.desc();
+		fi_msg msg{};
+		msg.msg_iov = &iov;
+		msg.desc = &desc;
+		msg.iov_count = 1;
+		msg.context = &sctx[i];
+		msg.data = 100 + static_cast<uint64_t>(i);
+		uint64_t flags = FI_COMPLETION | (i < 3 ? FI_MORE : 0);
+		if (i == 1) { // an inline payload, changed right after the call
+			iov = {small, sizeof small};
+			desc = nullptr;
+			flags |= FI_INJECT;
+		}
+		if (i == 2)
+			flags |= FI_REMOTE_CQ_DATA;
+		ck_assert_int_eq(fi_sendmsg(p.client.ep, &msg, flags), 0);
+		if (i == 1)
+			memset(small, 0, sizeof small);
+		if (i == 2) // held: nothing has reached the peer yet
+			expect_no_completion(p.server.cq, 200);
+	}
+	for (int i = 0; i < 4; i++) {
+		expect_completion(p.client.cq, &sctx[i], FI_SEND | FI_MSG);
+		fi_cq_data_entry e = expect_completion(p.server.cq, &rctx[i],
+						       FI_RECV | FI_MSG | (i == 2 ? FI_REMOTE_CQ_DATA : 0));
+		ck_assert_uint_eq(e.len, i == 1 ? 4 : 100);
+		if (i == 2)
+			ck_assert_uint_eq(e.data, 102);
+	}
+	ck_assert(memcmp(dst.buf.data(), src.buf.data(), 100) == 0);
+	for (int k = 0; k < 4; k++)
+		ck_assert_uint_eq(dst.buf[128 + k], 5 + k);
+	ck_assert(memcmp(dst.buf.data() + 256, src.buf.data() + 200, 100) == 0);
+	ck_assert(memcmp(dst.buf.data() + 384, src.buf.data() + 300, 100) == 0);
+	expect_no_completion(p.client.cq);
+}
+END_TEST
+
 START_TEST(inject_many)
 {
 	Env env;
@@ -297,6 +352,7 @@ Suite *msg_suite()
 	tcase_add_test(tc, send_recv_sizes);
 	tcase_add_test(tc, sendv_recvv_scatter);
 	tcase_add_test(tc, sendmsg_and_senddata);
+	tcase_add_test(tc, sends_held_by_fi_more);
 	tcase_add_test(tc, inject_many);
 	tcase_add_test(tc, selective_completion);
 	tcase_add_test(tc, send_queue_full);
