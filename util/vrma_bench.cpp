@@ -1448,7 +1448,6 @@ private:
 		const uint64_t cntr_base = cntr_ ? fi_cntr_read(cntr_.get()) : 0;
 		const uint64_t err_base = cntr_ ? fi_cntr_readerr(cntr_.get()) : 0;
 		uint64_t posted = 0;
-		uint64_t flushed = 0; // injects known to have completed
 		uint64_t last_burst = 0;
 		void *flush_ctx = nullptr; // the read after the previous window
 		const auto start = Clock::now();
@@ -1469,7 +1468,6 @@ private:
 			} else if (ctx) {
 				wait_slot(ctx, "the read after a window of injects");
 			}
-			flushed = upto;
 			const Stamp now = sample_clock_.now();
 			if (samples && last_burst == window_)
 				add_sample(*samples, mark, now, static_cast<double>(window_));
@@ -1484,7 +1482,7 @@ private:
 			void *ctx = cntr_ ? nullptr
 					  : post_ctrl(false, ctrl_off() + kCtrlCheck, rx_off(), 8,
 						      "the read after a window of injects");
-			if (posted > flushed)
+			if (posted) // the windows before this one
 				wait_flushed(posted, flush_ctx);
 			posted += burst;
 			flush_ctx = ctx;
@@ -1492,7 +1490,7 @@ private:
 			if (show)
 				progress_line_.update(posted);
 		}
-		if (posted > flushed)
+		if (posted)
 			wait_flushed(posted, flush_ctx);
 		return seconds_since(start);
 	}

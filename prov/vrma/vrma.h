@@ -60,7 +60,7 @@ struct Params {
 	int cm_timeout_ms = 2000;  // address/route resolution timeout
 	int listen_backlog = 1024;
 	size_t max_wr_size = 0;    // bytes per work request; 0: the device's max_msg_sz
-	size_t stage_buffers = 65; // staging buffers per staged endpoint, 1..kStageBuffers
+	size_t stage_buffers = wire::kMaxStagePieces; // per staged endpoint, 1..kStageBuffers
 };
 extern Params params;
 void params_init() noexcept;

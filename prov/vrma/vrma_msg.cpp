@@ -139,9 +139,6 @@ ssize_t send_common(Ep *ep, const iovec *iov, void *const *desc, size_t count, u
 	return send_common(ep, &iov, &desc, 1, data, flags, context, inject_call);
 }
 
-constexpr uint64_t kOneWrSendFlags = FI_COMPLETION | FI_INJECT | FI_INJECT_COMPLETE |
-				     FI_TRANSMIT_COMPLETE | FI_REMOTE_CQ_DATA | FI_MORE;
-
 // The common case, as rma_one for RMA: one local buffer sent in one work
 // request to a peer without staged receives, no fence, no bounce buffer, no
 // argument for the long way to refuse. Everything else, and every error,
@@ -157,7 +154,7 @@ constexpr uint64_t kOneWrSendFlags = FI_COMPLETION | FI_INJECT | FI_INJECT_COMPL
 	if (inject_call) // flags are known; the terms are or-ed in one branch
 		slow = (!copied) | (!buf & (len != 0)) | staged_peer;
 	else
-		slow = (flags & ~kOneWrSendFlags) || len > ep->max_msg_size || (!buf && len) ||
+		slow = (flags & ~kOneWrOpFlags) || len > ep->max_msg_size || (!buf && len) ||
 		       (!desc && !copied && len) || ((flags & FI_INJECT) && !copied) || staged_peer;
 	if (slow) [[unlikely]]
 		return send_one_slow(ep, buf, len, desc, data, flags, context, inject_call);

@@ -187,7 +187,7 @@ void count_rma_event(Ep *ep, uint8_t kind, const uint32_t *keys, size_t n)
 			continue; // closed meanwhile
 		Mr *mr = it->second;
 		count_completion((write ? mr->cntr_remote_write : mr->cntr_remote_read).load(std::memory_order_acquire),
-			       true);
+				 true);
 	}
 }
 

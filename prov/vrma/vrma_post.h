@@ -217,6 +217,11 @@ inline ssize_t post_send_chain(Ep *ep, ibv_send_wr *wrs, size_t n, const TxOp &o
 	return post_send_chain_locked(ep, wrs, n, op);
 }
 
+// Operation flags the one-request fast paths (rma_one, send_one) handle;
+// any other flag takes the long way.
+inline constexpr uint64_t kOneWrOpFlags = FI_COMPLETION | FI_INJECT | FI_INJECT_COMPLETE |
+					  FI_TRANSMIT_COMPLETE | FI_REMOTE_CQ_DATA | FI_MORE;
+
 // The one work request of a fast-path operation (rma_one, send_one): `sge`
 // covers buf/len with desc's key (inline data needs none). Only the fields
 // the device reads are set, since zeroing the whole request costs more than

@@ -222,9 +222,6 @@ ssize_t rma_common(Ep *ep, ibv_wr_opcode opcode, const iovec *iov, void *const *
 	return rma_common(ep, opcode, &iov, &desc, 1, &r, 1, data, flags, context, inject_call);
 }
 
-constexpr uint64_t kOneWrFlags = FI_COMPLETION | FI_INJECT | FI_INJECT_COMPLETE |
-				 FI_TRANSMIT_COMPLETE | FI_REMOTE_CQ_DATA | FI_MORE;
-
 // The common case: one local buffer, one remote segment that one work
 // request carries, and no flag that adds requests (delivery or commit
 // completion, fence) or a check the long way makes (bad arguments,
@@ -248,7 +245,7 @@ constexpr uint64_t kOneWrFlags = FI_COMPLETION | FI_INJECT | FI_INJECT_COMPLETE 
 		       ((peer & wire::kCmFlagRmaEvents) != 0) |
 		       (((flags & FI_REMOTE_CQ_DATA) != 0) & !(peer & wire::kCmFlagTakesCqData));
 	} else {
-		slow = (flags & ~kOneWrFlags) || key > UINT32_MAX || len > ep->max_wr_bytes ||
+		slow = (flags & ~kOneWrOpFlags) || key > UINT32_MAX || len > ep->max_wr_bytes ||
 		       (!buf && len) || (!desc && !copied && len) || (inject && !copied) ||
 		       (is_read && (inject || (flags & FI_REMOTE_CQ_DATA))) ||
 		       (peer & wire::kCmFlagRmaEvents) ||

@@ -152,7 +152,6 @@ CqPending cancelled(const StagedRecv &r)
 int staged_ep_enable(Ep *ep) noexcept
 {
 	StagedRx &st = *ep->staged;
-	static_assert(Params{}.stage_buffers == kStageBuffers, "the default is the most");
 	const size_t count = std::min(ep->rx_depth, params.stage_buffers);
 	const size_t bytes = count * wire::kStageBytes;
 	st.buffers.reset(new (std::nothrow) uint8_t[bytes]);
