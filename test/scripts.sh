@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# The scripts a user runs under util/ on a machine that lacks packages,
+# proven without uninstalling anything: a package that is not installed is
+# reported ("would install") and the script goes on; a step that fails
+# (an unknown package, an unreachable kernel package, a failing command in
+# a pipeline) ends the script with one line naming it and a non-zero status.
+set -u
+srcdir=${VRMA_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}
+util=$srcdir/util
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/vrma-scripts.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+passed=0
+failed=0
+fake=vrma-test-no-such-package
+check() { # name, command...
+	local name=$1
+	shift
+	if "$@"; then
+		echo "PASS: $name"
+		passed=$((passed + 1))
+	else
+		echo "FAIL: $name"
+		failed=$((failed + 1))
+	fi
+}
+# run OUT_PREFIX COMMAND...: stdout and stderr into files, status into $rc.
+run() {
+	local p=$1
+	shift
+	rc=0
+	"$@" >"$p.out" 2>"$p.err" </dev/null || rc=$?
+}
+show() { # on failure, what the command said
+	echo "  exit $rc; stdout:"
+	sed 's/^/    /' "$1.out"
+	echo "  stderr:"
+	sed 's/^/    /' "$1.err"
+	return 1
+}
+# errors FILE: the number of lines reporting an error.
+errors() { grep -c ': error: ' "$1"; }
+
+# Every script is valid bash/sh and sources the strict-mode library.
+syntax() {
+	local f ok=0
+	for f in "$util"/vrma-vm "$util"/vrma-test "$util"/vrma-quickstart "$util"/install-deps \
+		"$util"/vrma-fabtests "$util"/vrma-compare "$util"/vrma-fresh-check; do
+		bash -n "$f" || ok=1
+		grep -q 'vrma-lib.sh' "$f" || { echo "  $f does not source vrma-lib.sh"; ok=1; }
+	done
+	return $ok
+}
+check "util scripts parse and use the strict-mode library" syntax
+
+# install-deps --dry-run: the missing package is reported, nothing changes.
+deps_dry() {
+	run "$tmp/d" env VRMA_EXTRA_PACKAGES="$fake" "$util/install-deps" --dry-run
+	[[ $rc -eq 0 ]] && grep -q "^install-deps: would install:.* $fake\$" "$tmp/d.err" || show "$tmp/d"
+}
+check "install-deps --dry-run reports a package that is not installed" deps_dry
+
+# vrma-vm --dry-run: the extra package is reported as "would install" and
+# the script goes on to the kernel and the boot, where it stops.
+vm_dry() {
+	run "$tmp/v" env VRMA_VM_CACHE="$tmp/cache" VRMA_VM_EXTRA_PACKAGES="$fake" \
+		"$util/vrma-vm" --dry-run true
+	[[ $rc -eq 0 ]] &&
+		grep -q "^install-deps: would install:.* $fake\$" "$tmp/v.err" &&
+		grep -q '^vrma-vm: would \(fetch kernel\|run apt-get update\)' "$tmp/v.err" &&
+		grep -q '^vrma-vm: dry run: stopping before the boot' "$tmp/v.err" &&
+		[[ $(errors "$tmp/v.err") -eq 0 ]] || show "$tmp/v"
+}
+check "vrma-vm --dry-run reports the missing package and goes on to the boot" vm_dry
+
+# A package apt cannot install: one line that names it, non-zero status.
+deps_fail() {
+	run "$tmp/f" env VRMA_EXTRA_PACKAGES="$fake" "$util/install-deps"
+	[[ $rc -ne 0 ]] && [[ $(errors "$tmp/f.err") -eq 1 ]] &&
+		grep -q "^install-deps: error: apt-get install failed for .*$fake.*Unable to locate package $fake" "$tmp/f.err" ||
+		show "$tmp/f"
+}
+check "install-deps names the package it cannot install, in one line" deps_fail
+
+# An unreachable kernel package: vrma-vm stops with one line naming it.
+kernel_fail() {
+	local k=linux-image-vrma-test-missing
+	run "$tmp/k" env VRMA_VM_CACHE="$tmp/cache" VRMA_VM_KERNEL_PKG=$k VRMA_VM_FORCE=1 \
+		"$util/vrma-vm" true
+	[[ $rc -eq 125 ]] && [[ $(errors "$tmp/k.err") -eq 1 ]] &&
+		grep -q "^vrma-vm: error: apt-get download $k failed: .*$k" "$tmp/k.err" || show "$tmp/k"
+}
+check "vrma-vm names an unreachable kernel package in one line (exit 125)" kernel_fail
+
+# The library itself: a failure inside a command substitution's pipeline
+# (the trap of issue 10) ends the script with a line naming the command;
+# vrma_die says its own line once; vrma_exit passes a status silently.
+lib_trap() {
+	cat >"$tmp/t.sh" <<EOF
+VRMA_PROG=t
+. "$util/vrma-lib.sh"
+x=\$(false | cat)
+echo "not reached"
+EOF
+	run "$tmp/t" bash "$tmp/t.sh"
+	[[ $rc -ne 0 ]] && [[ ! -s $tmp/t.out ]] && [[ $(wc -l <"$tmp/t.err") -eq 1 ]] &&
+		grep -q '^t: error: line 3: `x=$(false | cat)` failed' "$tmp/t.err" || show "$tmp/t"
+}
+check "a failing pipeline in a command substitution ends with one line naming it" lib_trap
+lib_die() {
+	printf 'VRMA_PROG=t\n. "%s/vrma-lib.sh"\nvrma_die "cannot frob" 7\n' "$util" >"$tmp/u.sh"
+	run "$tmp/u" bash "$tmp/u.sh"
+	[[ $rc -eq 7 ]] && [[ $(cat "$tmp/u.err") == "t: error: cannot frob" ]] || show "$tmp/u"
+}
+check "vrma_die prints exactly its own line" lib_die
+lib_exit() {
+	printf 'VRMA_PROG=t\n. "%s/vrma-lib.sh"\nvrma_exit 3\n' "$util" >"$tmp/e.sh"
+	run "$tmp/e" bash "$tmp/e.sh"
+	[[ $rc -eq 3 ]] && [[ ! -s $tmp/e.err ]] || show "$tmp/e"
+}
+check "vrma_exit passes a status without a line" lib_exit
+
+# The fabtests list parses: every pattern has a reason line above it.
+list_ok() {
+	awk '/^#/ {r = $0; next} NF {if (r == "") {print "  no reason for: " $0; bad = 1} r = ""; next} {r = ""}
+		END {exit bad}' "$srcdir/test/fabtests/vrma.list"
+}
+check "test/fabtests/vrma.list gives a reason for every pattern" list_ok
+
+# Without the tarball, fabtests are skipped with one line.
+ft_skip() {
+	run "$tmp/s" env VRMA_FABTESTS_TARBALL="$tmp/none.tar.gz" "$util/vrma-fabtests" build
+	[[ $rc -eq 0 ]] && [[ $(cat "$tmp/s.out") == "fabtests: skipped: $tmp/none.tar.gz not found"* ]] || show "$tmp/s"
+}
+check "vrma-fabtests without the tarball says it skips, in one line" ft_skip
+
+echo "$passed passed, $failed failed"
+[[ $failed -eq 0 ]]

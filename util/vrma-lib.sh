@@ -1,0 +1,90 @@
+# shellcheck shell=bash
+# Sourced by the scripts under util/ (bash): strict mode that never exits
+# silently. Any command that fails under `set -e` -- including one whose
+# failure surfaces only through a command substitution or a pipeline
+# (pipefail) -- ends the script with exactly one line on stderr naming the
+# command and its line:
+#   PROG: error: line N: `COMMAND` failed (exit S)
+# Failures the script explains itself go through vrma_die, which prints its
+# own one line instead.
+#
+# Hazards this closes: `x=$(a | b)` under pipefail exits when `a` fails even
+# though `b` succeeded, and a command substitution's failure carries no
+# message of its own; both used to end scripts with nothing printed.
+#
+# Contract for the sourcing script:
+# - set VRMA_PROG before sourcing to name itself (default: basename of $0);
+# - set VRMA_FAIL_STATUS to replace the status of unexplained failures
+#   (vrma-vm uses 125, "the VM failed");
+# - register cleanup with vrma_at_exit instead of `trap ... EXIT`;
+# - commands whose failure is expected go in `if`, `||` or `&&` (`|| true`),
+#   where neither set -e nor the ERR trap acts.
+set -Eeuo pipefail
+
+VRMA_PROG=${VRMA_PROG:-${0##*/}}
+_vrma_cmd=""
+_vrma_line=""
+_vrma_said=0
+_vrma_exit_hooks=()
+
+vrma_log() { printf '%s: %s\n' "$VRMA_PROG" "$*" >&2; }
+
+# vrma_die MESSAGE [STATUS]: one line, then exit (default status 1, or
+# VRMA_FAIL_STATUS).
+vrma_die() {
+	printf '%s: error: %s\n' "$VRMA_PROG" "$1" >&2
+	_vrma_said=1
+	exit "${2:-${VRMA_FAIL_STATUS:-1}}"
+}
+
+# vrma_exit STATUS: exit with STATUS, already explained (or the status of
+# a command run on the caller's behalf): no line is added.
+vrma_exit() {
+	_vrma_said=1
+	exit "$1"
+}
+
+# vrma_at_exit COMMAND...: run at exit, last registered first.
+vrma_at_exit() { _vrma_exit_hooks=("$*" "${_vrma_exit_hooks[@]}"); }
+
+# The ERR trap is inherited by functions and subshells (-E); it only
+# records. The EXIT trap reports, once, in the main shell.
+trap '_vrma_cmd=$BASH_COMMAND _vrma_line=$LINENO' ERR
+_vrma_on_exit() {
+	local rc=$1 hook
+	trap - ERR
+	set +e
+	for hook in "${_vrma_exit_hooks[@]}"; do eval "$hook"; done
+	if ((rc != 0 && !_vrma_said)) && [[ $BASHPID == "$$" ]]; then
+		if [[ -n $_vrma_cmd ]]; then
+			printf '%s: error: line %s: `%s` failed (exit %s)\n' \
+				"$VRMA_PROG" "$_vrma_line" "$_vrma_cmd" "$rc" >&2
+		else
+			printf '%s: error: exit %s\n' "$VRMA_PROG" "$rc" >&2
+		fi
+		if [[ -n ${VRMA_FAIL_STATUS:-} ]]; then rc=$VRMA_FAIL_STATUS; fi
+	fi
+	exit "$rc"
+}
+trap '_vrma_on_exit $?' EXIT
+
+# apt_errors FILE: apt's own error lines from FILE, joined on one line.
+apt_errors() {
+	local e
+	e=$(grep -E '^(E|Err):' "$1" 2>/dev/null | head -n 3 | tr '\n' ' ') || true
+	printf '%s' "${e% }"
+}
+
+# vrma_build TOP: installs what building vrma needs, then configures (once)
+# and builds in TOP/build. Each failing step says so in one line.
+vrma_build() {
+	local top=$1 jobs
+	"$top/util/install-deps" || vrma_exit 1
+	if [[ ! -x $top/configure ]]; then (cd "$top" && ./autogen.sh) || vrma_die "./autogen.sh failed"; fi
+	mkdir -p "$top/build"
+	if [[ ! -f $top/build/Makefile ]]; then
+		(cd "$top/build" && ../configure) || vrma_die "configure failed (see build/config.log)"
+	fi
+	jobs=$(nproc 2>/dev/null) || jobs=2
+	make -C "$top/build" -j"$jobs" || vrma_die "make failed"
+}
