@@ -6,6 +6,14 @@ set -eu
 builddir=${VRMA_BUILDDIR:-$(pwd)}
 srcdir=${VRMA_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}
 export VRMA_BUILDDIR="$builddir"
+# fabtests are built on the host, once (util/vrma-fabtests caches them), and
+# run in the same boot as the device tests; without the tarball the build
+# step prints the one line that says it skips them.
+ft=$("$srcdir/util/vrma-fabtests" build) || { echo "FAIL: building fabtests"; exit 1; }
+case $ft in
+"fabtests: skipped"*) export VRMA_FABTESTS_SKIPPED="$ft" ;;
+*) export VRMA_FABTESTS_BIN="$ft" ;;
+esac
 if [ -z "${VRMA_VM_FORCE:-}" ] && [ -n "$(ls /sys/class/infiniband 2>/dev/null)" ]; then
 	echo "device.sh: RDMA device present, running on the host"
 	exec sh "$srcdir/test/device/run-in-vm.sh"
@@ -14,4 +22,6 @@ fi
 # the working directory is shared writable: run a copy from the build tree.
 cd "$builddir"
 cp "$srcdir/test/device/run-in-vm.sh" test/run-in-vm.sh
-exec "$srcdir/util/vrma-vm" --timeout "${VRMA_VM_TIMEOUT:-2400}" -- sh test/run-in-vm.sh
+# fabtests register 2 x 64 x 8 MiB per process (their window of their
+# largest size): two processes need over 2 GiB of guest memory.
+exec "$srcdir/util/vrma-vm" --timeout "${VRMA_VM_TIMEOUT:-2400}" --mem "${VRMA_VM_MEM:-6144}" -- sh test/run-in-vm.sh

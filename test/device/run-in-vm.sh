@@ -75,5 +75,17 @@ bench "inject_write rate --more" -p vrma -o inject_write -m rate --more -I 1000
 bench "write bw --delivery-complete" -p vrma -m bw -S 4096 -I 400 --delivery-complete
 bench "inject_write rate (verbs)" -p verbs -o inject_write -m rate -I 1000
 
+# 5. fabtests (unit, functional, short) against -p vrma, judged by
+# test/fabtests/vrma.list; device.sh built them on the host.
+if [ -n "${VRMA_FABTESTS_BIN:-}" ]; then
+	if "${VRMA_SRCDIR:-$builddir/..}/util/vrma-fabtests" run --out "$builddir/test/fabtests-run"; then
+		pass "fabtests against -p vrma (test/fabtests/vrma.list)"
+	else
+		fail "fabtests against -p vrma (test/fabtests/vrma.list)"
+	fi
+elif [ -n "${VRMA_FABTESTS_SKIPPED:-}" ]; then
+	echo "$VRMA_FABTESTS_SKIPPED"
+fi
+
 echo "tools: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]
