@@ -13,3 +13,7 @@ Suite *errno_suite();
 Suite *slot_ring_suite();
 Suite *persist_suite();
 Suite *wire_suite();
+Suite *tag_match_suite();
+Suite *reg_cache_suite();
+Suite *rdm_wire_suite();
+Suite *av_table_suite();

@@ -1,0 +1,559 @@
+// What vrma's RDM endpoint puts on the wire, and the addresses it names peers
+// by. An RDM endpoint reaches each peer over one RC connection, made on demand
+// with rdma_cm: the connect request carries an RdmConnHeader, and every send
+// on the connection starts with an RdmHeader.
+//
+// Conventions (those of prov/vrma/vrma_wire.h, made stricter):
+//  - Every format has a fixed layout, written byte by byte by an encode
+//    function and read back by a decode function. No struct is copied to or
+//    from the wire, so host padding and byte order never leak; the structs
+//    below are the decoded, host-order form.
+//  - Multi-byte integers are little-endian; IP addresses are in network order,
+//    as in a sockaddr.
+//  - Each format has a version byte; decode refuses any version but its own.
+//  - decode returns false on anything malformed: a short (or, where the length
+//    is fixed, a long) buffer, an unknown magic, version, type, flag or status,
+//    a non-zero reserved byte, a length or count out of range. A malformed
+//    message means the peer does not speak this protocol (or memory was
+//    corrupted): the caller drops the connection instead of guessing. On
+//    false, the outputs are unspecified.
+//  - encode functions do not check their input (they are on the send path):
+//    what they are given must satisfy what decode checks.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string_view>
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+namespace vrma::rdm {
+
+// Little-endian integers at any alignment.
+namespace le {
+inline void put16(uint8_t *p, uint16_t v) noexcept
+{
+	p[0] = static_cast<uint8_t>(v);
+	p[1] = static_cast<uint8_t>(v >> 8);
+}
+inline void put32(uint8_t *p, uint32_t v) noexcept
+{
+	for (int i = 0; i < 4; i++)
+		p[i] = static_cast<uint8_t>(v >> (8 * i));
+}
+inline void put64(uint8_t *p, uint64_t v) noexcept
+{
+	for (int i = 0; i < 8; i++)
+		p[i] = static_cast<uint8_t>(v >> (8 * i));
+}
+inline uint16_t get16(const uint8_t *p) noexcept
+{
+	return static_cast<uint16_t>(p[0] | p[1] << 8);
+}
+inline uint32_t get32(const uint8_t *p) noexcept
+{
+	uint32_t v = 0;
+	for (int i = 3; i >= 0; i--)
+		v = v << 8 | p[i];
+	return v;
+}
+inline uint64_t get64(const uint8_t *p) noexcept
+{
+	uint64_t v = 0;
+	for (int i = 7; i >= 0; i--)
+		v = v << 8 | p[i];
+	return v;
+}
+} // namespace le
+
+// ---------------------------------------------------------------------------
+// Addresses
+
+// An RDM endpoint's address: what the application inserts into an address
+// vector and fi_getname returns, and what a connecting endpoint announces as
+// its own.
+//
+// Canonical form (valid() checks it; from_sockaddr and parse_addr produce it):
+//  - family is AF_INET or AF_INET6;
+//  - an IPv4 address sits in addr[0..3] with addr[4..15] zero;
+//  - an IPv4-mapped IPv6 address (::ffff:a.b.c.d) is stored as AF_INET, so a
+//    peer is the same key however it was spelled (rdma_cm on an IPv6 socket
+//    reports IPv4 peers in the mapped form).
+// Equality and hashing are by value, which relies on the canonical form.
+//
+// Not kept: sin6_flowinfo and sin6_scope_id. A link-local IPv6 address needs a
+// scope to be reached, so from_sockaddr refuses a non-zero scope id rather
+// than drop it silently.
+struct RdmAddr {
+	uint16_t family = AF_UNSPEC; // AF_INET or AF_INET6
+	uint16_t port = 0;           // host byte order
+	uint8_t addr[16] = {};       // network byte order
+
+	friend bool operator==(const RdmAddr &, const RdmAddr &) = default;
+};
+
+// The family as it travels: 4 or 6 (AF_INET6 differs between systems); 0 for
+// any other family.
+inline constexpr uint8_t wire_family(uint16_t family) noexcept
+{
+	return family == AF_INET ? 4 : family == AF_INET6 ? 6 : 0;
+}
+
+inline bool is_v4_mapped(const uint8_t *a16) noexcept
+{
+	static constexpr uint8_t prefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+	return memcmp(a16, prefix, sizeof prefix) == 0;
+}
+
+// In canonical form (see RdmAddr).
+inline bool valid(const RdmAddr &a) noexcept
+{
+	static constexpr uint8_t zero[12] = {};
+	if (a.family == AF_INET)
+		return memcmp(a.addr + 4, zero, sizeof zero) == 0;
+	return a.family == AF_INET6 && !is_v4_mapped(a.addr);
+}
+
+// Valid, and something an endpoint can listen at and be connected to: a port
+// other than 0 and an address other than the unspecified one (0.0.0.0, ::).
+inline bool connectable(const RdmAddr &a) noexcept
+{
+	static constexpr uint8_t zero[16] = {};
+	return valid(a) && a.port != 0 && memcmp(a.addr, zero, sizeof zero) != 0;
+}
+
+// A total order, the same on every host: family (IPv4 first), then the address
+// bytes, then the port. <0, 0, >0 like memcmp.
+inline int compare(const RdmAddr &a, const RdmAddr &b) noexcept
+{
+	const int fa = wire_family(a.family), fb = wire_family(b.family);
+	if (fa != fb)
+		return fa < fb ? -1 : 1;
+	if (const int c = memcmp(a.addr, b.addr, sizeof a.addr))
+		return c;
+	if (a.port != b.port)
+		return a.port < b.port ? -1 : 1;
+	return 0;
+}
+
+struct RdmAddrHash {
+	size_t operator()(const RdmAddr &a) const noexcept
+	{
+		// splitmix64's finaliser over family/port and the two address halves.
+		auto mix = [](uint64_t x) {
+			x ^= x >> 30;
+			x *= 0xbf58476d1ce4e5b9ULL;
+			x ^= x >> 27;
+			x *= 0x94d049bb133111ebULL;
+			return x ^ (x >> 31);
+		};
+		uint64_t w0, w1;
+		memcpy(&w0, a.addr, 8);
+		memcpy(&w1, a.addr + 8, 8);
+		uint64_t h = mix(uint64_t(a.family) << 16 | a.port);
+		h = mix(h ^ w0);
+		return static_cast<size_t>(mix(h ^ w1));
+	}
+};
+
+// sockaddr_in / sockaddr_in6 -> canonical RdmAddr. len is the caller's buffer
+// length (it must hold the family's whole struct). False for another family, a
+// short buffer or an IPv6 scope id.
+bool from_sockaddr(const sockaddr *sa, size_t len, RdmAddr &out) noexcept;
+
+// RdmAddr -> sockaddr_in (AF_INET) or sockaddr_in6 (AF_INET6, flowinfo and
+// scope 0), zero-filled around it. Returns the sockaddr's length, 0 (out
+// untouched) if a is not valid.
+size_t to_sockaddr(const RdmAddr &a, sockaddr_storage &out) noexcept;
+
+// libfabric's FI_ADDR_STR form, as its fi_av_straddr writes it:
+//   fi_sockaddr_in://1.2.3.4:5678
+//   fi_sockaddr_in6://[::1]:5678
+// (an IPv4-mapped IPv6 address is written in the first form: see RdmAddr).
+// kAddrStrMax holds the longest one and its NUL.
+inline constexpr size_t kAddrStrMax =
+	sizeof("fi_sockaddr_in6://[ffff:ffff:ffff:ffff:ffff:ffff:255.255.255.255]:65535");
+
+// Writes a's string and a NUL into buf, truncated to size - 1 characters
+// (nothing when size is 0), like snprintf. Returns the whole string's length
+// without the NUL, which is >= size when it was truncated; 0 if a is not
+// valid (buf then holds "" when size > 0).
+size_t format_addr(const RdmAddr &a, char *buf, size_t size) noexcept;
+
+// Parses the FI_ADDR_STR form (the exact prefixes above, a numeric address as
+// inet_pton takes it, in brackets for IPv6, then ':' and a decimal port of 1-5
+// digits up to 65535, nothing after). Stricter than libfabric's own parser,
+// which takes a missing address or port as 0: here both are required. No
+// scope ("%eth0"), no host names. The result is canonical; port 0 and the
+// unspecified address parse (they are addresses, just not connectable ones).
+bool parse_addr(std::string_view s, RdmAddr &out) noexcept;
+
+// fi_av_insertsvc / fi_av_insertsym's node and service: a numeric IPv4 or
+// IPv6 address (no brackets, no host names: rdma_cm addresses are resolved by
+// the application) and a decimal port.
+bool parse_node_service(const char *node, const char *service, RdmAddr &out) noexcept;
+
+// fi_av_insertsym's address number node_index * svccnt + service_index: base
+// with the IP address, read as one big-endian integer, increased by node_index
+// and the port by service_index. False if either runs past its last value
+// (255.255.255.255, ffff:...:ffff, port 65535) or base is not valid.
+bool nth_addr(const RdmAddr &base, uint64_t node_index, uint64_t service_index,
+	      RdmAddr &out) noexcept;
+
+// ---------------------------------------------------------------------------
+// Connection header: the rdma_cm private data of an RDM connect request, and
+// of the acceptor's answer (rdma_accept) with kConnFlagAccept.
+//
+//   0  u8   kConnMagic (differs from the MSG endpoint's wire::kCmMagic, so
+//           neither kind of endpoint accepts the other's requests)
+//   1  u8   kConnVersion
+//   2  u8   flags (kConnFlag*)
+//   3  u8   family of addr: 4 or 6 (wire_family)
+//   4  u16  port of addr
+//   6  u16  reserved, 0
+//   8  16   addr: the sender's own listening address, network order (IPv4 in
+//           the first 4 bytes, the rest 0)
+//   24 u64  nonce: the sender endpoint's instance id, random, never 0
+//   32
+//
+// The address is the sender's *listening* address (what its fi_getname
+// returns and peers insert into their AVs), not the source address of the
+// connection, which has an ephemeral port: the acceptor looks it up in its AV
+// (AvTable::reverse) to report FI_SOURCE, and to find its own state for that
+// peer.
+//
+// The nonce, drawn once per endpoint (draw again on 0), tells:
+//  - a restarted peer: a request from a known address with another nonce
+//    comes from a new incarnation; what was kept for the old one (the
+//    connection, message ids, acknowledgements due) is stale;
+//  - which of two crossing connections to keep (keep_initiated).
+inline constexpr uint8_t kConnMagic = 0xA8;
+inline constexpr uint8_t kConnVersion = 1;
+inline constexpr size_t kConnHeaderBytes = 32;
+// rdma_cm leaves 56 bytes of an IB/RoCE connect request (REQ) to its user; the
+// header keeps 8 of them free for later.
+inline constexpr size_t kConnPrivateDataMax = 56;
+static_assert(kConnHeaderBytes <= 48 && kConnHeaderBytes <= kConnPrivateDataMax,
+	      "RdmConnHeader fits an RC connect request's private data");
+
+// Flags are capabilities and roles: a receiver ignores the ones it does not
+// know (decode passes them through), so a newer peer may announce more.
+inline constexpr uint8_t kConnFlagAccept = 1 << 0; // this is the acceptor's answer
+static_assert(24 + sizeof(uint64_t) == kConnHeaderBytes, "the nonce ends the header");
+
+struct RdmConnHeader {
+	uint8_t flags = 0;
+	RdmAddr addr;       // sender's listening address; connectable()
+	uint64_t nonce = 0; // sender's instance id; not 0
+};
+
+// Writes kConnHeaderBytes into buf. False (nothing written) if h.addr is not
+// connectable or h.nonce is 0: the peer would refuse it.
+inline bool encode_conn_header(uint8_t *buf, const RdmConnHeader &h) noexcept
+{
+	if (!connectable(h.addr) || h.nonce == 0)
+		return false;
+	buf[0] = kConnMagic;
+	buf[1] = kConnVersion;
+	buf[2] = h.flags;
+	buf[3] = wire_family(h.addr.family);
+	le::put16(buf + 4, h.addr.port);
+	le::put16(buf + 6, 0);
+	memcpy(buf + 8, h.addr.addr, 16);
+	le::put64(buf + 24, h.nonce);
+	return true;
+}
+
+// Parses private data of len bytes (rdma_cm pads it to the transport's
+// maximum, so longer is fine). Refuses a non-canonical or unconnectable
+// address and a zero nonce as well as the usual.
+inline bool decode_conn_header(const uint8_t *buf, size_t len, RdmConnHeader &h) noexcept
+{
+	if (len < kConnHeaderBytes || buf[0] != kConnMagic || buf[1] != kConnVersion ||
+	    le::get16(buf + 6) != 0)
+		return false;
+	RdmAddr a;
+	if (buf[3] == 4)
+		a.family = AF_INET;
+	else if (buf[3] == 6)
+		a.family = AF_INET6;
+	else
+		return false;
+	a.port = le::get16(buf + 4);
+	memcpy(a.addr, buf + 8, 16);
+	const uint64_t nonce = le::get64(buf + 24);
+	if (!connectable(a) || nonce == 0)
+		return false;
+	h.flags = buf[2];
+	h.addr = a;
+	h.nonce = nonce;
+	return true;
+}
+
+// Two endpoints that connect to each other at once end up with two
+// connections; each keeps exactly one, the same one: the connection initiated
+// by the side whose (address, nonce) is smaller (compare(), then the nonce).
+// Returns true when the connection self initiated is the one to keep (and the
+// one it accepted from peer is to be dropped), false for the reverse.
+//
+// Both sides must order the same two pairs: self is what the caller put in
+// its own RdmConnHeader, peer what it decoded from the peer's (not the AV's
+// entry, which may be spelled differently or stale). For distinct pairs,
+// keep_initiated(a, b) == !keep_initiated(b, a). Equal pairs are an endpoint
+// that connected to itself: one connection seen from both ends, nothing to
+// drop; the caller must recognise that case first (false is returned).
+inline bool keep_initiated(const RdmAddr &self, uint64_t self_nonce, const RdmAddr &peer,
+			   uint64_t peer_nonce) noexcept
+{
+	const int c = compare(self, peer);
+	return c < 0 || (c == 0 && self_nonce < peer_nonce);
+}
+
+// ---------------------------------------------------------------------------
+// Message header: the first kRdmHeaderBytes of every send on an RDM
+// connection.
+//
+//   0  u8   type (MsgType)
+//   1  u8   kRdmVersion
+//   2  u8   flags (kFlag*), only those allowed for the type
+//   3  u8   status: RndvDone's RndvStatus; 0 in every other type
+//   4  u32  msg_id
+//   8  u64  tag: the tagged types' tag; 0 otherwise
+//   16 u64  cq_data: remote CQ data if kFlagCqData; 0 otherwise
+//   24 u64  length: the message's total length (Eager*, Rndv*); 0 otherwise
+//   32
+//
+// The types:
+//  - Eager, EagerTagged: the message's payload follows the header. A message
+//    longer than one receive buffer is cut into pieces, each a send with its
+//    own header carrying the same type, msg_id, tag, cq_data, length and
+//    flags except kFlagLastPiece, which only the final piece has (a one-piece
+//    message has it too). The pieces of one message are sent back to back on
+//    the connection (RC keeps them in order); the payload of a piece is what
+//    the receive got minus the header. Every piece carries at least one byte,
+//    except the only piece of an empty message. kFlagLastPiece is redundant
+//    with length on purpose: the receiver checks that they agree (a piece
+//    that ends the message without the flag, or the flag before the end, is
+//    a protocol error).
+//  - RndvRequest, RndvRequestTagged: a message too long for eager; the
+//    header is followed by the rendezvous body (encode_rndv_request): where
+//    the receiver reads the payload from, by RDMA read. The receiver answers
+//    with RndvDone once it is done reading (or gave up), after which the
+//    sender may complete its send and reuse its buffer.
+//  - RndvDone: msg_id is the request's; status says how the reads went.
+//    The payload has landed when it is sent, so it doubles as the delivery
+//    acknowledgement of the message (kFlagDeliveryComplete needs no more).
+//  - DeliveryAck: msg_id is that of an Eager* message sent with
+//    kFlagDeliveryComplete, which the receiver has placed in the
+//    application's buffer (or discarded, which counts as delivered).
+//
+// msg_id: chosen by the message's sender, unique among its messages on that
+// connection still waiting for an answer (a wrapping counter per connection
+// does); the answers (RndvDone, DeliveryAck) carry the id of the message they
+// answer, as the other side chose it.
+inline constexpr uint8_t kRdmVersion = 1;
+inline constexpr size_t kRdmHeaderBytes = 32;
+static_assert(24 + sizeof(uint64_t) == kRdmHeaderBytes, "length ends the header");
+
+enum class MsgType : uint8_t {
+	Eager = 1,
+	EagerTagged = 2,
+	RndvRequest = 3,
+	RndvRequestTagged = 4,
+	RndvDone = 5,
+	DeliveryAck = 6,
+};
+inline constexpr uint8_t kMsgTypeMax = 6;
+
+inline constexpr uint8_t kFlagCqData = 1 << 0;            // cq_data is remote CQ data
+inline constexpr uint8_t kFlagDeliveryComplete = 1 << 1;  // answer with DeliveryAck
+inline constexpr uint8_t kFlagLastPiece = 1 << 2;         // an eager message's final piece
+
+enum class RndvStatus : uint8_t {
+	Ok = 0,          // read (also: the receiver truncated or discarded it; the
+			 // sender's send succeeded either way)
+	AccessError = 1, // a read was refused (remote access error: key or range)
+	Failed = 2,      // the receiver could not read for another reason
+};
+inline constexpr uint8_t kRndvStatusMax = 2;
+
+struct RdmHeader {
+	MsgType type = MsgType::Eager;
+	uint8_t flags = 0;
+	uint8_t status = 0; // RndvStatus, RndvDone only
+	uint32_t msg_id = 0;
+	uint64_t tag = 0;
+	uint64_t cq_data = 0;
+	uint64_t length = 0;
+};
+
+inline constexpr bool is_tagged(MsgType t) noexcept
+{
+	return t == MsgType::EagerTagged || t == MsgType::RndvRequestTagged;
+}
+inline constexpr bool is_eager(MsgType t) noexcept
+{
+	return t == MsgType::Eager || t == MsgType::EagerTagged;
+}
+inline constexpr bool is_rndv_request(MsgType t) noexcept
+{
+	return t == MsgType::RndvRequest || t == MsgType::RndvRequestTagged;
+}
+
+// The flags a type may carry. A rendezvous request may carry
+// kFlagDeliveryComplete (the application asked for it), though its RndvDone
+// answers it anyway.
+inline constexpr uint8_t allowed_flags(MsgType t) noexcept
+{
+	if (is_eager(t))
+		return kFlagCqData | kFlagDeliveryComplete | kFlagLastPiece;
+	if (is_rndv_request(t))
+		return kFlagCqData | kFlagDeliveryComplete;
+	return 0;
+}
+
+// Writes kRdmHeaderBytes into buf.
+inline void encode_header(uint8_t *buf, const RdmHeader &h) noexcept
+{
+	buf[0] = static_cast<uint8_t>(h.type);
+	buf[1] = kRdmVersion;
+	buf[2] = h.flags;
+	buf[3] = h.status;
+	le::put32(buf + 4, h.msg_id);
+	le::put64(buf + 8, h.tag);
+	le::put64(buf + 16, h.cq_data);
+	le::put64(buf + 24, h.length);
+}
+
+// Rendezvous body, after the header of an Rndv* request:
+//
+//   0  u8   count: 1..kMaxRndvSegments
+//   1  7    reserved, 0
+//   8       count segments of 24 bytes:
+//           0 u64 addr, 8 u64 len (> 0), 16 u32 rkey, 20 u32 reserved (0)
+//
+// The segments, in order, hold the message (the header's length is their sum:
+// the sender leaves out empty iov entries). The message's total length and
+// the sender's message id are the header's length and msg_id.
+inline constexpr size_t kMaxRndvSegments = 4;
+inline constexpr size_t kRndvBodyHeadBytes = 8;
+inline constexpr size_t kRndvSegmentBytes = 24;
+inline constexpr size_t kRndvMsgMin = kRdmHeaderBytes + kRndvBodyHeadBytes + kRndvSegmentBytes;
+inline constexpr size_t kRndvMsgMax =
+	kRdmHeaderBytes + kRndvBodyHeadBytes + kMaxRndvSegments * kRndvSegmentBytes;
+static_assert(kRndvMsgMax == 136, "the rendezvous request is a wire format");
+
+inline constexpr size_t rndv_msg_bytes(size_t count) noexcept
+{
+	return kRdmHeaderBytes + kRndvBodyHeadBytes + count * kRndvSegmentBytes;
+}
+
+struct RndvSegment {
+	uint64_t addr = 0; // remote virtual address (or offset, as the MR mode says)
+	uint64_t len = 0;
+	uint32_t rkey = 0;
+};
+
+// Parses the header of a received send of len bytes (header and payload),
+// checking what the header alone tells: for Eager*, that the piece's payload
+// fits the message's length (and is not empty unless the message is); for
+// RndvDone and DeliveryAck, that nothing follows; for Rndv*, that length is
+// not 0 and the body's minimum follows. An Rndv* request's body is checked
+// by decode_rndv_request, which the caller uses for those types.
+inline bool decode_header(const uint8_t *buf, size_t len, RdmHeader &h) noexcept
+{
+	if (len < kRdmHeaderBytes || buf[0] == 0 || buf[0] > kMsgTypeMax ||
+	    buf[1] != kRdmVersion)
+		return false;
+	h.type = static_cast<MsgType>(buf[0]);
+	h.flags = buf[2];
+	h.status = buf[3];
+	h.msg_id = le::get32(buf + 4);
+	h.tag = le::get64(buf + 8);
+	h.cq_data = le::get64(buf + 16);
+	h.length = le::get64(buf + 24);
+	if ((h.flags & ~allowed_flags(h.type)) || (!is_tagged(h.type) && h.tag != 0) ||
+	    (!(h.flags & kFlagCqData) && h.cq_data != 0))
+		return false;
+	if (h.type == MsgType::RndvDone ? h.status > kRndvStatusMax : h.status != 0)
+		return false;
+	const size_t payload = len - kRdmHeaderBytes;
+	if (is_eager(h.type))
+		return payload <= h.length &&
+		       (payload > 0 || (h.length == 0 && (h.flags & kFlagLastPiece)));
+	if (is_rndv_request(h.type))
+		return h.length > 0 && len >= kRndvMsgMin;
+	return payload == 0 && h.length == 0;
+}
+
+// Writes an Rndv* request (h and count segments, 1..kMaxRndvSegments) into buf
+// (kRndvMsgMax bytes); returns its length. h.length must be the segments' sum.
+inline size_t encode_rndv_request(uint8_t *buf, const RdmHeader &h, const RndvSegment *segs,
+				  size_t count) noexcept
+{
+	encode_header(buf, h);
+	uint8_t *body = buf + kRdmHeaderBytes;
+	memset(body, 0, kRndvBodyHeadBytes);
+	body[0] = static_cast<uint8_t>(count);
+	for (size_t i = 0; i < count; i++) {
+		uint8_t *s = body + kRndvBodyHeadBytes + i * kRndvSegmentBytes;
+		le::put64(s, segs[i].addr);
+		le::put64(s + 8, segs[i].len);
+		le::put32(s + 16, segs[i].rkey);
+		le::put32(s + 20, 0);
+	}
+	return rndv_msg_bytes(count);
+}
+
+// Parses a whole Rndv* request of len bytes: the header as decode_header does,
+// then exactly count segments (1..kMaxRndvSegments) into segs (room for
+// kMaxRndvSegments), none empty, whose lengths add up to the header's length
+// without overflowing.
+inline bool decode_rndv_request(const uint8_t *buf, size_t len, RdmHeader &h, RndvSegment *segs,
+				size_t &count) noexcept
+{
+	if (!decode_header(buf, len, h) || !is_rndv_request(h.type))
+		return false;
+	const uint8_t *body = buf + kRdmHeaderBytes;
+	const size_t n = body[0];
+	if (n == 0 || n > kMaxRndvSegments || len != rndv_msg_bytes(n))
+		return false;
+	for (size_t i = 1; i < kRndvBodyHeadBytes; i++)
+		if (body[i] != 0)
+			return false;
+	uint64_t sum = 0;
+	for (size_t i = 0; i < n; i++) {
+		const uint8_t *s = body + kRndvBodyHeadBytes + i * kRndvSegmentBytes;
+		const uint64_t slen = le::get64(s + 8);
+		if (slen == 0 || le::get32(s + 20) != 0 || slen > UINT64_MAX - sum)
+			return false;
+		sum += slen;
+		segs[i] = {le::get64(s), slen, le::get32(s + 16)};
+	}
+	if (sum != h.length)
+		return false;
+	count = n;
+	return true;
+}
+
+// The answers: a bare header each (kRdmHeaderBytes).
+inline void encode_rndv_done(uint8_t *buf, uint32_t msg_id, RndvStatus status) noexcept
+{
+	RdmHeader h;
+	h.type = MsgType::RndvDone;
+	h.status = static_cast<uint8_t>(status);
+	h.msg_id = msg_id;
+	encode_header(buf, h);
+}
+
+inline void encode_delivery_ack(uint8_t *buf, uint32_t msg_id) noexcept
+{
+	RdmHeader h;
+	h.type = MsgType::DeliveryAck;
+	h.msg_id = msg_id;
+	encode_header(buf, h);
+}
+
+} // namespace vrma::rdm

@@ -1,0 +1,365 @@
+#include "reg_cache.h"
+
+#include <algorithm>
+#include <iterator>
+#include <new>
+
+namespace vrma {
+
+// ---- RegRetired ----
+
+RegRetired::RegRetired(RegRetired &&other) noexcept
+	: head_(other.head_), tail_(other.tail_), count_(other.count_)
+{
+	other.head_ = other.tail_ = nullptr;
+	other.count_ = 0;
+}
+
+RegRetired &RegRetired::operator=(RegRetired &&other) noexcept
+{
+	if (this != &other) {
+		clear();
+		head_ = other.head_;
+		tail_ = other.tail_;
+		count_ = other.count_;
+		other.head_ = other.tail_ = nullptr;
+		other.count_ = 0;
+	}
+	return *this;
+}
+
+RegRetired::~RegRetired() { clear(); }
+
+void RegRetired::push(RegEntry *e) noexcept
+{
+	e->prev_ = nullptr;
+	e->next_ = nullptr;
+	if (tail_)
+		tail_->next_ = e;
+	else
+		head_ = e;
+	tail_ = e;
+	count_++;
+}
+
+void *RegRetired::pop() noexcept
+{
+	RegEntry *e = head_;
+	if (!e)
+		return nullptr;
+	head_ = e->next_;
+	if (!head_)
+		tail_ = nullptr;
+	count_--;
+	void *handle = e->handle_;
+	delete e;
+	return handle;
+}
+
+void RegRetired::clear() noexcept
+{
+	while (head_) {
+		RegEntry *next = head_->next_;
+		delete head_;
+		head_ = next;
+	}
+	tail_ = nullptr;
+	count_ = 0;
+}
+
+// ---- RegCache::List ----
+
+void RegCache::List::push_back(RegEntry *e) noexcept
+{
+	e->next_ = nullptr;
+	e->prev_ = tail;
+	if (tail)
+		tail->next_ = e;
+	else
+		head = e;
+	tail = e;
+	count++;
+}
+
+void RegCache::List::remove(RegEntry *e) noexcept
+{
+	if (e->prev_)
+		e->prev_->next_ = e->next_;
+	else
+		head = e->next_;
+	if (e->next_)
+		e->next_->prev_ = e->prev_;
+	else
+		tail = e->prev_;
+	e->prev_ = e->next_ = nullptr;
+	count--;
+}
+
+// ---- RegCache ----
+
+RegCache::RegCache(size_t page, size_t max_entries, size_t max_bytes) noexcept
+	: page_(page && (page & (page - 1)) == 0 ? page : kDefaultPage), max_entries_(max_entries),
+	  max_bytes_(max_bytes)
+{
+}
+
+RegCache::~RegCache()
+{
+	for (auto &kv : live_)
+		delete kv.second;
+	while (RegEntry *e = stale_.head) {
+		stale_.remove(e);
+		delete e;
+	}
+}
+
+bool RegCache::round(uintptr_t addr, size_t len, RegRange &out) const noexcept
+{
+	const uintptr_t mask = page_ - 1;
+	const size_t span = len ? len - 1 : 0; // last byte - first byte
+	if (addr > UINTPTR_MAX - span)
+		return false;
+	// A range in the top page would end at 2^64 (wrapping to 0).
+	const uintptr_t last_page_end = (addr + span) | mask;
+	if (last_page_end == UINTPTR_MAX)
+		return false;
+	out.start = addr & ~mask;
+	out.end = last_page_end + 1;
+	out.access = 0;
+	return true;
+}
+
+RegEntry *RegCache::covering(uintptr_t start, uintptr_t end) const noexcept
+{
+	// The only candidate is the last entry starting at or before `start`:
+	// any earlier one ends at or before that one's start.
+	auto it = live_.upper_bound(start);
+	if (it == live_.begin())
+		return nullptr;
+	RegEntry *e = std::prev(it)->second;
+	return e->end_ >= end ? e : nullptr;
+}
+
+RegCache::Map::const_iterator RegCache::first_touching(uintptr_t start,
+						       bool adjacent) const noexcept
+{
+	// Entries starting at or after `start` all end after it; of those
+	// starting before it, only the last can reach it (they are disjoint).
+	auto it = live_.lower_bound(start);
+	if (it != live_.begin()) {
+		auto prev = std::prev(it);
+		const uintptr_t end = prev->second->end_;
+		if (end > start || (adjacent && end == start))
+			return prev;
+	}
+	return it;
+}
+
+RegEntry *RegCache::lookup(uintptr_t addr, size_t len, uint64_t access) noexcept
+{
+	RegRange r;
+	RegEntry *e = round(addr, len, r) ? covering(r.start, r.end) : nullptr;
+	if (!e || (e->access_ & access) != access) {
+		counters_.misses++;
+		return nullptr;
+	}
+	if (e->refs_++ == 0)
+		lru_.remove(e);
+	counters_.hits++;
+	return e;
+}
+
+bool RegCache::merged_range(uintptr_t addr, size_t len, uint64_t access,
+			    RegRange &out) const noexcept
+{
+	if (!round(addr, len, out))
+		return false;
+	const uintptr_t lo = out.start;
+	const uintptr_t hi = out.end;
+	out.access = access;
+	// Bounded by the request, not by the growing union: not transitive.
+	for (auto it = first_touching(lo, true); it != live_.end() && it->second->start_ <= hi;
+	     ++it) {
+		const RegEntry *e = it->second;
+		out.start = std::min(out.start, e->start_);
+		out.end = std::max(out.end, e->end_);
+		out.access |= e->access_;
+	}
+	return true;
+}
+
+void RegCache::make_stale(RegEntry *e) noexcept
+{
+	e->stale_ = true;
+	stale_.push_back(e);
+	stale_bytes_ += e->len();
+}
+
+// `e` has just left the map.
+void RegCache::retire(RegEntry *e, RegRetired &out) noexcept
+{
+	live_bytes_ -= e->len();
+	if (e->refs_ == 0) {
+		lru_.remove(e);
+		out.push(e);
+	} else {
+		make_stale(e);
+	}
+}
+
+size_t RegCache::retire_range(uintptr_t start, uintptr_t end, RegRetired &out) noexcept
+{
+	size_t n = 0;
+	auto it = first_touching(start, false);
+	while (it != live_.end() && it->second->start_ < end) {
+		RegEntry *e = it->second;
+		it = live_.erase(it);
+		retire(e, out);
+		n++;
+	}
+	return n;
+}
+
+void RegCache::evict_one(RegRetired &out) noexcept
+{
+	RegEntry *e = lru_.head;
+	live_.erase(e->pos_);
+	retire(e, out);
+	counters_.evictions++;
+}
+
+bool RegCache::fits(size_t entries, size_t bytes) const noexcept
+{
+	return (max_entries_ == 0 || entries <= max_entries_) &&
+	       (max_bytes_ == 0 || bytes <= max_bytes_);
+}
+
+void RegCache::log_inval(uintptr_t start, uintptr_t end) noexcept
+{
+	epoch_++;
+	inval_log_[epoch_ % kInvalLog] = {start, end};
+}
+
+bool RegCache::raced(uint64_t since, uintptr_t start, uintptr_t end) const noexcept
+{
+	if (since == epoch_)
+		return false;
+	// Older than the log reaches (or not an epoch at all): assume the worst.
+	if (since > epoch_ || epoch_ - since > kInvalLog)
+		return true;
+	for (uint64_t ep = since + 1; ep <= epoch_; ep++) {
+		const Inval &v = inval_log_[ep % kInvalLog];
+		if (v.start < end && start < v.end)
+			return true;
+	}
+	return false;
+}
+
+RegEntry *RegCache::insert(uintptr_t start, uintptr_t end, uint64_t access, void *handle,
+			   uint64_t since, RegRetired &out) noexcept
+{
+	if (!handle || start >= end || !aligned(start) || !aligned(end))
+		return nullptr;
+	// Both allocations come first: running out of memory changes nothing.
+	auto *e = new (std::nothrow) RegEntry(start, end, access, handle);
+	if (!e)
+		return nullptr;
+	Map::node_type node;
+	try {
+		Map one;
+		one.emplace(start, e);
+		node = one.extract(one.begin());
+	} catch (...) {
+		delete e;
+		return nullptr;
+	}
+
+	const RegEntry *have = covering(start, end);
+	if (raced(since, start, end) || (have && (have->access_ & access) == access)) {
+		make_stale(e); // the unused node goes, `e` stays
+		counters_.stale_inserts++;
+	} else {
+		// Retiring the overlaps frees `start` in the map, so the node
+		// goes in (inserting a node does not allocate).
+		counters_.replaced += retire_range(start, end, out);
+		e->pos_ = live_.insert(std::move(node)).position;
+		live_bytes_ += e->len();
+	}
+	counters_.inserts++;
+	// The new entry is in use, so it is never the one evicted.
+	while (lru_.head && !fits(live_.size() + stale_.count, live_bytes_ + stale_bytes_))
+		evict_one(out);
+	return e;
+}
+
+void *RegCache::release(RegEntry *e) noexcept
+{
+	if (!e || e->refs_ == 0 || --e->refs_ > 0)
+		return nullptr;
+	if (!e->stale_) {
+		lru_.push_back(e);
+		return nullptr;
+	}
+	stale_.remove(e);
+	stale_bytes_ -= e->len();
+	void *handle = e->handle_;
+	delete e;
+	return handle;
+}
+
+size_t RegCache::invalidate(uintptr_t addr, size_t len, RegRetired &out) noexcept
+{
+	const uintptr_t mask = page_ - 1;
+	const size_t span = len ? len - 1 : 0;
+	const uintptr_t last = addr > UINTPTR_MAX - span ? UINTPTR_MAX : addr + span;
+	const uintptr_t start = addr & ~mask;
+	// No entry holds the top page (its end would be 2^64), so ending the
+	// range one byte short of 2^64 loses nothing.
+	const uintptr_t end = (last | mask) == UINTPTR_MAX ? UINTPTR_MAX : (last | mask) + 1;
+	log_inval(start, end);
+	const size_t n = retire_range(start, end, out);
+	counters_.invalidations += n;
+	return n;
+}
+
+bool RegCache::make_room(size_t bytes, RegRetired &out) noexcept
+{
+	auto fits_one_more = [&] {
+		const size_t held = live_bytes_ + stale_bytes_;
+		if (max_bytes_ && (bytes > max_bytes_ || held > max_bytes_ - bytes))
+			return false;
+		return max_entries_ == 0 || live_.size() + stale_.count < max_entries_;
+	};
+	while (lru_.head && !fits_one_more())
+		evict_one(out);
+	return fits_one_more();
+}
+
+size_t RegCache::evict_unused(RegRetired &out) noexcept
+{
+	size_t n = 0;
+	for (; lru_.head; n++)
+		evict_one(out);
+	return n;
+}
+
+size_t RegCache::flush(RegRetired &out) noexcept
+{
+	log_inval(0, UINTPTR_MAX);
+	const size_t n = retire_range(0, UINTPTR_MAX, out);
+	counters_.flushed += n;
+	return n;
+}
+
+RegCacheStats RegCache::stats() const noexcept
+{
+	RegCacheStats s = counters_;
+	s.entries = live_.size() + stale_.count;
+	s.bytes = live_bytes_ + stale_bytes_;
+	s.stale_entries = stale_.count;
+	s.stale_bytes = stale_bytes_;
+	s.unused_entries = lru_.count;
+	return s;
+}
+
+} // namespace vrma

@@ -1,0 +1,1253 @@
+// RegCache: page rounding, hits and misses, access flags, covering versus
+// partial overlap, merged ranges, invalidation of unused and in-use entries,
+// LRU eviction by count and by bytes, flush, the invalidation race on insert,
+// statistics, and a long random run checked against a naive model.
+#include "unit.h"
+#include "reg_cache.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <new>
+#include <random>
+#include <set>
+#include <vector>
+
+using vrma::RegCache;
+using vrma::RegCacheStats;
+using vrma::RegEntry;
+using vrma::RegRange;
+using vrma::RegRetired;
+
+// Counting (and, when armed, failing) global allocation: lookups must not
+// allocate, and an insert that runs out of memory must neither throw nor
+// change anything. Replaces the allocator of the whole unit test binary;
+// disarmed it only counts.
+namespace {
+size_t g_allocs = 0;
+long g_fail_in = -1; // allocations before one throws; -1 for never
+} // namespace
+
+// Out of line: GCC would otherwise see free() meet operator new's pointer
+// (-Wmismatched-new-delete) where the delete is inlined.
+__attribute__((noinline)) void *operator new(size_t n)
+{
+	g_allocs++;
+	if (g_fail_in == 0) {
+		g_fail_in = -1;
+		throw std::bad_alloc();
+	}
+	if (g_fail_in > 0)
+		g_fail_in--;
+	if (void *p = std::malloc(n ? n : 1))
+		return p;
+	throw std::bad_alloc();
+}
+// The standard's default does this too, but not every runtime's (ASan's).
+__attribute__((noinline)) void *operator new(size_t n, const std::nothrow_t &) noexcept
+{
+	try {
+		return ::operator new(n);
+	} catch (...) {
+		return nullptr;
+	}
+}
+__attribute__((noinline)) void operator delete(void *p) noexcept { std::free(p); }
+__attribute__((noinline)) void operator delete(void *p, size_t) noexcept { std::free(p); }
+
+namespace {
+
+constexpr size_t P = 4096;
+constexpr uintptr_t A = 0x40000000;	 // a page-aligned base address
+constexpr uint64_t R = 1, W = 2, RR = 4; // access bits (the cache gives them no meaning)
+
+void *H(uintptr_t n) { return reinterpret_cast<void *>(n); }
+uintptr_t id(const void *h) { return reinterpret_cast<uintptr_t>(h); }
+
+// Every handle in `out`, in order; leaves it empty.
+std::vector<uintptr_t> drain(RegRetired &out)
+{
+	std::vector<uintptr_t> v;
+	while (void *h = out.pop())
+		v.push_back(id(h));
+	return v;
+}
+
+// Caches handle `h` for [start, end) and drops the reference: an unused entry.
+RegEntry *add_unused(RegCache &c, uintptr_t start, uintptr_t end, uint64_t access, uintptr_t h)
+{
+	RegRetired out;
+	RegEntry *e = c.insert(start, end, access, H(h), c.epoch(), out);
+	ck_assert_ptr_nonnull(e);
+	ck_assert(out.empty());
+	ck_assert_ptr_null(c.release(e));
+	return e;
+}
+
+} // namespace
+
+START_TEST(reg_round_pages)
+{
+	RegCache c;
+	ck_assert_uint_eq(c.page(), 4096);
+	struct {
+		uintptr_t addr;
+		size_t len;
+		uintptr_t start, end;
+	} const cases[] = {
+		{0x1000, 0x1000, 0x1000, 0x2000},
+		{0x1001, 1, 0x1000, 0x2000},
+		{0x1000, 0x1001, 0x1000, 0x3000},
+		{0x1fff, 2, 0x1000, 0x3000},
+		{0x1fff, 1, 0x1000, 0x2000},
+		{0x1234, 0, 0x1000, 0x2000}, // len 0 is 1
+		{0, 1, 0, 0x1000},
+	};
+	for (const auto &t : cases) {
+		RegRange r;
+		ck_assert(c.round(t.addr, t.len, r));
+		ck_assert_msg(r.start == t.start && r.end == t.end,
+			      "%#lx+%zu: [%#lx, %#lx), want [%#lx, %#lx)", (unsigned long)t.addr,
+			      t.len, (unsigned long)r.start, (unsigned long)r.end,
+			      (unsigned long)t.start, (unsigned long)t.end);
+	}
+	// Wrapping ranges, and the top page (its end would be 2^64), are refused.
+	RegRange r;
+	ck_assert(!c.round(UINTPTR_MAX - 5, 10, r));
+	ck_assert(!c.round(UINTPTR_MAX - 10, 5, r));
+	ck_assert(c.round(UINTPTR_MAX - 0x2000, 10, r));
+	ck_assert_uint_eq(r.end, UINTPTR_MAX - 0xfff);
+
+	RegCache big(65536);
+	ck_assert(big.round(0x12345, 0x10000, r));
+	ck_assert_uint_eq(r.start, 0x10000);
+	ck_assert_uint_eq(r.end, 0x30000);
+	ck_assert_uint_eq(RegCache(3000).page(), RegCache::kDefaultPage);
+	ck_assert_uint_eq(RegCache(0).page(), RegCache::kDefaultPage);
+
+	// Lookups round the same way.
+	RegEntry *e = add_unused(c, 0x1000, 0x3000, R, 0x10);
+	RegEntry *h = c.lookup(0x1fff, 0x1001, R); // [0x1000, 0x3000)
+	ck_assert_ptr_eq(h, e);
+	c.release(h);
+	h = c.lookup(0x1000, 0, R);
+	ck_assert_ptr_eq(h, e);
+	c.release(h);
+	ck_assert_ptr_null(c.lookup(0x2fff, 2, R)); // [0x2000, 0x4000)
+	ck_assert_ptr_null(c.lookup(UINTPTR_MAX - 5, 10, 0));
+
+	// insert() takes page-aligned ranges only: the handle must cover every
+	// byte of every page the cache would serve from it.
+	RegRetired out;
+	const RegCacheStats before = c.stats();
+	ck_assert_ptr_null(c.insert(0x5001, 0x6000, R, H(0x20), c.epoch(), out));
+	ck_assert_ptr_null(c.insert(0x5000, 0x5fff, R, H(0x20), c.epoch(), out));
+	ck_assert_ptr_null(c.insert(0x5000, 0x5000, R, H(0x20), c.epoch(), out));
+	ck_assert_ptr_null(c.insert(0x6000, 0x5000, R, H(0x20), c.epoch(), out));
+	ck_assert_ptr_null(c.insert(0x5000, 0x6000, R, nullptr, c.epoch(), out));
+	ck_assert(out.empty());
+	ck_assert_uint_eq(c.stats().inserts, before.inserts);
+	ck_assert_uint_eq(c.stats().entries, 1);
+}
+END_TEST
+
+START_TEST(reg_hit_miss)
+{
+	RegCache c;
+	ck_assert_ptr_null(c.lookup(A, P, R));
+	RegRetired out;
+	RegEntry *e = c.insert(A, A + 2 * P, R, H(0x10), c.epoch(), out);
+	ck_assert_ptr_nonnull(e);
+	ck_assert_uint_eq(e->refs(), 1);
+	ck_assert_uint_eq(e->start(), A);
+	ck_assert_uint_eq(e->end(), A + 2 * P);
+	ck_assert_uint_eq(e->len(), 2 * P);
+	ck_assert_uint_eq(e->access(), R);
+	ck_assert_ptr_eq(e->handle(), H(0x10));
+	ck_assert(!e->stale());
+	ck_assert_uint_eq(c.stats().unused_entries, 0);
+
+	ck_assert_ptr_null(c.release(e));
+	ck_assert_uint_eq(e->refs(), 0);
+	ck_assert_uint_eq(c.stats().unused_entries, 1);
+
+	ck_assert_ptr_eq(c.lookup(A + 100, 200, R), e);
+	ck_assert_uint_eq(e->refs(), 1);
+	ck_assert_uint_eq(c.stats().unused_entries, 0);
+	ck_assert_ptr_eq(c.lookup(A + P, P, R), e);
+	ck_assert_uint_eq(e->refs(), 2);
+	ck_assert_ptr_null(c.release(e));
+	ck_assert_ptr_null(c.release(e));
+	ck_assert_uint_eq(e->refs(), 0);
+	ck_assert_ptr_null(c.lookup(A + 2 * P, 1, R));
+
+	const RegCacheStats s = c.stats();
+	ck_assert_uint_eq(s.hits, 2);
+	ck_assert_uint_eq(s.misses, 2);
+	ck_assert_uint_eq(s.inserts, 1);
+	ck_assert_uint_eq(s.entries, 1);
+	ck_assert_uint_eq(s.bytes, 2 * P);
+	ck_assert_uint_eq(s.unused_entries, 1);
+	ck_assert_uint_eq(s.stale_entries, 0);
+	ck_assert(out.empty());
+	RegRetired fl;
+	ck_assert_uint_eq(c.flush(fl), 1);
+	ck_assert(drain(fl) == std::vector<uintptr_t>{0x10});
+}
+END_TEST
+
+START_TEST(reg_access_flags)
+{
+	RegCache c;
+	RegEntry *ro = add_unused(c, A, A + 2 * P, R, 0x10);
+	RegEntry *rw = add_unused(c, A + 4 * P, A + 6 * P, R | W, 0x20);
+
+	// A read-only entry does not serve a write request.
+	ck_assert_ptr_null(c.lookup(A, P, W));
+	ck_assert_ptr_null(c.lookup(A, P, R | W));
+	ck_assert_ptr_null(c.lookup(A, P, RR));
+	RegEntry *e = c.lookup(A, P, R);
+	ck_assert_ptr_eq(e, ro);
+	c.release(e);
+	e = c.lookup(A, P, 0);
+	ck_assert_ptr_eq(e, ro);
+	c.release(e);
+	// A read-write one serves any subset.
+	for (uint64_t want : {uint64_t{0}, R, W, R | W}) {
+		e = c.lookup(A + 4 * P, 2 * P, want);
+		ck_assert_ptr_eq(e, rw);
+		c.release(e);
+	}
+	ck_assert_ptr_null(c.lookup(A + 4 * P, 2 * P, R | W | RR));
+
+	// On the write miss, the merged range asks for both accesses, and its
+	// entry replaces the read-only one.
+	RegRange m;
+	ck_assert(c.merged_range(A + 10, 20, W, m));
+	ck_assert_uint_eq(m.start, A);
+	ck_assert_uint_eq(m.end, A + 2 * P);
+	ck_assert_uint_eq(m.access, R | W);
+	RegRetired out;
+	RegEntry *n = c.insert(m.start, m.end, m.access, H(0x30), c.epoch(), out);
+	ck_assert_ptr_nonnull(n);
+	ck_assert(drain(out) == std::vector<uintptr_t>{0x10});
+	c.release(n);
+	e = c.lookup(A, P, R);
+	ck_assert_ptr_eq(e, n);
+	c.release(e);
+	e = c.lookup(A, P, W);
+	ck_assert_ptr_eq(e, n);
+	c.release(e);
+	ck_assert_uint_eq(c.stats().replaced, 1);
+	c.flush(out);
+	drain(out);
+}
+END_TEST
+
+START_TEST(reg_cover_vs_partial)
+{
+	RegCache c;
+	RegEntry *e = add_unused(c, A + P, A + 5 * P, R, 0x10);
+	struct {
+		uintptr_t addr;
+		size_t len;
+		bool hit;
+	} const cases[] = {
+		{A + P, 4 * P, true},	      // exactly
+		{A + 2 * P, 2 * P, true},     // inside
+		{A + 5 * P - 1, 1, true},     // last byte
+		{A + P - 1, 2, false},	      // starts a page early
+		{A + 4 * P, P + 1, false},    // ends a page late
+		{A, 6 * P, false},	      // contains it
+		{A + 5 * P, 1, false},	      // adjacent after
+		{A, P, false},		      // adjacent before
+		{A + 100 * P, 10 * P, false}, // elsewhere
+	};
+	for (const auto &t : cases) {
+		RegEntry *got = c.lookup(t.addr, t.len, R);
+		ck_assert_msg(got == (t.hit ? e : nullptr), "lookup(A%+ld, %zu): %p, want %s",
+			      (long)(t.addr - A), t.len, (void *)got,
+			      t.hit ? "the entry" : "a miss");
+		if (got)
+			c.release(got);
+	}
+	ck_assert_uint_eq(c.stats().hits, 3);
+	ck_assert_uint_eq(c.stats().misses, 6);
+	RegRetired out;
+	c.flush(out);
+	drain(out);
+}
+END_TEST
+
+START_TEST(reg_merged_range)
+{
+	RegCache c;
+	RegRange m;
+	// Nothing cached: the request's pages and access.
+	ck_assert(c.merged_range(A + 5, P, RR, m));
+	ck_assert_uint_eq(m.start, A);
+	ck_assert_uint_eq(m.end, A + 2 * P);
+	ck_assert_uint_eq(m.access, RR);
+	ck_assert(!c.merged_range(UINTPTR_MAX - 5, 10, R, m));
+
+	add_unused(c, A, A + 2 * P, R, 0x1);	      // E1
+	add_unused(c, A + 4 * P, A + 6 * P, W, 0x2);  // E2
+	add_unused(c, A + 8 * P, A + 9 * P, RR, 0x3); // E3
+	add_unused(c, A + 9 * P, A + 10 * P, R, 0x4); // E4, touches E3
+
+	struct {
+		uintptr_t addr;
+		size_t len;
+		uint64_t access;
+		uintptr_t start, end;
+		uint64_t merged_access;
+	} const cases[] = {
+		// touches E1's end only
+		{A + 2 * P, P, 0, A, A + 3 * P, R},
+		// touches E2's start only
+		{A + 3 * P, P, 0, A + 3 * P, A + 6 * P, W},
+		// touches both: the gap between them
+		{A + 2 * P, 2 * P, RR, A, A + 6 * P, R | W | RR},
+		// overlaps both
+		{A + P, 4 * P, 0, A, A + 6 * P, R | W},
+		// inside E2
+		{A + 4 * P + 5, 10, R, A + 4 * P, A + 6 * P, R | W},
+		// touches E4's end: E4 joins, E3 (touching only E4) does not
+		{A + 10 * P, P, 0, A + 9 * P, A + 11 * P, R},
+		// touches nothing
+		{A + 20 * P, P, W, A + 20 * P, A + 21 * P, W},
+	};
+	for (const auto &t : cases) {
+		ck_assert(c.merged_range(t.addr, t.len, t.access, m));
+		ck_assert_msg(
+			m.start == t.start && m.end == t.end && m.access == t.merged_access,
+			"A%+ld+%zu: [A%+ld, A%+ld) access %lu, want [A%+ld, A%+ld) access %lu",
+			(long)(t.addr - A), t.len, (long)(m.start - A), (long)(m.end - A),
+			(unsigned long)m.access, (long)(t.start - A), (long)(t.end - A),
+			(unsigned long)t.merged_access);
+	}
+
+	// Inserting a merged range replaces what it joined.
+	RegRetired out;
+	ck_assert(c.merged_range(A + 2 * P, 2 * P, 0, m));
+	RegEntry *n = c.insert(m.start, m.end, m.access, H(0x5), c.epoch(), out);
+	ck_assert_ptr_nonnull(n);
+	std::vector<uintptr_t> gone = drain(out);
+	ck_assert(gone == (std::vector<uintptr_t>{0x1, 0x2})); // address order
+	ck_assert_uint_eq(c.stats().replaced, 2);
+	ck_assert_uint_eq(c.stats().entries, 3);
+	ck_assert_uint_eq(c.stats().bytes, 8 * P);
+	c.release(n);
+	RegEntry *e = c.lookup(A + 5 * P, 1, W);
+	ck_assert_ptr_eq(e, n);
+	c.release(e);
+
+	// A replaced entry in use goes stale and comes back at its release.
+	RegEntry *e3 = c.lookup(A + 8 * P, P, RR);
+	ck_assert_ptr_nonnull(e3);
+	ck_assert(c.merged_range(A + 6 * P, 4 * P, 0, m)); // E3, E4 and n (touched)
+	ck_assert_uint_eq(m.start, A);
+	ck_assert_uint_eq(m.end, A + 10 * P);
+	ck_assert_uint_eq(m.access, R | W | RR);
+	RegEntry *big = c.insert(m.start, m.end, m.access, H(0x6), c.epoch(), out);
+	ck_assert_ptr_nonnull(big);
+	gone = drain(out);
+	ck_assert(gone == (std::vector<uintptr_t>{0x5, 0x4}));
+	ck_assert(e3->stale());
+	ck_assert_uint_eq(c.stats().stale_entries, 1);
+	e = c.lookup(A + 8 * P, P, RR);
+	ck_assert_ptr_eq(e, big);
+	c.release(e);
+	ck_assert_ptr_eq(c.release(e3), H(0x3));
+	ck_assert_uint_eq(c.stats().stale_entries, 0);
+	c.release(big);
+	ck_assert_uint_eq(c.flush(out), 1);
+	ck_assert(drain(out) == std::vector<uintptr_t>{0x6});
+}
+END_TEST
+
+START_TEST(reg_invalidate_unused)
+{
+	RegCache c;
+	add_unused(c, A, A + 2 * P, R, 0x1);
+	RegEntry *e2 = add_unused(c, A + 4 * P, A + 5 * P, R, 0x2);
+	RegRetired out;
+	// One byte of E1's last page.
+	ck_assert_uint_eq(c.invalidate(A + 2 * P - 1, 1, out), 1);
+	ck_assert_uint_eq(out.size(), 1);
+	ck_assert(drain(out) == std::vector<uintptr_t>{0x1});
+	ck_assert_ptr_null(c.lookup(A, P, R));
+	RegEntry *e = c.lookup(A + 4 * P, P, R);
+	ck_assert_ptr_eq(e, e2);
+	c.release(e);
+	const RegCacheStats s = c.stats();
+	ck_assert_uint_eq(s.invalidations, 1);
+	ck_assert_uint_eq(s.entries, 1);
+	ck_assert_uint_eq(s.bytes, P);
+	ck_assert_uint_eq(s.unused_entries, 1);
+	c.flush(out);
+	drain(out);
+}
+END_TEST
+
+START_TEST(reg_invalidate_in_use)
+{
+	RegCache c;
+	RegRetired out;
+	RegEntry *e = c.insert(A, A + 2 * P, R, H(0x1), c.epoch(), out);
+	ck_assert_ptr_eq(c.lookup(A, P, R), e);
+	ck_assert_uint_eq(e->refs(), 2);
+
+	ck_assert_uint_eq(c.invalidate(A + P, P, out), 1);
+	ck_assert(out.empty()); // in use: not handed back yet
+	ck_assert(e->stale());
+	ck_assert_ptr_null(c.lookup(A, P, R));
+	RegCacheStats s = c.stats();
+	ck_assert_uint_eq(s.invalidations, 1);
+	ck_assert_uint_eq(s.entries, 1); // still registered
+	ck_assert_uint_eq(s.bytes, 2 * P);
+	ck_assert_uint_eq(s.stale_entries, 1);
+	ck_assert_uint_eq(s.stale_bytes, 2 * P);
+
+	// A new registration of the same pages is independent of the stale one.
+	RegEntry *n = c.insert(A, A + 2 * P, R, H(0x2), c.epoch(), out);
+	ck_assert_ptr_nonnull(n);
+	ck_assert(!n->stale());
+	ck_assert(out.empty());
+	ck_assert_uint_eq(c.stats().entries, 2);
+	ck_assert_ptr_null(c.release(n));
+
+	// Invalidating again does not touch the stale entry a second time.
+	ck_assert_uint_eq(c.invalidate(A, P, out), 1);
+	ck_assert(drain(out) == std::vector<uintptr_t>{0x2});
+
+	ck_assert_ptr_null(c.release(e));
+	ck_assert_uint_eq(e->refs(), 1);
+	ck_assert_ptr_null(c.lookup(A, P, R));
+	ck_assert_ptr_eq(c.release(e), H(0x1)); // last reference
+	s = c.stats();
+	ck_assert_uint_eq(s.entries, 0);
+	ck_assert_uint_eq(s.bytes, 0);
+	ck_assert_uint_eq(s.stale_entries, 0);
+	ck_assert_uint_eq(s.stale_bytes, 0);
+}
+END_TEST
+
+START_TEST(reg_invalidate_several)
+{
+	RegCache c;
+	RegEntry *e[5];
+	for (uintptr_t i = 0; i < 5; i++)
+		e[i] = add_unused(c, A + i * 2 * P, A + i * 2 * P + P, R, 0x10 + i);
+	RegEntry *held = c.lookup(A + 4 * P, 1, R);
+	ck_assert_ptr_eq(held, e[2]);
+
+	RegRetired out;
+	// [A+P, A+7P): touches entries 1, 2 and 3; entry 0 ends at A+P, entry 4
+	// starts at A+8P.
+	ck_assert_uint_eq(c.invalidate(A + P + 1, 5 * P, out), 3);
+	ck_assert(drain(out) == (std::vector<uintptr_t>{0x11, 0x13}));
+	ck_assert(held->stale());
+	for (uintptr_t i = 0; i < 5; i++) {
+		RegEntry *got = c.lookup(A + i * 2 * P, P, R);
+		ck_assert_ptr_eq(got, (i == 0 || i == 4) ? e[i] : nullptr);
+		if (got)
+			c.release(got);
+	}
+	ck_assert_ptr_eq(c.release(held), H(0x12));
+	ck_assert_uint_eq(c.stats().entries, 2);
+	ck_assert_uint_eq(c.stats().invalidations, 3);
+
+	// A range covering everything, ending at the top of the address space.
+	ck_assert_uint_eq(c.invalidate(A - P + 7, SIZE_MAX, out), 2);
+	ck_assert(drain(out) == (std::vector<uintptr_t>{0x10, 0x14}));
+	ck_assert_uint_eq(c.stats().entries, 0);
+}
+END_TEST
+
+START_TEST(reg_invalidate_none)
+{
+	RegCache c;
+	RegRetired out;
+	ck_assert_uint_eq(c.invalidate(A, P, out), 0); // empty cache
+	RegEntry *e1 = add_unused(c, A, A + P, R, 0x1);
+	RegEntry *e2 = add_unused(c, A + 3 * P, A + 4 * P, R, 0x2);
+	const uint64_t epoch = c.epoch();
+	ck_assert_uint_eq(c.invalidate(A + P, 2 * P, out), 0);	// the gap, exactly
+	ck_assert_uint_eq(c.invalidate(A + 10 * P, P, out), 0); // beyond all
+	ck_assert_uint_eq(c.invalidate(0, P, out), 0);		// before all
+	ck_assert(out.empty());
+	ck_assert_uint_eq(c.epoch(), epoch + 3); // counted all the same
+	ck_assert_uint_eq(c.stats().invalidations, 0);
+	ck_assert_uint_eq(c.stats().entries, 2);
+	RegEntry *e = c.lookup(A, P, R);
+	ck_assert_ptr_eq(e, e1);
+	c.release(e);
+	e = c.lookup(A + 3 * P, P, R);
+	ck_assert_ptr_eq(e, e2);
+	c.release(e);
+	c.flush(out);
+	drain(out);
+}
+END_TEST
+
+START_TEST(reg_lru_by_count)
+{
+	RegCache c(P, 3, 0);
+	RegRetired out;
+	add_unused(c, A, A + P, R, 0x1);
+	add_unused(c, A + 2 * P, A + 3 * P, R, 0x2);
+	add_unused(c, A + 4 * P, A + 5 * P, R, 0x3);
+	// A hit makes entry 1 the most recent: 2, 3, 1.
+	c.release(c.lookup(A, P, R));
+
+	RegEntry *e4 = c.insert(A + 6 * P, A + 7 * P, R, H(0x4), c.epoch(), out);
+	ck_assert_ptr_nonnull(e4);
+	ck_assert(drain(out) == std::vector<uintptr_t>{0x2});
+	ck_assert_uint_eq(c.stats().entries, 3);
+	c.release(e4); // 3, 1, 4
+	RegEntry *e5 = c.insert(A + 8 * P, A + 9 * P, R, H(0x5), c.epoch(), out);
+	ck_assert(drain(out) == std::vector<uintptr_t>{0x3});
+	c.release(e5); // 1, 4, 5
+	// Recency is that of the release: holding 1 across two inserts does not
+	// make it older than them.
+	RegEntry *e1 = c.lookup(A, P, R);
+	RegEntry *e6 = c.insert(A + 10 * P, A + 11 * P, R, H(0x6), c.epoch(), out);
+	ck_assert(drain(out) == std::vector<uintptr_t>{0x4});
+	c.release(e1); // 5, 1 (6 in use)
+	c.release(e6); // 5, 1, 6
+	RegEntry *e7 = c.insert(A + 12 * P, A + 13 * P, R, H(0x7), c.epoch(), out);
+	ck_assert(drain(out) == std::vector<uintptr_t>{0x5});
+	ck_assert_ptr_null(c.lookup(A + 2 * P, P, R));
+	ck_assert_ptr_null(c.lookup(A + 4 * P, P, R));
+	ck_assert_ptr_null(c.lookup(A + 6 * P, P, R));
+	ck_assert_ptr_null(c.lookup(A + 8 * P, P, R));
+	const RegCacheStats s = c.stats();
+	ck_assert_uint_eq(s.evictions, 4);
+	ck_assert_uint_eq(s.entries, 3);
+	ck_assert_uint_eq(s.unused_entries, 2);
+	c.flush(out);
+	ck_assert(drain(out) == (std::vector<uintptr_t>{0x1, 0x6}));
+	ck_assert_uint_eq(c.stats().stale_entries, 1); // 7 is still held
+	ck_assert_ptr_eq(c.release(e7), H(0x7));
+}
+END_TEST
+
+START_TEST(reg_lru_by_bytes)
+{
+	RegCache c(P, 0, 8 * P);
+	RegRetired out;
+	RegEntry *e1 = c.insert(A, A + 2 * P, R, H(0x1), c.epoch(), out);
+	RegEntry *e2 = c.insert(A + 2 * P, A + 5 * P, R, H(0x2), c.epoch(), out);
+	RegEntry *e3 = c.insert(A + 10 * P, A + 12 * P, R, H(0x3), c.epoch(), out);
+	ck_assert(out.empty());
+	ck_assert_uint_eq(c.stats().bytes, 7 * P);
+	c.release(e2);
+	c.release(e1);
+	c.release(e3); // 2, 1, 3
+
+	// 7 + 4 = 11 pages: evicting 2 (3 pages) is enough.
+	RegEntry *e4 = c.insert(A + 20 * P, A + 24 * P, R, H(0x4), c.epoch(), out);
+	ck_assert(drain(out) == std::vector<uintptr_t>{0x2});
+	ck_assert_uint_eq(c.stats().bytes, 8 * P);
+	c.release(e4); // 1, 3, 4
+	// 8 + 4 = 12 pages: 1 and 3 go, oldest first.
+	RegEntry *e5 = c.insert(A + 30 * P, A + 34 * P, R, H(0x5), c.epoch(), out);
+	ck_assert(drain(out) == (std::vector<uintptr_t>{0x1, 0x3}));
+	ck_assert_uint_eq(c.stats().bytes, 8 * P);
+	ck_assert_uint_eq(c.stats().entries, 2);
+	ck_assert_uint_eq(c.stats().evictions, 3);
+	c.release(e5);
+
+	// A registration larger than the limit is cached, alone once released.
+	RegEntry *huge = c.insert(A + 40 * P, A + 50 * P, R, H(0x6), c.epoch(), out);
+	ck_assert_ptr_nonnull(huge);
+	ck_assert(drain(out) == (std::vector<uintptr_t>{0x4, 0x5}));
+	ck_assert_uint_eq(c.stats().bytes, 10 * P);
+	c.release(huge);
+	ck_assert(c.make_room(P, out)); // by evicting it
+	ck_assert(drain(out) == std::vector<uintptr_t>{0x6});
+	ck_assert(!c.make_room(9 * P, out)); // never fits
+	ck_assert(c.make_room(8 * P, out));
+	ck_assert_uint_eq(c.stats().entries, 0);
+}
+END_TEST
+
+START_TEST(reg_in_use_never_evicted)
+{
+	RegCache c(P, 2, 0);
+	RegRetired out;
+	RegEntry *e1 = c.insert(A, A + P, R, H(0x1), c.epoch(), out);
+	RegEntry *e2 = c.insert(A + P, A + 2 * P, R, H(0x2), c.epoch(), out);
+	// Over the limit with everything in use: cached anyway.
+	RegEntry *e3 = c.insert(A + 2 * P, A + 3 * P, R, H(0x3), c.epoch(), out);
+	ck_assert_ptr_nonnull(e3);
+	ck_assert(out.empty());
+	ck_assert_uint_eq(c.stats().entries, 3);
+	ck_assert(!c.make_room(0, out));
+	ck_assert(out.empty());
+
+	// A release does not evict, even over the limit.
+	ck_assert_ptr_null(c.release(e2));
+	ck_assert_uint_eq(c.stats().entries, 3);
+	ck_assert_uint_eq(c.stats().unused_entries, 1);
+	// The next insert evicts the only unused one and stays over.
+	RegEntry *e4 = c.insert(A + 3 * P, A + 4 * P, R, H(0x4), c.epoch(), out);
+	ck_assert(drain(out) == std::vector<uintptr_t>{0x2});
+	ck_assert_uint_eq(c.stats().entries, 3);
+	ck_assert_uint_eq(e1->refs(), 1);
+	ck_assert_uint_eq(e3->refs(), 1);
+	ck_assert(!e1->stale() && !e3->stale() && !e4->stale());
+
+	// Stale entries in use count against the limits too.
+	ck_assert_uint_eq(c.invalidate(A, P, out), 1);
+	ck_assert(out.empty());
+	ck_assert_uint_eq(c.stats().entries, 3);
+
+	c.release(e3);
+	c.release(e4); // 3, 4
+	// 1 (stale, held) + 1 more fits once both unused ones are gone.
+	ck_assert(c.make_room(P, out));
+	ck_assert(drain(out) == (std::vector<uintptr_t>{0x3, 0x4}));
+	ck_assert_uint_eq(c.stats().entries, 1);
+	ck_assert_ptr_eq(c.release(e1), H(0x1));
+	ck_assert(c.make_room(P, out));
+	ck_assert(out.empty());
+	ck_assert_uint_eq(c.stats().entries, 0);
+
+	// evict_unused() empties the LRU list and nothing else.
+	RegCache d;
+	add_unused(d, A, A + P, R, 0x7);
+	add_unused(d, A + 4 * P, A + 5 * P, R, 0x8);
+	RegEntry *held = d.insert(A + 8 * P, A + 9 * P, R, H(0x9), d.epoch(), out);
+	ck_assert_uint_eq(d.evict_unused(out), 2);
+	ck_assert(drain(out) == (std::vector<uintptr_t>{0x7, 0x8}));
+	ck_assert(!held->stale());
+	ck_assert_ptr_eq(d.lookup(A + 8 * P, P, R), held);
+	d.release(held);
+	d.release(held);
+	d.flush(out);
+	ck_assert(drain(out) == std::vector<uintptr_t>{0x9});
+}
+END_TEST
+
+START_TEST(reg_flush)
+{
+	RegCache c;
+	RegRetired out;
+	add_unused(c, A, A + P, R, 0x1);
+	add_unused(c, A + 8 * P, A + 9 * P, R, 0x2);
+	RegEntry *held = c.insert(A + 4 * P, A + 6 * P, R, H(0x3), c.epoch(), out);
+	const uint64_t since = c.epoch(); // a registration in flight across the flush
+
+	ck_assert_uint_eq(c.flush(out), 3);
+	ck_assert(drain(out) == (std::vector<uintptr_t>{0x1, 0x2}));
+	ck_assert(held->stale());
+	ck_assert_ptr_null(c.lookup(A, P, R));
+	ck_assert_ptr_null(c.lookup(A + 4 * P, P, R));
+	ck_assert_ptr_null(c.lookup(A + 8 * P, P, R));
+	RegCacheStats s = c.stats();
+	ck_assert_uint_eq(s.flushed, 3);
+	ck_assert_uint_eq(s.entries, 1);
+	ck_assert_uint_eq(s.stale_entries, 1);
+
+	RegEntry *late = c.insert(A + 20 * P, A + 21 * P, R, H(0x4), since, out);
+	ck_assert_ptr_nonnull(late);
+	ck_assert(late->stale());
+	ck_assert_ptr_null(c.lookup(A + 20 * P, P, R));
+	ck_assert_ptr_eq(c.release(late), H(0x4));
+	ck_assert_ptr_eq(c.release(held), H(0x3));
+	ck_assert_uint_eq(c.flush(out), 0);
+	s = c.stats();
+	ck_assert_uint_eq(s.entries, 0);
+	ck_assert_uint_eq(s.bytes, 0);
+	ck_assert(out.empty());
+}
+END_TEST
+
+START_TEST(reg_insert_races)
+{
+	RegCache c;
+	RegRetired out;
+
+	// munmap of the range while it was being registered: serve this caller,
+	// never cache it.
+	uint64_t since = c.epoch();
+	c.invalidate(A + 3 * P, 1, out);
+	RegEntry *e = c.insert(A, A + 4 * P, R, H(0x1), since, out);
+	ck_assert_ptr_nonnull(e);
+	ck_assert(e->stale());
+	ck_assert_uint_eq(e->refs(), 1);
+	ck_assert_ptr_null(c.lookup(A, P, R));
+	ck_assert_uint_eq(c.stats().stale_inserts, 1);
+	ck_assert_ptr_eq(c.release(e), H(0x1));
+
+	// An invalidation elsewhere does not matter.
+	since = c.epoch();
+	c.invalidate(A + 4 * P, P, out); // touches the end only
+	c.invalidate(A - P, P, out);
+	e = c.insert(A, A + 4 * P, R, H(0x2), since, out);
+	ck_assert(!e->stale());
+	c.release(e);
+	RegEntry *h = c.lookup(A, 4 * P, R);
+	ck_assert_ptr_eq(h, e);
+	c.release(h);
+
+	// More invalidations than the log holds: assume the worst.
+	since = c.epoch();
+	for (size_t i = 0; i <= RegCache::kInvalLog; i++)
+		c.invalidate(A + (100 + i) * P, P, out);
+	e = c.insert(A + 10 * P, A + 11 * P, R, H(0x3), since, out);
+	ck_assert(e->stale());
+	ck_assert_ptr_eq(c.release(e), H(0x3));
+	// Exactly as many as it holds: still checked precisely.
+	since = c.epoch();
+	for (size_t i = 0; i < RegCache::kInvalLog; i++)
+		c.invalidate(A + (100 + i) * P, P, out);
+	e = c.insert(A + 10 * P, A + 11 * P, R, H(0x4), since, out);
+	ck_assert(!e->stale());
+	c.release(e);
+
+	// Two callers missed on the same pages and both registered: the first
+	// insert is kept, the second serves its caller only.
+	ck_assert_ptr_null(c.lookup(A + 20 * P, P, R));
+	ck_assert_ptr_null(c.lookup(A + 20 * P, P, R));
+	since = c.epoch();
+	RegEntry *first = c.insert(A + 20 * P, A + 21 * P, R, H(0x5), since, out);
+	RegEntry *second = c.insert(A + 20 * P, A + 21 * P, R, H(0x6), since, out);
+	ck_assert(!first->stale());
+	ck_assert(second->stale());
+	ck_assert(out.empty());
+	ck_assert_ptr_eq(c.release(second), H(0x6));
+	h = c.lookup(A + 20 * P, P, R);
+	ck_assert_ptr_eq(h, first);
+	c.release(h);
+	c.release(first);
+	// With more access, the newcomer replaces it.
+	RegEntry *third = c.insert(A + 20 * P, A + 21 * P, R | W, H(0x7), c.epoch(), out);
+	ck_assert(!third->stale());
+	ck_assert(drain(out) == std::vector<uintptr_t>{0x5});
+	c.release(third);
+	ck_assert_uint_eq(c.stats().stale_inserts, 3);
+
+	c.flush(out);
+	ck_assert(drain(out) == (std::vector<uintptr_t>{0x2, 0x4, 0x7}));
+}
+END_TEST
+
+START_TEST(reg_stats)
+{
+	RegCache c(P, 2, 0);
+	RegRetired out;
+	RegCacheStats s = c.stats();
+	ck_assert_uint_eq(s.hits + s.misses + s.inserts + s.evictions + s.invalidations, 0);
+	ck_assert_uint_eq(s.entries + s.bytes + s.stale_entries + s.unused_entries, 0);
+
+	ck_assert_ptr_null(c.lookup(A, P, R)); // a miss
+	add_unused(c, A, A + P, R, 0x1);
+	add_unused(c, A + P, A + 3 * P, R, 0x2);
+	c.release(c.lookup(A, 1, R)); // a hit
+	// Evicts 2, the least recently released.
+	RegEntry *e = c.insert(A + 8 * P, A + 9 * P, R, H(0x3), c.epoch(), out);
+	c.invalidate(A, 1, out); // 1
+	RegRange m;
+	ck_assert(c.merged_range(A + 7 * P, 1, R, m)); // joins 3
+	ck_assert_uint_eq(m.start, A + 7 * P);
+	ck_assert_uint_eq(m.end, A + 9 * P);
+	// Replaces 3, in use: it goes stale.
+	RegEntry *n = c.insert(m.start, m.end, R, H(0x4), c.epoch(), out);
+	s = c.stats();
+	ck_assert_uint_eq(s.hits, 1);
+	ck_assert_uint_eq(s.misses, 1);
+	ck_assert_uint_eq(s.inserts, 4);
+	ck_assert_uint_eq(s.stale_inserts, 0);
+	ck_assert_uint_eq(s.evictions, 1);
+	ck_assert_uint_eq(s.replaced, 1);
+	ck_assert_uint_eq(s.invalidations, 1);
+	ck_assert_uint_eq(s.flushed, 0);
+	ck_assert_uint_eq(s.entries, 2);
+	ck_assert_uint_eq(s.bytes, 3 * P);
+	ck_assert_uint_eq(s.stale_entries, 1);
+	ck_assert_uint_eq(s.stale_bytes, P);
+	ck_assert_uint_eq(s.unused_entries, 0);
+	ck_assert(drain(out) == (std::vector<uintptr_t>{0x2, 0x1}));
+	ck_assert_ptr_eq(c.release(e), H(0x3));
+	c.release(n);
+	ck_assert_uint_eq(c.flush(out), 1);
+	ck_assert(drain(out) == std::vector<uintptr_t>{0x4});
+	s = c.stats();
+	ck_assert_uint_eq(s.flushed, 1);
+	ck_assert_uint_eq(s.entries + s.bytes + s.stale_entries + s.unused_entries, 0);
+}
+END_TEST
+
+START_TEST(reg_retired_moves)
+{
+	RegCache c;
+	RegRetired out;
+	add_unused(c, A, A + P, R, 0x1);
+	add_unused(c, A + 2 * P, A + 3 * P, R, 0x2);
+	c.flush(out);
+	ck_assert_uint_eq(out.size(), 2);
+	RegRetired taken(std::move(out));
+	ck_assert(out.empty());
+	ck_assert_uint_eq(out.size(), 0);
+	ck_assert_ptr_null(out.pop());
+	ck_assert_uint_eq(taken.size(), 2);
+	RegRetired again;
+	again = std::move(taken);
+	ck_assert(taken.empty());
+	ck_assert_ptr_eq(again.pop(), H(0x1));
+	ck_assert_uint_eq(again.size(), 1);
+	ck_assert_ptr_eq(again.pop(), H(0x2));
+	ck_assert(again.empty());
+	ck_assert_ptr_null(again.pop());
+}
+END_TEST
+
+START_TEST(reg_no_alloc_no_throw)
+{
+	RegCache c(P, 4, 0);
+	RegRetired out;
+	for (uintptr_t i = 0; i < 4; i++)
+		add_unused(c, A + i * 2 * P, A + i * 2 * P + P, R, 0x10 + i);
+	RegEntry *held = c.lookup(A, P, R);
+	ck_assert_ptr_nonnull(held);
+
+	const size_t before = g_allocs;
+	for (int i = 0; i < 100; i++) {
+		RegEntry *e = c.lookup(A + 2 * P, 1, R);
+		ck_assert_ptr_nonnull(e);
+		ck_assert_ptr_null(c.release(e));
+		ck_assert_ptr_null(c.lookup(A + P, P, R));
+		ck_assert_ptr_null(c.lookup(A + 2 * P, 1, W));
+		RegRange m;
+		ck_assert(c.merged_range(A + P, P, R, m));
+		ck_assert(c.round(A + 3, 5, m));
+	}
+	ck_assert_uint_eq(c.invalidate(A + 2 * P, 1, out), 1);
+	ck_assert_uint_eq(c.invalidate(A + 100 * P, 1, out), 0);
+	ck_assert(c.make_room(P, out));
+	ck_assert_uint_eq(c.evict_unused(out), 2);
+	ck_assert_uint_eq(c.flush(out), 1); // the held one goes stale
+	ck_assert_uint_eq(c.stats().hits, 101);
+	size_t handed = 0;
+	while (out.pop())
+		handed++;
+	ck_assert_uint_eq(handed, 3);
+	ck_assert_ptr_eq(c.release(held), H(0x10));
+	ck_assert_uint_eq(g_allocs, before);
+
+	// Out of memory for the entry (0), then for its map node (1): not
+	// cached, nothing thrown, nothing changed (not even the overlapped entry).
+	RegCache d;
+	add_unused(d, A, A + 2 * P, R, 0x1);
+	const RegCacheStats s0 = d.stats();
+	for (long fail : {0L, 1L}) {
+		g_fail_in = fail;
+		ck_assert_ptr_null(d.insert(A + P, A + 3 * P, R | W, H(0x2), d.epoch(), out));
+		ck_assert_int_eq(g_fail_in, -1); // the failure did happen
+		ck_assert(out.empty());
+		const RegCacheStats s = d.stats();
+		ck_assert_uint_eq(s.inserts, s0.inserts);
+		ck_assert_uint_eq(s.replaced, 0);
+		ck_assert_uint_eq(s.entries, 1);
+		ck_assert_uint_eq(s.bytes, 2 * P);
+		RegEntry *e = d.lookup(A, 2 * P, R);
+		ck_assert_ptr_nonnull(e);
+		d.release(e);
+	}
+	RegEntry *n = d.insert(A + P, A + 3 * P, R | W, H(0x2), d.epoch(), out);
+	ck_assert_ptr_nonnull(n);
+	ck_assert_ptr_eq(out.pop(), H(0x1));
+	d.release(n);
+	d.flush(out);
+	ck_assert_ptr_eq(out.pop(), H(0x2));
+}
+END_TEST
+
+namespace {
+
+struct Rounded {
+	uintptr_t start, end;
+};
+
+Rounded pages_of(uintptr_t addr, size_t len)
+{
+	return {addr & ~(P - 1), (addr + len + P - 1) & ~(P - 1)};
+}
+
+// The naive model: every registration not yet handed back, in a vector,
+// with the rules of reg_cache.h applied by brute force.
+struct ModelEntry {
+	uintptr_t start, end;
+	uint64_t access;
+	uintptr_t handle;
+	size_t refs;
+	bool stale;
+	uint64_t released_at; // LRU order among unused live entries
+};
+
+struct Model {
+	size_t max_entries, max_bytes;
+	std::vector<ModelEntry> ents;
+	uint64_t clock = 0;
+
+	ModelEntry *find(uintptr_t handle)
+	{
+		for (auto &m : ents)
+			if (m.handle == handle)
+				return &m;
+		return nullptr;
+	}
+	void erase(uintptr_t handle)
+	{
+		ents.erase(std::find_if(ents.begin(), ents.end(),
+					[&](const ModelEntry &m) { return m.handle == handle; }));
+	}
+	// Live entries overlapping [s, e), in address order.
+	std::vector<ModelEntry *> overlapping(uintptr_t s, uintptr_t e)
+	{
+		std::vector<ModelEntry *> v;
+		for (auto &m : ents)
+			if (!m.stale && m.start < e && s < m.end)
+				v.push_back(&m);
+		std::sort(v.begin(), v.end(), [](auto *a, auto *b) { return a->start < b->start; });
+		return v;
+	}
+	// A live entry holding all of [s, e) with at least `access`.
+	ModelEntry *covering(uintptr_t s, uintptr_t e, uint64_t access)
+	{
+		ModelEntry *found = nullptr;
+		for (ModelEntry *m : overlapping(s, e))
+			if (m->start <= s && m->end >= e && (m->access & access) == access)
+				found = m;
+		return found;
+	}
+	RegRange merged(Rounded r, uint64_t access)
+	{
+		RegRange m{r.start, r.end, access};
+		for (ModelEntry *x : overlapping(r.start - 1, r.end + 1)) {
+			m.start = std::min(m.start, x->start);
+			m.end = std::max(m.end, x->end);
+			m.access |= x->access;
+		}
+		return m;
+	}
+	// Retires the live entries overlapping [s, e): unused ones appended to
+	// `gone` (and dropped), the others made stale.
+	void retire(uintptr_t s, uintptr_t e, std::vector<uintptr_t> &gone)
+	{
+		std::vector<uintptr_t> now;
+		for (ModelEntry *m : overlapping(s, e)) {
+			if (m->refs)
+				m->stale = true;
+			else
+				now.push_back(m->handle);
+		}
+		for (uintptr_t h : now)
+			erase(h);
+		gone.insert(gone.end(), now.begin(), now.end());
+	}
+	size_t bytes() const
+	{
+		size_t b = 0;
+		for (auto &m : ents)
+			b += m.end - m.start;
+		return b;
+	}
+	bool fits(size_t n, size_t b) const
+	{
+		return (!max_entries || n <= max_entries) && (!max_bytes || b <= max_bytes);
+	}
+	ModelEntry *lru_oldest()
+	{
+		ModelEntry *o = nullptr;
+		for (auto &m : ents)
+			if (!m.stale && m.refs == 0 && (!o || m.released_at < o->released_at))
+				o = &m;
+		return o;
+	}
+	void evict_one(std::vector<uintptr_t> &gone)
+	{
+		ModelEntry *o = lru_oldest();
+		gone.push_back(o->handle);
+		erase(o->handle);
+	}
+	// insert() of a registration made after a miss; `raced` if an
+	// invalidation touched it meanwhile. Returns whether it is stale.
+	bool insert(const RegRange &reg, bool raced, uintptr_t h, std::vector<uintptr_t> &gone)
+	{
+		const bool stale = raced || covering(reg.start, reg.end, reg.access);
+		if (!stale)
+			retire(reg.start, reg.end, gone);
+		ents.push_back({reg.start, reg.end, reg.access, h, 1, stale, 0});
+		while (!fits(ents.size(), bytes()) && lru_oldest())
+			evict_one(gone);
+		return stale;
+	}
+	// release(): whether the handle is handed back.
+	bool release(uintptr_t h)
+	{
+		ModelEntry *m = find(h);
+		if (--m->refs > 0)
+			return false;
+		if (m->stale) {
+			erase(h);
+			return true;
+		}
+		m->released_at = ++clock;
+		return false;
+	}
+	// Live entries pairwise disjoint, stale ones all referenced.
+	bool consistent() const
+	{
+		for (const auto &a : ents) {
+			if (a.stale && a.refs == 0)
+				return false;
+			for (const auto &b : ents)
+				if (&a != &b && !a.stale && !b.stale && a.start < b.end &&
+				    b.start < a.end)
+					return false;
+		}
+		return true;
+	}
+};
+
+} // namespace
+
+START_TEST(reg_random_vs_model)
+{
+	constexpr size_t kOps = 30000;
+	constexpr size_t kPages = 48;
+	constexpr uintptr_t kBase = 0x7f0000000000;
+	Model model{12, 40 * P, {}};
+	RegCache c(P, model.max_entries, model.max_bytes);
+	std::mt19937_64 rng(20240611);
+	auto rnd = [&](uint64_t n) { return rng() % n; }; // [0, n)
+
+	struct Held {
+		RegEntry *e;
+		uintptr_t handle;
+	};
+	std::vector<Held> held;
+	std::set<uintptr_t> returned;
+	uintptr_t next_handle = 1;
+	size_t inserted = 0, hits = 0, stale_returns = 0;
+	size_t step = 0;
+
+	// Every handle the cache gives up: given once, and never while held.
+	// (ck_assert records each passing check: keep them out of inner loops.)
+	auto hand_back = [&](uintptr_t h) {
+		ck_assert_msg(returned.insert(h).second, "handle %#lx returned twice",
+			      (unsigned long)h);
+		const bool is_held = std::any_of(held.begin(), held.end(),
+						 [&](const Held &x) { return x.handle == h; });
+		ck_assert_msg(!is_held, "handle %#lx returned while held", (unsigned long)h);
+		ck_assert_ptr_null(model.find(h)); // the model dropped it already
+	};
+	// What the cache retired into `out` must be exactly `want`, in order.
+	auto check_out = [&](RegRetired &out, const std::vector<uintptr_t> &want) {
+		std::vector<uintptr_t> got = drain(out);
+		ck_assert_msg(got == want, "step %zu: %zu handles retired, want %zu", step,
+			      got.size(), want.size());
+		for (uintptr_t h : got)
+			hand_back(h);
+	};
+	auto random_request = [&](uintptr_t &addr, size_t &len) {
+		addr = kBase + rnd(kPages * P);
+		len = 1 + rnd(rnd(4) == 0 ? 12 * P : 2 * P);
+	};
+	auto release = [&](size_t i) {
+		const Held x = held[i];
+		held.erase(held.begin() + static_cast<ptrdiff_t>(i));
+		ck_assert_uint_eq(x.e->refs(), model.find(x.handle)->refs);
+		void *h = c.release(x.e);
+		if (model.release(x.handle)) {
+			ck_assert_msg(id(h) == x.handle, "step %zu: stale entry not handed back",
+				      step);
+			hand_back(x.handle);
+			stale_returns++;
+		} else {
+			ck_assert_ptr_null(h);
+		}
+	};
+	// A transfer: lookup, and on most misses register and insert.
+	auto transfer = [&] {
+		uintptr_t addr;
+		size_t len;
+		random_request(addr, len);
+		const uint64_t acc = rnd(8);
+		const Rounded r = pages_of(addr, len);
+		ModelEntry *want = model.covering(r.start, r.end, acc);
+		RegEntry *e = c.lookup(addr, len, acc);
+		if (want) {
+			ck_assert_msg(e && id(e->handle()) == want->handle, "step %zu: missed",
+				      step);
+			want->refs++;
+			held.push_back({e, want->handle});
+			hits++;
+			return;
+		}
+		ck_assert_msg(e == nullptr, "step %zu: hit %#lx, want a miss", step,
+			      (unsigned long)(e ? id(e->handle()) : 0));
+		if (rnd(10) < 3)
+			return;
+
+		const uint64_t since = c.epoch();
+		RegRange reg{r.start, r.end, acc};
+		if (rnd(10) < 6) {
+			RegRange m;
+			ck_assert(c.merged_range(addr, len, acc, m));
+			reg = model.merged(r, acc);
+			ck_assert_msg(m.start == reg.start && m.end == reg.end &&
+					      m.access == reg.access,
+				      "step %zu: merged_range", step);
+		}
+		// Sometimes memory is unmapped while the range is registered.
+		bool raced = false;
+		if (rnd(10) == 0) {
+			RegRetired out;
+			uintptr_t ia;
+			size_t il;
+			random_request(ia, il);
+			const Rounded ir = pages_of(ia, il);
+			raced = ir.start < reg.end && reg.start < ir.end;
+			std::vector<uintptr_t> gone;
+			model.retire(ir.start, ir.end, gone);
+			c.invalidate(ia, il, out);
+			check_out(out, gone);
+		}
+		// Now and then a second caller registered the same miss: its entry
+		// is always stale (raced, or the first one covers it).
+		const int callers = rnd(20) == 0 ? 2 : 1;
+		for (int k = 0; k < callers; k++) {
+			RegRetired out;
+			const uintptr_t h = next_handle++ << 4;
+			std::vector<uintptr_t> gone;
+			const bool stale = model.insert(reg, raced, h, gone);
+			ck_assert(k == 0 || stale);
+			RegEntry *n = c.insert(reg.start, reg.end, reg.access, H(h), since, out);
+			ck_assert_ptr_nonnull(n);
+			ck_assert_msg(n->stale() == stale, "step %zu: stale %d, want %d", step,
+				      n->stale(), stale);
+			check_out(out, gone);
+			held.push_back({n, h});
+			inserted++;
+		}
+	};
+
+	for (; step < kOps; step++) {
+		RegRetired out;
+		std::vector<uintptr_t> gone;
+		const uint64_t op = rnd(100);
+		if (op < 45) {
+			transfer();
+		} else if (op < 80 || held.size() > 24) {
+			if (!held.empty())
+				release(rnd(held.size()));
+		} else if (op < 93) {
+			uintptr_t addr;
+			size_t len;
+			random_request(addr, len);
+			const Rounded r = pages_of(addr, len);
+			const size_t touched = model.overlapping(r.start, r.end).size();
+			model.retire(r.start, r.end, gone);
+			ck_assert_uint_eq(c.invalidate(addr, len, out), touched);
+			check_out(out, gone);
+		} else if (op < 98) {
+			const size_t bytes = rnd(16) * P;
+			auto fits = [&] {
+				return model.fits(model.ents.size() + 1, model.bytes() + bytes);
+			};
+			while (!fits() && model.lru_oldest())
+				model.evict_one(gone);
+			ck_assert_int_eq(c.make_room(bytes, out), fits());
+			check_out(out, gone);
+		} else if (op < 99) {
+			while (model.lru_oldest())
+				model.evict_one(gone);
+			ck_assert_uint_eq(c.evict_unused(out), gone.size());
+			check_out(out, gone);
+		} else {
+			const size_t live = model.overlapping(0, UINTPTR_MAX).size();
+			model.retire(0, UINTPTR_MAX, gone);
+			ck_assert_uint_eq(c.flush(out), live);
+			check_out(out, gone);
+		}
+
+		ck_assert_msg(model.consistent(), "step %zu: the model broke its own rules", step);
+		const RegCacheStats s = c.stats();
+		size_t stale_n = 0, stale_b = 0, unused = 0;
+		for (const auto &m : model.ents) {
+			stale_n += m.stale;
+			stale_b += m.stale ? m.end - m.start : 0;
+			unused += !m.stale && m.refs == 0;
+		}
+		ck_assert_msg(s.entries == model.ents.size() && s.bytes == model.bytes() &&
+				      s.stale_entries == stale_n && s.stale_bytes == stale_b &&
+				      s.unused_entries == unused,
+			      "step %zu: stats %zu entries %zu bytes, want %zu %zu", step,
+			      s.entries, s.bytes, model.ents.size(), model.bytes());
+	}
+
+	// Wind down: every reference dropped, then a flush.
+	while (!held.empty())
+		release(held.size() - 1);
+	RegRetired out;
+	std::vector<uintptr_t> gone;
+	model.retire(0, UINTPTR_MAX, gone);
+	c.flush(out);
+	check_out(out, gone);
+	ck_assert_uint_eq(model.ents.size(), 0);
+	ck_assert_uint_eq(c.stats().entries, 0);
+	ck_assert_uint_eq(c.stats().bytes, 0);
+	// Every handle ever inserted came back exactly once.
+	ck_assert_uint_eq(returned.size(), inserted);
+	ck_assert_uint_eq(inserted, next_handle - 1);
+	for (uintptr_t h = 1; h < next_handle; h++)
+		ck_assert(returned.count(h << 4) == 1);
+
+	// The run must have exercised every path, not just passed.
+	const RegCacheStats s = c.stats();
+	ck_assert_uint_gt(hits, 1000);
+	ck_assert_uint_eq(s.hits, hits);
+	ck_assert_uint_gt(s.evictions, 100);
+	ck_assert_uint_gt(s.replaced, 100);
+	ck_assert_uint_gt(s.invalidations, 100);
+	ck_assert_uint_gt(s.stale_inserts, 10);
+	ck_assert_uint_gt(s.flushed, 10);
+	ck_assert_uint_gt(stale_returns, 100);
+}
+END_TEST
+
+Suite *reg_cache_suite()
+{
+	Suite *s = suite_create("reg_cache");
+
+	TCase *tc = tcase_create("core");
+	tcase_add_test(tc, reg_round_pages);
+	tcase_add_test(tc, reg_hit_miss);
+	tcase_add_test(tc, reg_access_flags);
+	tcase_add_test(tc, reg_cover_vs_partial);
+	tcase_add_test(tc, reg_merged_range);
+	tcase_add_test(tc, reg_invalidate_unused);
+	tcase_add_test(tc, reg_invalidate_in_use);
+	tcase_add_test(tc, reg_invalidate_several);
+	tcase_add_test(tc, reg_invalidate_none);
+	tcase_add_test(tc, reg_lru_by_count);
+	tcase_add_test(tc, reg_lru_by_bytes);
+	tcase_add_test(tc, reg_in_use_never_evicted);
+	tcase_add_test(tc, reg_flush);
+	tcase_add_test(tc, reg_insert_races);
+	tcase_add_test(tc, reg_stats);
+	tcase_add_test(tc, reg_retired_moves);
+	tcase_add_test(tc, reg_no_alloc_no_throw);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("random");
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, reg_random_vs_model);
+	suite_add_tcase(s, tc);
+	return s;
+}
