@@ -23,12 +23,6 @@ int domain_close(fid *f) noexcept
 	return 0;
 }
 
-int domain_av_open(fid_domain *, fi_av_attr *, fid_av **, void *) noexcept
-{
-	VRMA_WARN(FI_LOG_DOMAIN, "address vectors need FI_EP_RDM, which vrma does not offer yet\n");
-	return -FI_ENOSYS;
-}
-
 int domain_scalable_ep(fid_domain *, fi_info *, fid_ep **, void *) noexcept
 {
 	VRMA_WARN(FI_LOG_DOMAIN, "scalable endpoints are not supported\n");
@@ -87,7 +81,7 @@ constexpr fi_ops domain_fi_ops = {
 
 constexpr fi_ops_domain domain_ops = {
 	.size = sizeof(fi_ops_domain),
-	.av_open = domain_av_open,
+	.av_open = av_open,
 	.cq_open = cq_open,
 	.endpoint = ep_open,
 	.scalable_ep = domain_scalable_ep,

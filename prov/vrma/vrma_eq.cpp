@@ -195,7 +195,7 @@ int eq_close(fid *f) noexcept
 {
 	Eq *eq = from_fid<Eq>(f);
 	if (eq->refs.load()) {
-		VRMA_WARN(FI_LOG_EQ, "EQ still bound to %d endpoints\n", eq->refs.load());
+		VRMA_WARN(FI_LOG_EQ, "EQ still bound to %d endpoints or AVs\n", eq->refs.load());
 		return -FI_EBUSY;
 	}
 	if (eq->progress_thread.joinable()) {

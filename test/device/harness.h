@@ -175,3 +175,4 @@ Suite *pmem_suite();
 Suite *split_suite();
 Suite *events_suite();
 Suite *staged_suite();
+Suite *av_suite();
