@@ -81,6 +81,22 @@ deps_fail() {
 }
 check "install-deps names the package it cannot install, in one line" deps_fail
 
+# Two installs at once (make -j2 check runs scripts concurrently): apt-get
+# update does not wait for another's lists lock, so install-deps serializes
+# them; both must reach the real failure, not an apt lock error.
+deps_concurrent() {
+	local ok=0
+	env VRMA_EXTRA_PACKAGES="$fake" "$util/install-deps" >"$tmp/c1.out" 2>"$tmp/c1.err" </dev/null &
+	env VRMA_EXTRA_PACKAGES="$fake" "$util/install-deps" >"$tmp/c2.out" 2>"$tmp/c2.err" </dev/null || true
+	wait || true
+	for c in c1 c2; do
+		grep -q "^install-deps: error: apt-get install failed for .*Unable to locate package $fake" "$tmp/$c.err" ||
+			{ show "$tmp/$c"; ok=1; }
+	done
+	return $ok
+}
+check "two install-deps at once both get to apt's answer (no lock error)" deps_concurrent
+
 # An unreachable kernel package: vrma-vm stops with one line naming it.
 kernel_fail() {
 	local k=linux-image-vrma-test-missing

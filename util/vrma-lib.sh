@@ -68,6 +68,25 @@ _vrma_on_exit() {
 }
 trap '_vrma_on_exit $?' EXIT
 
+# vrma_apt_lock: holds, until the script exits, the lock that serializes
+# package installs of vrma's scripts (make -j2 check runs several at once:
+# apt-get update does not wait for another one's lists lock, it fails).
+vrma_apt_lock() {
+	local lock=/var/lock/vrma-apt.lock
+	[[ -n ${_vrma_apt_locked:-} ]] && return 0
+	exec {_vrma_apt_fd}>"$lock" || vrma_die "cannot open $lock"
+	flock -w 900 "$_vrma_apt_fd" || vrma_die "waited 900 s for $lock (another install running?)"
+	_vrma_apt_locked=1
+}
+# vrma_apt_unlock: releases it early. Hazard: a script that goes on to start
+# long-lived children (qemu) must call this first, or they inherit the
+# descriptor and hold the lock for their whole life.
+vrma_apt_unlock() {
+	[[ -n ${_vrma_apt_locked:-} ]] || return 0
+	exec {_vrma_apt_fd}>&-
+	_vrma_apt_locked=""
+}
+
 # apt_errors FILE: apt's own error lines from FILE, joined on one line.
 apt_errors() {
 	local e
