@@ -144,7 +144,7 @@ check "test/fabtests/vrma.list gives a reason for every pattern" list_ok
 
 # Without the tarball, fabtests are skipped with one line.
 ft_skip() {
-	run "$tmp/s" env VRMA_FABTESTS_TARBALL="$tmp/none.tar.gz" "$util/vrma-fabtests" build
+	run "$tmp/s" env -u VRMA_FABTESTS VRMA_FABTESTS_TARBALL="$tmp/none.tar.gz" "$util/vrma-fabtests" build
 	[[ $rc -eq 0 ]] && [[ $(cat "$tmp/s.out") == "fabtests: skipped: $tmp/none.tar.gz not found"* ]] || show "$tmp/s"
 }
 check "vrma-fabtests without the tarball says it skips, in one line" ft_skip
