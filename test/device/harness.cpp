@@ -81,6 +81,18 @@ fid_cq *open_cq(Env &env, fi_cq_format format, fi_wait_obj wait, size_t size)
 	return cq;
 }
 
+fid_av *open_av(Env &env, fi_av_type type, uint64_t flags, size_t count)
+{
+	fi_av_attr attr{};
+	attr.type = type;
+	attr.flags = flags;
+	attr.count = count;
+	fid_av *av = nullptr;
+	ck_assert_int_eq(fi_av_open(env.domain, &attr, &av, nullptr), 0);
+	ck_assert_ptr_nonnull(av);
+	return av;
+}
+
 fid_pep *listen_pep(Env &env, fid_eq *eq, sockaddr_storage *bound)
 {
 	fi_info *info = fi_dupinfo(env.info);

@@ -130,6 +130,8 @@ fid_pep *listen_pep(Env &env, fid_eq *eq, sockaddr_storage *bound);
 fid_eq *open_eq(Env &env);
 fid_cq *open_cq(Env &env, fi_cq_format format = FI_CQ_FORMAT_DATA,
 		fi_wait_obj wait = FI_WAIT_FD, size_t size = 0);
+// An address vector of the domain; asserts success.
+fid_av *open_av(Env &env, fi_av_type type, uint64_t flags = 0, size_t count = 0);
 // Client endpoint for `dest` with its own EQ and CQ (not connected).
 Side open_client(Env &env, const sockaddr *dest, uint64_t bind_flags = 0, size_t tx_size = 0,
 		 size_t rx_size = 0);

@@ -30,18 +30,6 @@ sockaddr_in6 sin6(const char *ip, uint16_t port)
 	return s;
 }
 
-fid_av *open_av(Env &env, fi_av_type type, uint64_t flags = 0, size_t count = 0)
-{
-	fi_av_attr attr{};
-	attr.type = type;
-	attr.flags = flags;
-	attr.count = count;
-	fid_av *av = nullptr;
-	ck_assert_int_eq(fi_av_open(env.domain, &attr, &av, nullptr), 0);
-	ck_assert_ptr_nonnull(av);
-	return av;
-}
-
 // The handle names exactly this sockaddr_in.
 void expect_v4(fid_av *av, fi_addr_t fa, const sockaddr_in &want)
 {
