@@ -163,8 +163,9 @@ bool mr_mode_satisfies(uint32_t api_version, int prov_mode, int user_mode,
 	    !(user_info_mode & FI_LOCAL_MR))
 		return false;
 	if (user_mode == FI_MR_UNSPEC) {
-		// Before API 1.5, 0 meant "whatever the provider uses".
-		return api_version < FI_VERSION(1, 5);
+		// Before API 1.5, 0 meant "whatever the provider uses"; since, it
+		// means the application takes on no mode bit.
+		return api_version < FI_VERSION(1, 5) || prov_mode == 0;
 	}
 	if (user_mode & FI_MR_SCALABLE)
 		return (prov_mode & ~FI_MR_LOCAL) == 0 &&

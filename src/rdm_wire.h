@@ -241,6 +241,10 @@ static_assert(kConnHeaderBytes <= 48 && kConnHeaderBytes <= kConnPrivateDataMax,
 // Flags are capabilities and roles: a receiver ignores the ones it does not
 // know (decode passes them through), so a newer peer may announce more.
 inline constexpr uint8_t kConnFlagAccept = 1 << 0; // this is the acceptor's answer
+// In a reject's private data: two connections crossed and the rejecting side
+// keeps its own (keep_initiated); the rejected side waits for it instead of
+// reporting a failure.
+inline constexpr uint8_t kConnFlagCrossing = 1 << 1;
 static_assert(24 + sizeof(uint64_t) == kConnHeaderBytes, "the nonce ends the header");
 
 struct RdmConnHeader {

@@ -20,6 +20,14 @@ case $ft in
 "fabtests: skipped"*) export VRMA_FABTESTS_SKIPPED="$ft" ;;
 *) export VRMA_FABTESTS_BIN="$ft" ;;
 esac
+# The MPI test program, built with Open MPI's mpicc when it is installed.
+if command -v mpicc >/dev/null 2>&1; then
+	mkdir -p "$builddir/test/mpi"
+	mpicc -O2 -Wall -Wextra -Werror -o "$builddir/test/mpi/vrma_mpi_test" \
+		"$srcdir/test/mpi/vrma_mpi_test.c" || { echo "FAIL: building test/mpi/vrma_mpi_test"; exit 1; }
+else
+	echo "device.sh: no mpicc (openmpi-bin, libopenmpi-dev): the MPI test is skipped"
+fi
 if [ -z "${VRMA_VM_FORCE:-}" ] && [ -n "$(ls /sys/class/infiniband 2>/dev/null)" ]; then
 	echo "device.sh: RDMA device present, running on the host"
 	exec sh "$srcdir/test/device/run-in-vm.sh"

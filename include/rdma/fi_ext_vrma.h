@@ -39,6 +39,10 @@ extern "C" {
  */
 #define FI_PROV_SPECIFIC_VRMA (0x7e3 << 16)
 
+/* fi_ep_attr::protocol of vrma's native FI_EP_RDM endpoint (reliable
+ * datagrams over on-demand RC connections; see fi_vrma(7)). */
+#define FI_PROTO_VRMA_RDM (FI_PROV_SPECIFIC | FI_PROV_SPECIFIC_VRMA | 1)
+
 enum {
 	/* int: an enum fi_vrma_commit_method value (connected endpoints) */
 	FI_VRMA_OPT_COMMIT_METHOD = -(FI_PROV_SPECIFIC_VRMA),

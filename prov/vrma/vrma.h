@@ -25,6 +25,8 @@
 #include <rdma/fi_endpoint.h>
 #include <rdma/fi_eq.h>
 #include <rdma/fi_errno.h>
+#include <rdma/fi_atomic.h>
+#include <rdma/fi_collective.h>
 #include <rdma/fi_rma.h>
 #include <rdma/providers/fi_log.h>
 #include <rdma/providers/fi_prov.h>
@@ -62,6 +64,11 @@ struct Params {
 	int listen_backlog = 1024;
 	size_t max_wr_size = 0;    // bytes per work request; 0: the device's max_msg_sz
 	size_t stage_buffers = wire::kMaxStagePieces; // per staged endpoint, 1..kStageBuffers
+	// Answer utility providers (ofi_rxm) that layer over vrma's MSG
+	// endpoints. Off: the core lists its layered RDM endpoint ("vrma;ofi_rxm")
+	// before any DL provider's own, so `-p vrma -e rdm` would never reach
+	// vrma's native RDM endpoint.
+	bool util_layering = false;
 };
 extern Params params;
 void params_init() noexcept;
@@ -165,6 +172,7 @@ template <typename T> T *from_fid(fid *f) noexcept
 struct Eq;
 struct Cq;
 struct Ep;
+struct RdmPeer;
 struct Mr;
 struct Cntr;
 struct PmemService;
@@ -258,6 +266,7 @@ struct Completion {
 	size_t len = 0;
 	void *buf = nullptr;
 	uint64_t data = 0;
+	uint64_t tag = 0;
 };
 
 // An entry parked in the CQ's software queue: reported later, in order.
@@ -265,7 +274,10 @@ struct CqPending {
 	bool is_error = false;
 	Completion comp;
 	fi_cq_err_entry err{};
+	fi_addr_t src = FI_ADDR_NOTAVAIL; // fi_cq_readfrom (RDM endpoints)
 };
+
+struct RdmEp;
 
 struct Cq final : fid_cq {
 	using FidType = fid_cq;
@@ -283,6 +295,15 @@ struct Cq final : fid_cq {
 	size_t cqe = 0;      // entries the ibv CQ holds
 	size_t reserved = 0; // entries promised to bound queues
 	std::atomic<int> refs{0};
+	// A reader may sleep on the wait object (fi_trywait succeeded): entries
+	// queued by cq_push must signal it. Set and read under `lock`.
+	bool armed = false;
+	// RDM endpoints bound to this CQ: their progress runs in fi_cq_read and
+	// before a wait (FI_PROGRESS_MANUAL). hooks_lock is taken before any
+	// endpoint's lock and never under `lock`.
+	std::mutex hooks_lock;
+	std::atomic<size_t> n_rdm{0};
+	std::vector<RdmEp *> rdm_eps;
 };
 
 struct Cntr final : fid_cntr {
@@ -300,12 +321,18 @@ struct Cntr final : fid_cntr {
 	// event_fd: the waiter may sleep on a completion channel that another
 	// thread's CQ wait has already drained, or on no channel at all.
 	std::atomic<int> waiters{0};
+	// RDM endpoints whose completions this counter counts: progressed by
+	// fi_cntr_read and fi_cntr_wait (see Cq::rdm_eps).
+	std::mutex hooks_lock;
+	std::atomic<size_t> n_rdm{0};
+	std::vector<RdmEp *> rdm_eps;
 };
 
 // Work request bookkeeping; wr_id points to a slot.
 enum class SlotKind : uint8_t { Tx, Rx };
+struct Conn;
 struct SlotHeader {
-	Ep *ep = nullptr;
+	Conn *conn = nullptr;
 	uint64_t seq = 0;
 	SlotKind kind = SlotKind::Tx;
 };
@@ -320,10 +347,14 @@ struct TxSlot : SlotHeader {
 	// the target's answer completes (0: none). Errors of the operation's
 	// requests claim it.
 	uint32_t commit = 0;
+	// The owner's own mark (RDM: what the request is, and the send buffer
+	// it holds); MSG endpoints leave it 0.
+	uint32_t aux = 0;
 
 	void fill(uint64_t seq_, uint64_t op_end_, void *context_, uint64_t comp_flags_, size_t len_,
-		  bool report_, Cntr *cntr_, uint32_t commit_) noexcept
+		  bool report_, Cntr *cntr_, uint32_t commit_, uint32_t aux_ = 0) noexcept
 	{
+		aux = aux_;
 		seq = seq_;
 		op_end = op_end_;
 		context = context_;
@@ -434,12 +465,84 @@ struct ServiceEp {
 	std::atomic<bool> cancel{false}; // the connection died: fail what waits
 };
 
+// One RC connection: the queue pair and everything that posts to it (the
+// send slot ring, the FI_MORE chain, the bounce, event and header buffers,
+// the peer's CM flags, the connection state). A MSG endpoint owns one; an
+// RDM endpoint owns one per peer. The data path core (vrma_post.h) works on
+// a Conn, so both endpoint kinds share rma_one/send_one/post_send_one.
+// Hazard: slots name their Conn (SlotHeader::conn) and completions arrive
+// until the QP is drained: a Conn is freed only after its ring drained.
+struct Conn {
+	Domain *domain = nullptr;
+	Ep *ep = nullptr;       // the MSG endpoint owning it, or nullptr
+	RdmPeer *peer = nullptr; // the RDM peer owning it, or nullptr
+	CmIdPtr id;
+	ibv_qp *qp = nullptr; // id->qp once enabled
+	std::atomic<EpState> state{EpState::Idle};
+	std::atomic<bool> closing{false};
+	// wire::kCmFlag* the peer announced; set before Connected, read
+	// through peer_has().
+	std::atomic<uint8_t> peer_cm_flags{0};
+
+	size_t tx_depth = 0;
+	size_t tx_iov_limit = 0;
+	size_t inline_size = 0; // bytes the QP takes inline
+	size_t inject_size = 0; // bytes an inject may carry (bounce beyond inline)
+	size_t max_msg_size = 0;
+	size_t max_wr_bytes = 0; // longer RMA segments are split
+
+	std::mutex tx_lock;
+	// The application serializes this connection's transmit calls (domain
+	// threading FI_THREAD_DOMAIN, FI_THREAD_COMPLETION or
+	// FI_THREAD_ENDPOINT) and no provider thread posts on it: the data
+	// path skips tx_lock (TxGuard).
+	bool tx_serialized = false;
+	SlotRing<TxSlot> tx;
+	uint64_t last_signaled = 0; // sequence of the last signaled send WR
+	// An unsignaled request at least this far after the last signaled one
+	// is signaled (min(tx_depth / 2, kSignalPeriod), set at fi_enable).
+	uint64_t signal_period = 1;
+	// Touched by the CQ poller only: the last operation an error was
+	// reported for (its other requests' flushes are not reported again).
+	uint64_t failed_op_end = UINT64_MAX;
+	// Reclaims finished send requests when the ring is full (slow path):
+	// polls the CQ the send queue completes into.
+	void (*progress)(Conn *) noexcept = nullptr;
+	// Target of the small RDMA READ that makes a write delivery-complete.
+	uint64_t scratch[2] = {0, 0};
+	MrPtr scratch_mr;
+	std::unique_ptr<MoreChain> more; // allocated at the first FI_MORE
+	bool more_held = false; // the chain holds requests (tx lock)
+	// Provider messages that ride with an operation, one buffer per send
+	// slot, allocated at first use (copy_to_slot_buffer): RMA event
+	// messages (wire::RmaEvent), and headers of staged messages sent as
+	// pieces (wire::MsgHeader).
+	SlotBuffers event_bufs;
+	SlotBuffers msg_hdr_bufs;
+	// Registered copies of injected payloads too large for inline data,
+	// allocated at the first such inject. Buffer i serves the operation
+	// whose first sequence is i modulo kBounceCount: free once that
+	// operation retired, which post_send_chain checks from the ring.
+	static constexpr size_t kBounceCount = 64;
+	size_t bounce_stride = 0; // inject_size and room for a header
+	SlotBuffers bounce;
+
+	// Points every slot of a freshly sized ring at this connection.
+	void reset_tx(size_t depth) noexcept
+	{
+		tx.reset(depth);
+		for (uint64_t i = 0; i < tx.capacity(); i++) {
+			tx.at(i).conn = this;
+			tx.at(i).kind = SlotKind::Tx;
+		}
+	}
+};
+
 struct Ep final : fid_ep {
 	using FidType = fid_ep;
 	Domain *domain = nullptr;
 	FiInfoPtr info;
-	CmIdPtr id;
-	ibv_qp *qp = nullptr; // id->qp once enabled
+	Conn conn; // the endpoint's one connection
 	Cq *tx_cq = nullptr;
 	Cq *rx_cq = nullptr;
 	Cq *own_cq = nullptr; // created when only counters are bound
@@ -450,8 +553,6 @@ struct Ep final : fid_ep {
 	bool tx_selective = false;
 	bool rx_selective = false;
 	Eq *eq = nullptr;
-	std::atomic<EpState> state{EpState::Idle};
-	std::atomic<bool> closing{false};
 	bool addr_resolved = false;
 	bool passive_side = false; // created from a connection request
 	uint8_t responder_resources = 0;
@@ -459,14 +560,8 @@ struct Ep final : fid_ep {
 
 	uint64_t tx_op_flags = 0;
 	uint64_t rx_op_flags = 0;
-	size_t tx_depth = 0;
 	size_t rx_depth = 0;
-	size_t tx_iov_limit = 0;
 	size_t rx_iov_limit = 0;
-	size_t inline_size = 0; // bytes the QP takes inline
-	size_t inject_size = 0; // bytes an inject may carry (bounce beyond inline)
-	size_t max_msg_size = 0;
-	size_t max_wr_bytes = 0; // longer RMA segments are split
 	bool rx_cq_data_mode = false;
 	// RMA-only endpoint without FI_RX_CQ_DATA: vrma keeps zero-length
 	// receives posted so that remote CQ data needs no application receive.
@@ -482,44 +577,9 @@ struct Ep final : fid_ep {
 	bool rma_events = false;    // FI_RMA_EVENT: counts the peer's RMA
 	Cntr *cntr_remote_read = nullptr;
 	Cntr *cntr_remote_write = nullptr;
-	// wire::kCmFlag* the peer announced; set before Connected, read
-	// through the helpers below.
-	std::atomic<uint8_t> peer_cm_flags{0};
-	// Provider messages that ride with an operation, one buffer per send
-	// slot, allocated at first use (copy_to_slot_buffer): RMA event
-	// messages (wire::RmaEvent), and headers of staged messages sent as
-	// pieces (wire::MsgHeader).
-	SlotBuffers event_bufs;
-	SlotBuffers msg_hdr_bufs;
 
-	std::mutex tx_lock;
-	// The application serializes this endpoint's transmit calls (domain
-	// threading FI_THREAD_DOMAIN, FI_THREAD_COMPLETION or
-	// FI_THREAD_ENDPOINT) and no provider thread posts on it: the data
-	// path skips tx_lock (TxGuard).
-	bool tx_serialized = false;
 	std::mutex rx_lock;
-	SlotRing<TxSlot> tx;
 	SlotRing<RxSlot> rx;
-	uint64_t last_signaled = 0; // sequence of the last signaled send WR
-	// An unsignaled request at least this far after the last signaled one
-	// is signaled (min(tx_depth / 2, kSignalPeriod), set at fi_enable).
-	uint64_t signal_period = 1;
-	// Touched by the CQ poller only: the last operation an error was
-	// reported for (its other requests' flushes are not reported again).
-	uint64_t failed_op_end = UINT64_MAX;
-	// Target of the small RDMA READ that makes a write delivery-complete.
-	uint64_t scratch[2] = {0, 0};
-	MrPtr scratch_mr;
-	std::unique_ptr<MoreChain> more; // allocated at the first FI_MORE
-	bool more_held = false; // the chain holds requests (tx lock)
-	// Registered copies of injected payloads too large for inline data,
-	// allocated at the first such inject. Buffer i serves the operation
-	// whose first sequence is i modulo kBounceCount: free once that
-	// operation retired, which post_send_chain checks from the ring.
-	static constexpr size_t kBounceCount = 64;
-	size_t bounce_stride = 0; // inject_size and room for a MsgHeader
-	SlotBuffers bounce;
 };
 
 // The CQs the QP's queues complete into: the bound one, the other direction's
@@ -537,9 +597,9 @@ inline Cq *recv_cq_of(const Ep *ep) noexcept
 }
 
 // What the peer announced while connecting.
-inline bool peer_has(const Ep *ep, uint8_t cm_flag) noexcept
+inline bool peer_has(const Conn &conn, uint8_t cm_flag) noexcept
 {
-	return ep->peer_cm_flags.load(std::memory_order_acquire) & cm_flag;
+	return conn.peer_cm_flags.load(std::memory_order_acquire) & cm_flag;
 }
 
 struct Pep final : fid_pep {
@@ -611,6 +671,9 @@ struct Av final : fid_av {
 	rdm::AvTable table;
 	Eq *eq = nullptr;         // FI_EVENT: bound by fi_av_bind (once)
 	std::atomic<int> refs{0}; // endpoints bound (fi_close: -FI_EBUSY)
+	// Changes with every insert and remove: RDM endpoints cache the handle
+	// of each peer (FI_SOURCE) and look again when it moved.
+	std::atomic<uint64_t> epoch{0};
 };
 
 // vrma_info.cpp
@@ -643,6 +706,17 @@ void cq_progress(Cq *cq) noexcept;
 // Queues an entry produced outside the CQ's own polling and wakes waiters.
 // Never call it for the CQ whose lock the caller holds.
 void cq_push(Cq *cq, const CqPending &entry) noexcept;
+// An RDM endpoint's completions go to this CQ: its progress runs in the
+// CQ's reads and waits, which also watch wait_fd (-1: none).
+int cq_attach_rdm(Cq *cq, RdmEp *ep, int wait_fd) noexcept;
+void cq_detach_rdm(Cq *cq, RdmEp *ep, int wait_fd) noexcept;
+
+// vrma_rdm_ep.cpp: what CQs and counters call.
+// Progress of an RDM endpoint: connection events and completions.
+void rdm_progress(RdmEp *ep) noexcept;
+// Before a wait: progress, then arm the endpoint's completion channel;
+// -FI_EAGAIN when something is ready (no sleeping).
+int rdm_trywait(RdmEp *ep) noexcept;
 
 // vrma_cntr.cpp
 int cntr_open(fid_domain *domain, fi_cntr_attr *attr, fid_cntr **cntr, void *context) noexcept;
@@ -665,6 +739,9 @@ inline void count_completion(Cntr *cntr, bool success) noexcept
 // The counter polls (and waits on) the CQs that carry its completions.
 int cntr_attach_cq(Cntr *cntr, Cq *cq) noexcept;
 void cntr_detach_cq(Cntr *cntr, Cq *cq) noexcept;
+// The counter counts an RDM endpoint's completions (see cq_attach_rdm).
+int cntr_attach_rdm(Cntr *cntr, RdmEp *ep, int wait_fd) noexcept;
+void cntr_detach_rdm(Cntr *cntr, RdmEp *ep, int wait_fd) noexcept;
 
 // vrma_eq.cpp
 int eq_open(fid_fabric *fabric, fi_eq_attr *attr, fid_eq **eq, void *context) noexcept;
@@ -696,12 +773,19 @@ int ep_getopt(fid_t fid, int level, int optname, void *optval, size_t *optlen) n
 int ep_setopt(fid_t fid, int level, int optname, const void *optval, size_t optlen) noexcept;
 
 // vrma_ep.cpp
+// What endpoints answer for the atomic and collective calls they do not offer.
+extern const fi_ops_atomic atomic_nosys;
+extern const fi_ops_collective collective_nosys;
 int ep_open(fid_domain *domain, fi_info *info, fid_ep **ep, void *context) noexcept;
 int ep_enable(Ep *ep) noexcept;
 // Posts one of the provider's own zero-length receives (provider_rx).
 int ep_post_provider_rx(Ep *ep) noexcept;
 // Moves the QP to the error state so that outstanding requests flush.
 void ep_set_error(Ep *ep) noexcept;
+// On a QP in the error state: a signaled zero-length write whose flush
+// retires every earlier unsignaled request (completed ones never report
+// again). The ring keeps one slot free for it. Whether it was posted.
+bool conn_post_sentinel(Conn *conn) noexcept;
 
 // vrma_pmem.cpp: FI_RMA_PMEM endpoints and the domain's commit service.
 int domain_ops_open(fid *f, const char *name, uint64_t flags, void **ops, void *context) noexcept;

@@ -209,8 +209,10 @@ int finish_insert(Av *av, const char *call, Batch &b, fi_addr_t *fi_addr, uint64
 			int &err = b.errors[i];
 			if (!err && !representable(av, b.addrs[i]))
 				err = -FI_EINVAL;
-			if (!err)
+			if (!err) {
 				err = av->table.insert(b.addrs[i], handle);
+				av->epoch.fetch_add(1, std::memory_order_release);
+			}
 			if (!err)
 				inserted++;
 			else if (first_bad == n)
@@ -460,6 +462,7 @@ int av_remove(fid_av *f, fi_addr_t *fi_addr, size_t count, uint64_t flags) noexc
 	fi_addr_t first_bad = FI_ADDR_NOTAVAIL;
 	{
 		std::lock_guard<std::mutex> guard(av->lock);
+		av->epoch.fetch_add(1, std::memory_order_release);
 		for (size_t i = 0; i < count; i++)
 			if (av->table.remove(fi_addr[i]) && bad++ == 0)
 				first_bad = fi_addr[i];

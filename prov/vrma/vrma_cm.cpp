@@ -181,16 +181,16 @@ rdma_cm_id *handle_connect_request(Eq *eq, rdma_cm_event *ev)
 void ep_connection_failed(Ep *ep) noexcept
 try {
 	EpState expected = EpState::Connected;
-	if (!ep->state.compare_exchange_strong(expected, EpState::Shutdown))
+	if (!ep->conn.state.compare_exchange_strong(expected, EpState::Shutdown))
 		return; // already reported (or never connected)
-	VRMA_INFO(FI_LOG_EP_DATA, "QP %u failed: connection shut down\n", ep->qp ? ep->qp->qp_num : 0);
+	VRMA_INFO(FI_LOG_EP_DATA, "QP %u failed: connection shut down\n", ep->conn.qp ? ep->conn.qp->qp_num : 0);
 	if (ep->eq)
 		eq_post(ep->eq, shutdown_event(ep));
 	if (ep->service)
 		pmem_connection_lost(ep);
 	// Tell the peer: its side shuts down too instead of waiting for a
 	// retry timeout.
-	rdma_disconnect(ep->id.get());
+	rdma_disconnect(ep->conn.id.get());
 } catch (...) {
 	VRMA_WARN(FI_LOG_EQ, "out of memory reporting a failed connection\n");
 }
@@ -213,8 +213,8 @@ try {
 				   &user, &user_len, &peer_flags);
 		// The accepting side learnt the peer's flags from the request.
 		if (!ep->passive_side)
-			ep->peer_cm_flags.store(peer_flags, std::memory_order_release);
-		ep->state.store(EpState::Connected, std::memory_order_release);
+			ep->conn.peer_cm_flags.store(peer_flags, std::memory_order_release);
+		ep->conn.state.store(EpState::Connected, std::memory_order_release);
 		EqEntry e;
 		e.event = FI_CONNECTED;
 		e.source = &ep->fid;
@@ -225,19 +225,19 @@ try {
 	case RDMA_CM_EVENT_REJECTED:
 		parse_private_data(ev->param.conn.private_data, ev->param.conn.private_data_len,
 				   &user, &user_len);
-		ep->state.store(EpState::Shutdown, std::memory_order_release);
+		ep->conn.state.store(EpState::Shutdown, std::memory_order_release);
 		push_error(eq, ep, FI_ECONNREFUSED, ev->status, user, user_len);
 		break;
 	case RDMA_CM_EVENT_UNREACHABLE:
 	case RDMA_CM_EVENT_CONNECT_ERROR:
 	case RDMA_CM_EVENT_ADDR_ERROR:
 	case RDMA_CM_EVENT_ROUTE_ERROR:
-		ep->state.store(EpState::Shutdown, std::memory_order_release);
+		ep->conn.state.store(EpState::Shutdown, std::memory_order_release);
 		push_error(eq, ep, ev->status < 0 ? -errno_to_fi(ev->status) : FI_ECONNREFUSED,
 			   ev->status, nullptr, 0);
 		break;
 	case RDMA_CM_EVENT_DISCONNECTED: {
-		EpState was = ep->state.exchange(EpState::Shutdown);
+		EpState was = ep->conn.state.exchange(EpState::Shutdown);
 		// Outstanding operations complete with FI_ECANCELED.
 		ep_set_error(ep);
 		if (ep->service)
@@ -247,7 +247,7 @@ try {
 		break;
 	}
 	case RDMA_CM_EVENT_DEVICE_REMOVAL:
-		ep->state.store(EpState::Shutdown, std::memory_order_release);
+		ep->conn.state.store(EpState::Shutdown, std::memory_order_release);
 		ep_set_error(ep);
 		push_error(eq, ep, FI_ENODEV, 0, nullptr, 0);
 		break;
@@ -299,11 +299,11 @@ int cm_setname(fid_t f, void *addr, size_t addrlen) noexcept
 		return 0;
 	}
 	Ep *ep = from_fid<Ep>(f);
-	if (ep->addr_resolved || ep->passive_side || ep->state.load() != EpState::Idle) {
+	if (ep->addr_resolved || ep->passive_side || ep->conn.state.load() != EpState::Idle) {
 		VRMA_WARN(FI_LOG_EP_CTRL, "fi_setname: endpoint already has an address\n");
 		return -FI_EOPBADSTATE;
 	}
-	if (rdma_bind_addr(ep->id.get(), const_cast<sockaddr *>(sa))) {
+	if (rdma_bind_addr(ep->conn.id.get(), const_cast<sockaddr *>(sa))) {
 		int err = errno;
 		VRMA_WARN(FI_LOG_EP_CTRL, "fi_setname(%s): %s\n", sockaddr_str(sa).c_str(),
 			  strerror(err));
@@ -321,13 +321,13 @@ int cm_getname(fid_t f, void *addr, size_t *addrlen) noexcept
 		return copy_name(reinterpret_cast<sockaddr *>(&pep->src), addr, addrlen);
 	}
 	Ep *ep = from_fid<Ep>(f);
-	return copy_name(rdma_get_local_addr(ep->id.get()), addr, addrlen);
+	return copy_name(rdma_get_local_addr(ep->conn.id.get()), addr, addrlen);
 }
 
 int cm_getpeer(fid_ep *f, void *addr, size_t *addrlen) noexcept
 {
 	Ep *ep = static_cast<Ep *>(f);
-	const sockaddr *sa = rdma_get_peer_addr(ep->id.get());
+	const sockaddr *sa = rdma_get_peer_addr(ep->conn.id.get());
 	if (!sockaddr_len(sa) ||
 	    (sa->sa_family == AF_INET && !reinterpret_cast<const sockaddr_in *>(sa)->sin_port)) {
 		VRMA_WARN(FI_LOG_EP_CTRL, "fi_getpeer: endpoint has no peer\n");
@@ -349,10 +349,10 @@ int attach_to_eq(Ep *ep)
 		VRMA_WARN(FI_LOG_EP_CTRL, "endpoint is not bound to an EQ\n");
 		return -FI_ENOEQ;
 	}
-	if (ep->id->channel == ep->eq->channel.get())
+	if (ep->conn.id->channel == ep->eq->channel.get())
 		return 0;
 	std::lock_guard<std::mutex> guard(ep->eq->lock);
-	if (rdma_migrate_id(ep->id.get(), ep->eq->channel.get())) {
+	if (rdma_migrate_id(ep->conn.id.get(), ep->eq->channel.get())) {
 		int err = errno;
 		VRMA_WARN(FI_LOG_EP_CTRL, "rdma_migrate_id: %s\n", strerror(err));
 		return errno_to_fi(err);
@@ -363,8 +363,8 @@ int attach_to_eq(Ep *ep)
 int cm_connect(fid_ep *f, const void *addr, const void *param, size_t paramlen) noexcept
 {
 	Ep *ep = static_cast<Ep *>(f);
-	if (ep->passive_side || ep->state.load() == EpState::Connecting ||
-	    ep->state.load() == EpState::Connected || ep->state.load() == EpState::Shutdown) {
+	if (ep->passive_side || ep->conn.state.load() == EpState::Connecting ||
+	    ep->conn.state.load() == EpState::Connected || ep->conn.state.load() == EpState::Shutdown) {
 		VRMA_WARN(FI_LOG_EP_CTRL, "fi_connect: endpoint cannot connect in its state\n");
 		return -FI_EOPBADSTATE;
 	}
@@ -386,10 +386,10 @@ int cm_connect(fid_ep *f, const void *addr, const void *param, size_t paramlen) 
 		return -FI_EINVAL;
 	}
 	if (dest && ep->addr_resolved) {
-		const sockaddr *have = rdma_get_peer_addr(ep->id.get());
+		const sockaddr *have = rdma_get_peer_addr(ep->conn.id.get());
 		if (sockaddr_len(have) != sockaddr_len(dest) ||
 		    memcmp(have, dest, sockaddr_len(dest))) {
-			if (ep->qp) {
+			if (ep->conn.qp) {
 				VRMA_WARN(FI_LOG_EP_CTRL,
 					  "fi_connect: %s differs from the address the endpoint was enabled for\n",
 					  sockaddr_str(dest).c_str());
@@ -401,7 +401,7 @@ int cm_connect(fid_ep *f, const void *addr, const void *param, size_t paramlen) 
 	}
 	if (dest) {
 		const sockaddr *src = static_cast<const sockaddr *>(ep->info->src_addr);
-		if (rdma_resolve_addr(ep->id.get(), const_cast<sockaddr *>(src),
+		if (rdma_resolve_addr(ep->conn.id.get(), const_cast<sockaddr *>(src),
 				      const_cast<sockaddr *>(dest), params.cm_timeout_ms)) {
 			int err = errno;
 			VRMA_WARN(FI_LOG_EP_CTRL, "fi_connect: resolving %s: %s\n",
@@ -410,19 +410,19 @@ int cm_connect(fid_ep *f, const void *addr, const void *param, size_t paramlen) 
 		}
 		ep->addr_resolved = true;
 	}
-	if (ep->id->verbs != ep->domain->ctx) {
+	if (ep->conn.id->verbs != ep->domain->ctx) {
 		VRMA_WARN(FI_LOG_EP_CTRL, "fi_connect: the destination is not reached through %s\n",
 			  ep->domain->ctx->device->name);
 		return -FI_EINVAL;
 	}
-	if (!ep->qp) {
+	if (!ep->conn.qp) {
 		if (int rc = ep_enable(ep))
 			return rc;
 	}
 	// Route resolution is quick once the address is resolved; done on the
 	// private synchronous channel before the id moves to the EQ.
-	if (ep->id->channel != ep->eq->channel.get() &&
-	    rdma_resolve_route(ep->id.get(), params.cm_timeout_ms)) {
+	if (ep->conn.id->channel != ep->eq->channel.get() &&
+	    rdma_resolve_route(ep->conn.id.get(), params.cm_timeout_ms)) {
 		int err = errno;
 		VRMA_WARN(FI_LOG_EP_CTRL, "fi_connect: route resolution: %s\n", strerror(err));
 		return errno_to_fi(err);
@@ -436,10 +436,10 @@ int cm_connect(fid_ep *f, const void *addr, const void *param, size_t paramlen) 
 	cp.initiator_depth = clamp_rd_atom(ep->domain->dev_attr.max_qp_init_rd_atom);
 	cp.retry_count = 7;
 	cp.rnr_retry_count = 7; // infinite: a send waits for the peer's receive
-	ep->state.store(EpState::Connecting);
-	if (rdma_connect(ep->id.get(), &cp)) {
+	ep->conn.state.store(EpState::Connecting);
+	if (rdma_connect(ep->conn.id.get(), &cp)) {
 		int err = errno;
-		ep->state.store(EpState::Enabled);
+		ep->conn.state.store(EpState::Enabled);
 		VRMA_WARN(FI_LOG_EP_CTRL, "rdma_connect: %s\n", strerror(err));
 		return errno_to_fi(err);
 	}
@@ -449,8 +449,8 @@ int cm_connect(fid_ep *f, const void *addr, const void *param, size_t paramlen) 
 int cm_accept(fid_ep *f, const void *param, size_t paramlen) noexcept
 {
 	Ep *ep = static_cast<Ep *>(f);
-	if (!ep->passive_side || ep->state.load() == EpState::Connecting ||
-	    ep->state.load() == EpState::Connected) {
+	if (!ep->passive_side || ep->conn.state.load() == EpState::Connecting ||
+	    ep->conn.state.load() == EpState::Connected) {
 		VRMA_WARN(FI_LOG_EP_CTRL, "fi_accept: endpoint was not created from a connection request, or already accepted\n");
 		return -FI_EOPBADSTATE;
 	}
@@ -458,7 +458,7 @@ int cm_accept(fid_ep *f, const void *param, size_t paramlen) noexcept
 	uint8_t pd_len;
 	if (int rc = build_private_data(param, paramlen, ep_cm_flags(ep), pd, pd_len))
 		return rc;
-	if (!ep->qp) {
+	if (!ep->conn.qp) {
 		if (int rc = ep_enable(ep))
 			return rc;
 	}
@@ -473,10 +473,10 @@ int cm_accept(fid_ep *f, const void *param, size_t paramlen) noexcept
 				      clamp_rd_atom(ep->domain->dev_attr.max_qp_init_rd_atom));
 	cp.retry_count = 7;
 	cp.rnr_retry_count = 7;
-	ep->state.store(EpState::Connecting);
-	if (rdma_accept(ep->id.get(), &cp)) {
+	ep->conn.state.store(EpState::Connecting);
+	if (rdma_accept(ep->conn.id.get(), &cp)) {
 		int err = errno;
-		ep->state.store(EpState::Enabled);
+		ep->conn.state.store(EpState::Enabled);
 		VRMA_WARN(FI_LOG_EP_CTRL, "rdma_accept: %s\n", strerror(err));
 		return errno_to_fi(err);
 	}
@@ -509,13 +509,13 @@ int cm_shutdown(fid_ep *f, uint64_t flags) noexcept
 {
 	Ep *ep = static_cast<Ep *>(f);
 	(void)flags;
-	EpState was = ep->state.exchange(EpState::Shutdown);
+	EpState was = ep->conn.state.exchange(EpState::Shutdown);
 	if (was != EpState::Connected && was != EpState::Connecting) {
-		ep->state.store(was);
+		ep->conn.state.store(was);
 		VRMA_WARN(FI_LOG_EP_CTRL, "fi_shutdown: endpoint is not connected\n");
 		return -FI_ENOTCONN;
 	}
-	if (rdma_disconnect(ep->id.get())) {
+	if (rdma_disconnect(ep->conn.id.get())) {
 		int err = errno;
 		VRMA_WARN(FI_LOG_EP_CTRL, "rdma_disconnect: %s\n", strerror(err));
 		return errno_to_fi(err);
@@ -631,7 +631,7 @@ int ep_getopt(fid_t f, int level, int optname, void *optval, size_t *optlen) noe
 		if (f->fclass != FI_CLASS_EP)
 			return -FI_ENOPROTOOPT;
 		Ep *ep = from_fid<Ep>(f);
-		if (ep->state.load(std::memory_order_acquire) != EpState::Connected) {
+		if (ep->conn.state.load(std::memory_order_acquire) != EpState::Connected) {
 			VRMA_WARN(FI_LOG_EP_CTRL, "FI_VRMA_OPT_COMMIT_METHOD: known once connected\n");
 			return -FI_EOPBADSTATE;
 		}

@@ -12,11 +12,22 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 
 namespace vrma {
 
 namespace {
+
+// Progress of the RDM endpoints bound to the CQ (FI_PROGRESS_MANUAL): their
+// completions are converted into this CQ's queue by cq_push. Never under
+// cq->lock.
+void cq_progress_rdm(Cq *cq) noexcept
+{
+	std::lock_guard<std::mutex> guard(cq->hooks_lock);
+	for (RdmEp *ep : cq->rdm_eps)
+		rdm_progress(ep);
+}
 
 size_t format_size(fi_cq_format f)
 {
@@ -48,7 +59,7 @@ void write_entry(fi_cq_format fmt, void *dst, const Completion &c)
 		break;
 	default:
 		*static_cast<fi_cq_tagged_entry *>(dst) = {c.op_context, c.flags, c.len, c.buf,
-							   c.data, 0};
+							   c.data, c.tag};
 		break;
 	}
 }
@@ -69,7 +80,8 @@ void fill_error(fi_cq_err_entry &e, const ibv_wc &wc, void *context, uint64_t fl
 Outcome handle_wc(Cq *cq, const ibv_wc &wc, Completion &c, fi_cq_err_entry &e)
 {
 	auto *h = reinterpret_cast<SlotHeader *>(wc.wr_id);
-	Ep *ep = h->ep;
+	// Only MSG connections complete into application CQs.
+	Ep *ep = h->conn->ep;
 	if (h->kind == SlotKind::Tx) {
 		auto *s = static_cast<TxSlot *>(h);
 		// Read the slot before retiring it: the poster may reuse it after.
@@ -79,15 +91,15 @@ Outcome handle_wc(Cq *cq, const ibv_wc &wc, Completion &c, fi_cq_err_entry &e)
 		const uint64_t op_end = s->op_end;
 		const uint32_t commit = s->commit;
 		Cntr *cntr = s->cntr;
-		ep->tx.retire_through(s->seq, [](TxSlot &, uint64_t) {});
-		if (ep->closing.load(std::memory_order_relaxed))
+		ep->conn.tx.retire_through(s->seq, [](TxSlot &, uint64_t) {});
+		if (ep->conn.closing.load(std::memory_order_relaxed))
 			return Outcome::None;
 		if (wc.status != IBV_WC_SUCCESS) {
 			// One error per operation: the flushes of its later requests
 			// are not reported again.
-			if (op_end == ep->failed_op_end)
+			if (op_end == ep->conn.failed_op_end)
 				return Outcome::None;
-			ep->failed_op_end = op_end;
+			ep->conn.failed_op_end = op_end;
 			if (wc.status != IBV_WC_WR_FLUSH_ERR)
 				ep_connection_failed(ep);
 			if (commit && !pmem_claim_commit(ep, commit))
@@ -117,7 +129,7 @@ Outcome handle_wc(Cq *cq, const ibv_wc &wc, Completion &c, fi_cq_err_entry &e)
 	const bool internal = s->internal;
 	Cntr *cntr = s->cntr;
 	ep->rx.retire_through(s->seq, [](RxSlot &, uint64_t) {});
-	if (ep->closing.load(std::memory_order_relaxed))
+	if (ep->conn.closing.load(std::memory_order_relaxed))
 		return Outcome::None;
 	if (internal && ep->staged)
 		return staged_rx_completion(ep, cq, wc, buf, c, e);
@@ -200,17 +212,20 @@ ssize_t cq_read_impl(Cq *cq, void *buf, size_t count, fi_addr_t *src_addr)
 		VRMA_WARN(FI_LOG_CQ, "fi_cq_read: NULL buffer for %zu entries\n", count);
 		return -FI_EINVAL;
 	}
+	if (cq->n_rdm.load(std::memory_order_relaxed)) [[unlikely]]
+		cq_progress_rdm(cq);
 	auto *out = static_cast<uint8_t *>(buf);
 	size_t n = 0;
 	std::lock_guard<std::mutex> guard(cq->lock);
-	auto emit = [&](const Completion &c) {
+	cq->armed = false;
+	auto emit = [&](const Completion &c, fi_addr_t src) {
 		write_entry(cq->format, out + n * cq->entry_size, c);
 		if (src_addr)
-			src_addr[n] = FI_ADDR_NOTAVAIL;
+			src_addr[n] = src;
 		n++;
 	};
 	while (n < count && !cq->pending.empty() && !cq->pending.front().is_error) {
-		emit(cq->pending.front().comp);
+		emit(cq->pending.front().comp, cq->pending.front().src);
 		cq->pending.pop_front();
 	}
 	if (cq->pending.empty()) {
@@ -228,7 +243,7 @@ ssize_t cq_read_impl(Cq *cq, void *buf, size_t count, fi_addr_t *src_addr)
 				if (o == Outcome::None)
 					continue;
 				if (o == Outcome::Success && cq->pending.empty() && n < count) {
-					emit(p.comp);
+					emit(p.comp, FI_ADDR_NOTAVAIL);
 					continue;
 				}
 				p.is_error = o == Outcome::Error;
@@ -263,6 +278,8 @@ ssize_t cq_readerr(fid_cq *f, fi_cq_err_entry *buf, uint64_t flags) noexcept
 		return -FI_EINVAL;
 	}
 	(void)flags;
+	if (cq->n_rdm.load(std::memory_order_relaxed)) [[unlikely]]
+		cq_progress_rdm(cq);
 	std::lock_guard<std::mutex> guard(cq->lock);
 	if (cq->pending.empty())
 		poll_to_pending(cq, 64);
@@ -401,6 +418,12 @@ int cq_trywait(Cq *cq) noexcept
 		VRMA_WARN(FI_LOG_CQ, "fi_trywait on a CQ without a wait object\n");
 		return -FI_EINVAL;
 	}
+	if (cq->n_rdm.load(std::memory_order_relaxed)) {
+		std::lock_guard<std::mutex> guard(cq->hooks_lock);
+		for (RdmEp *ep : cq->rdm_eps)
+			if (int rc = rdm_trywait(ep))
+				return rc;
+	}
 	std::lock_guard<std::mutex> guard(cq->lock);
 	drain_channel(cq);
 	if (!cq->pending.empty())
@@ -409,21 +432,56 @@ int cq_trywait(Cq *cq) noexcept
 		return errno_to_fi(rc);
 	// Completions that arrived before arming raise no event: look once more.
 	poll_to_pending(cq, 64);
-	return cq->pending.empty() ? 0 : -FI_EAGAIN;
+	if (!cq->pending.empty())
+		return -FI_EAGAIN;
+	cq->armed = true;
+	return 0;
 }
 
 void cq_push(Cq *cq, const CqPending &entry) noexcept
 {
+	bool wake;
 	try {
 		std::lock_guard<std::mutex> guard(cq->lock);
 		cq->pending.push_back(entry);
+		wake = cq->armed;
 	} catch (...) {
 		VRMA_WARN(FI_LOG_CQ, "out of memory queuing a completion: entry lost\n");
 		return;
 	}
-	// Wake a reader blocked in fi_cq_sread: no device event will.
-	if (cq->signal_fd.get() >= 0)
+	// Wake a reader that may sleep on the wait object (it armed the CQ
+	// with fi_trywait under the lock): no device event will. A reader
+	// that has not armed it yet finds the entry when it does.
+	if (wake && cq->signal_fd.get() >= 0)
 		eventfd_signal(cq->signal_fd.get());
+}
+
+int cq_attach_rdm(Cq *cq, RdmEp *ep, int wait_fd) noexcept
+try {
+	std::lock_guard<std::mutex> guard(cq->hooks_lock);
+	if (wait_fd >= 0 && cq->epoll_fd.get() >= 0) {
+		epoll_event ev{};
+		ev.events = EPOLLIN;
+		ev.data.fd = wait_fd;
+		if (epoll_ctl(cq->epoll_fd.get(), EPOLL_CTL_ADD, wait_fd, &ev) && errno != EEXIST) {
+			VRMA_WARN(FI_LOG_CQ, "CQ cannot wait for an RDM endpoint: %s\n", strerror(errno));
+			return -FI_EINVAL;
+		}
+	}
+	cq->rdm_eps.push_back(ep);
+	cq->n_rdm.store(cq->rdm_eps.size());
+	return 0;
+} catch (...) {
+	return -FI_ENOMEM;
+}
+
+void cq_detach_rdm(Cq *cq, RdmEp *ep, int wait_fd) noexcept
+{
+	std::lock_guard<std::mutex> guard(cq->hooks_lock);
+	std::erase(cq->rdm_eps, ep);
+	cq->n_rdm.store(cq->rdm_eps.size());
+	if (wait_fd >= 0 && cq->epoll_fd.get() >= 0)
+		epoll_ctl(cq->epoll_fd.get(), EPOLL_CTL_DEL, wait_fd, nullptr);
 }
 
 void cq_progress(Cq *cq) noexcept
@@ -463,7 +521,7 @@ void cq_unreserve(Cq *cq, size_t entries) noexcept
 bool cq_drain_endpoint(Cq *cq, Ep *ep, bool tx_side, int timeout_ms) noexcept
 {
 	const Deadline deadline(timeout_ms);
-	auto done = [&] { return tx_side ? ep->tx.outstanding() == 0 : ep->rx.outstanding() == 0; };
+	auto done = [&] { return tx_side ? ep->conn.tx.outstanding() == 0 : ep->rx.outstanding() == 0; };
 	while (!done()) {
 		{
 			std::lock_guard<std::mutex> guard(cq->lock);

@@ -1,6 +1,7 @@
 // Active MSG endpoints: one RC QP on an rdma_cm id.
 #include "vrma.h"
 #include "vrma_post.h"
+#include "vrma_rdm.h"
 
 #include <rdma/fi_atomic.h>
 #include <rdma/fi_collective.h>
@@ -24,38 +25,6 @@ constexpr fi_ops_tagged tagged_nosys = {
 	.injectdata = VRMA_NOSYS(fi_ops_tagged, injectdata),
 };
 
-constexpr fi_ops_atomic atomic_nosys = {
-	.size = sizeof(fi_ops_atomic),
-	.write = VRMA_NOSYS(fi_ops_atomic, write),
-	.writev = VRMA_NOSYS(fi_ops_atomic, writev),
-	.writemsg = VRMA_NOSYS(fi_ops_atomic, writemsg),
-	.inject = VRMA_NOSYS(fi_ops_atomic, inject),
-	.readwrite = VRMA_NOSYS(fi_ops_atomic, readwrite),
-	.readwritev = VRMA_NOSYS(fi_ops_atomic, readwritev),
-	.readwritemsg = VRMA_NOSYS(fi_ops_atomic, readwritemsg),
-	.compwrite = VRMA_NOSYS(fi_ops_atomic, compwrite),
-	.compwritev = VRMA_NOSYS(fi_ops_atomic, compwritev),
-	.compwritemsg = VRMA_NOSYS(fi_ops_atomic, compwritemsg),
-	.writevalid = VRMA_NOSYS(fi_ops_atomic, writevalid),
-	.readwritevalid = VRMA_NOSYS(fi_ops_atomic, readwritevalid),
-	.compwritevalid = VRMA_NOSYS(fi_ops_atomic, compwritevalid),
-};
-
-constexpr fi_ops_collective collective_nosys = {
-	.size = sizeof(fi_ops_collective),
-	.barrier = VRMA_NOSYS(fi_ops_collective, barrier),
-	.broadcast = VRMA_NOSYS(fi_ops_collective, broadcast),
-	.alltoall = VRMA_NOSYS(fi_ops_collective, alltoall),
-	.allreduce = VRMA_NOSYS(fi_ops_collective, allreduce),
-	.allgather = VRMA_NOSYS(fi_ops_collective, allgather),
-	.reduce_scatter = VRMA_NOSYS(fi_ops_collective, reduce_scatter),
-	.reduce = VRMA_NOSYS(fi_ops_collective, reduce),
-	.scatter = VRMA_NOSYS(fi_ops_collective, scatter),
-	.gather = VRMA_NOSYS(fi_ops_collective, gather),
-	.msg = VRMA_NOSYS(fi_ops_collective, msg),
-	.barrier2 = VRMA_NOSYS(fi_ops_collective, barrier2),
-};
-
 // Calls fn(counter, cq) for each bound counter and the CQ its completions
 // arrive on.
 template <typename Fn> void for_each_counter(const Ep *ep, Fn &&fn)
@@ -72,9 +41,9 @@ template <typename Fn> void for_each_counter(const Ep *ep, Fn &&fn)
 
 void release_cq(Ep *ep)
 {
-	const bool enabled = ep->tx.depth() != 0; // the rings hold what was reserved
+	const bool enabled = ep->conn.tx.depth() != 0; // the rings hold what was reserved
 	if (enabled) {
-		cq_unreserve(send_cq_of(ep), ep->tx.depth());
+		cq_unreserve(send_cq_of(ep), ep->conn.tx.depth());
 		cq_unreserve(recv_cq_of(ep), ep->rx.depth());
 	}
 	for_each_counter(ep, [&](Cntr *c, Cq *cq) {
@@ -96,42 +65,22 @@ void release_cq(Ep *ep)
 		fi_close(&ep->own_cq->fid);
 }
 
-// Posts a signaled zero-length write on the error-state QP: its flush
-// completion retires every earlier unsignaled request, which otherwise never
-// reports.
-void post_sentinel(Ep *ep)
-{
-	std::lock_guard<std::mutex> guard(ep->tx_lock);
-	if (ep->tx.outstanding() == 0 || ep->tx.full())
-		return;
-	TxSlot &s = ep->tx.next();
-	s.fill(ep->tx.head(), ep->tx.head(), nullptr, 0, 0, false, nullptr, 0);
-	ibv_send_wr wr{};
-	wr.wr_id = reinterpret_cast<uintptr_t>(&s);
-	wr.opcode = IBV_WR_RDMA_WRITE;
-	wr.send_flags = IBV_SEND_SIGNALED;
-	ep->tx.push();
-	ibv_send_wr *bad;
-	if (ibv_post_send(ep->qp, &wr, &bad))
-		ep->tx.unpush();
-}
-
 int ep_close(fid *f) noexcept
 {
 	Ep *ep = from_fid<Ep>(f);
-	ep->closing.store(true);
+	ep->conn.closing.store(true);
 	if (ep->eq) {
 		// The EQ's progress thread handles events under the EQ lock: once the
 		// id no longer names the endpoint, no event handler touches it.
 		std::lock_guard<std::mutex> guard(ep->eq->lock);
-		ep->id->context = nullptr;
+		ep->conn.id->context = nullptr;
 	}
 	if (ep->service)
 		pmem_ep_quiesce(ep);
 	bool drained = true;
-	if (ep->qp) {
+	if (ep->conn.qp) {
 		ep_set_error(ep);
-		post_sentinel(ep);
+		conn_post_sentinel(&ep->conn);
 		drained = cq_drain_endpoint(send_cq_of(ep), ep, true, 2000) &&
 			  cq_drain_endpoint(recv_cq_of(ep), ep, false, 2000);
 		if (!drained) {
@@ -139,22 +88,22 @@ int ep_close(fid *f) noexcept
 			// memory rather than let them point to freed slots.
 			VRMA_WARN(FI_LOG_EP_CTRL,
 				  "endpoint close: %zu send and %zu receive requests did not flush; leaking the endpoint\n",
-				  ep->tx.outstanding(), ep->rx.outstanding());
+				  ep->conn.tx.outstanding(), ep->rx.outstanding());
 		}
-		rdma_destroy_qp(ep->id.get());
-		ep->qp = nullptr;
+		rdma_destroy_qp(ep->conn.id.get());
+		ep->conn.qp = nullptr;
 	}
 	if (ep->eq) {
 		// Events for this endpoint are read under the EQ lock: destroy the id
 		// under it too, then drop queued events that name the endpoint.
 		{
 			std::lock_guard<std::mutex> guard(ep->eq->lock);
-			ep->id.reset();
+			ep->conn.id.reset();
 		}
 		eq_purge(ep->eq, &ep->fid);
 		ep->eq->refs--;
 	} else {
-		ep->id.reset();
+		ep->conn.id.reset();
 	}
 	release_cq(ep);
 	if (ep->service_cq)
@@ -172,7 +121,7 @@ int ep_bind(fid *f, fid *bfid, uint64_t flags) noexcept
 		VRMA_WARN(FI_LOG_EP_CTRL, "fi_ep_bind: NULL fid\n");
 		return -FI_EINVAL;
 	}
-	if (ep->qp) {
+	if (ep->conn.qp) {
 		VRMA_WARN(FI_LOG_EP_CTRL, "fi_ep_bind: endpoint already enabled\n");
 		return -FI_EOPBADSTATE;
 	}
@@ -321,7 +270,7 @@ ssize_t ep_cancel(fid_t f, void *context) noexcept
 ssize_t ep_rx_size_left(fid_ep *f) noexcept
 {
 	Ep *ep = static_cast<Ep *>(f);
-	if (!ep->qp)
+	if (!ep->conn.qp)
 		return -FI_EOPBADSTATE;
 	if (ep->staged)
 		return static_cast<ssize_t>(staged_rx_left(ep));
@@ -331,10 +280,10 @@ ssize_t ep_rx_size_left(fid_ep *f) noexcept
 ssize_t ep_tx_size_left(fid_ep *f) noexcept
 {
 	Ep *ep = static_cast<Ep *>(f);
-	if (!ep->qp)
+	if (!ep->conn.qp)
 		return -FI_EOPBADSTATE;
-	size_t used = ep->tx.outstanding();
-	return used >= ep->tx_depth ? 0 : static_cast<ssize_t>(ep->tx_depth - used);
+	size_t used = ep->conn.tx.outstanding();
+	return used >= ep->conn.tx_depth ? 0 : static_cast<ssize_t>(ep->conn.tx_depth - used);
 }
 
 constexpr fi_ops ep_fi_ops = {
@@ -367,6 +316,38 @@ size_t clamp(size_t want, size_t fallback, int device_max)
 
 } // namespace
 
+const fi_ops_atomic atomic_nosys = {
+	.size = sizeof(fi_ops_atomic),
+	.write = VRMA_NOSYS(fi_ops_atomic, write),
+	.writev = VRMA_NOSYS(fi_ops_atomic, writev),
+	.writemsg = VRMA_NOSYS(fi_ops_atomic, writemsg),
+	.inject = VRMA_NOSYS(fi_ops_atomic, inject),
+	.readwrite = VRMA_NOSYS(fi_ops_atomic, readwrite),
+	.readwritev = VRMA_NOSYS(fi_ops_atomic, readwritev),
+	.readwritemsg = VRMA_NOSYS(fi_ops_atomic, readwritemsg),
+	.compwrite = VRMA_NOSYS(fi_ops_atomic, compwrite),
+	.compwritev = VRMA_NOSYS(fi_ops_atomic, compwritev),
+	.compwritemsg = VRMA_NOSYS(fi_ops_atomic, compwritemsg),
+	.writevalid = VRMA_NOSYS(fi_ops_atomic, writevalid),
+	.readwritevalid = VRMA_NOSYS(fi_ops_atomic, readwritevalid),
+	.compwritevalid = VRMA_NOSYS(fi_ops_atomic, compwritevalid),
+};
+
+const fi_ops_collective collective_nosys = {
+	.size = sizeof(fi_ops_collective),
+	.barrier = VRMA_NOSYS(fi_ops_collective, barrier),
+	.broadcast = VRMA_NOSYS(fi_ops_collective, broadcast),
+	.alltoall = VRMA_NOSYS(fi_ops_collective, alltoall),
+	.allreduce = VRMA_NOSYS(fi_ops_collective, allreduce),
+	.allgather = VRMA_NOSYS(fi_ops_collective, allgather),
+	.reduce_scatter = VRMA_NOSYS(fi_ops_collective, reduce_scatter),
+	.reduce = VRMA_NOSYS(fi_ops_collective, reduce),
+	.scatter = VRMA_NOSYS(fi_ops_collective, scatter),
+	.gather = VRMA_NOSYS(fi_ops_collective, gather),
+	.msg = VRMA_NOSYS(fi_ops_collective, msg),
+	.barrier2 = VRMA_NOSYS(fi_ops_collective, barrier2),
+};
+
 int ep_post_provider_rx(Ep *ep) noexcept
 {
 	ibv_recv_wr wr{};
@@ -383,8 +364,30 @@ int ep_post_provider_rx(Ep *ep) noexcept
 	return static_cast<int>(post_recv(ep, wr, nullptr, nullptr, 0, true, nullptr, true));
 }
 
-void report_unposted(Ep *ep, const ibv_send_wr *first, int err) noexcept
+bool conn_post_sentinel(Conn *conn) noexcept
 {
+	TxGuard guard(conn);
+	if (conn->tx.outstanding() == 0 || conn->tx.full())
+		return false;
+	TxSlot &s = conn->tx.next();
+	s.fill(conn->tx.head(), conn->tx.head(), nullptr, 0, 0, false, nullptr, 0,
+	       conn->peer ? 1u << 24 : 0); // RDM: an internal request (RdmTx::Internal)
+	ibv_send_wr wr{};
+	wr.wr_id = reinterpret_cast<uintptr_t>(&s);
+	wr.opcode = IBV_WR_RDMA_WRITE;
+	wr.send_flags = IBV_SEND_SIGNALED;
+	conn->tx.push();
+	ibv_send_wr *bad;
+	if (ibv_post_send(conn->qp, &wr, &bad)) {
+		conn->tx.unpush();
+		return false;
+	}
+	return true;
+}
+
+void report_unposted(Conn *conn, const ibv_send_wr *first, int err) noexcept
+{
+	Ep *ep = conn->ep;
 	const int fi_err = -errno_to_fi(err);
 	for (const ibv_send_wr *w = first; w; w = w->next) {
 		auto *s = reinterpret_cast<TxSlot *>(w->wr_id);
@@ -407,20 +410,20 @@ void report_unposted(Ep *ep, const ibv_send_wr *first, int err) noexcept
 
 void ep_set_error(Ep *ep) noexcept
 {
-	if (!ep->qp)
+	if (!ep->conn.qp)
 		return;
 	ibv_qp_attr attr{};
 	attr.qp_state = IBV_QPS_ERR;
 	// After a disconnect rdma_cm may already have torn the QP's connection
 	// down; failing to move it again is expected then.
-	if (int rc = ibv_modify_qp(ep->qp, &attr, IBV_QP_STATE))
-		VRMA_INFO(FI_LOG_EP_CTRL, "moving QP %u to the error state: %s\n", ep->qp->qp_num,
+	if (int rc = ibv_modify_qp(ep->conn.qp, &attr, IBV_QP_STATE))
+		VRMA_INFO(FI_LOG_EP_CTRL, "moving QP %u to the error state: %s\n", ep->conn.qp->qp_num,
 			  strerror(rc));
 }
 
 int ep_enable(Ep *ep) noexcept
 {
-	if (ep->qp)
+	if (ep->conn.qp)
 		return 0;
 	if (!ep->eq) {
 		VRMA_WARN(FI_LOG_EP_CTRL, "fi_enable: MSG endpoint needs an EQ\n");
@@ -435,20 +438,20 @@ int ep_enable(Ep *ep) noexcept
 		fi_cq_attr attr{};
 		attr.format = FI_CQ_FORMAT_CONTEXT;
 		attr.wait_obj = FI_WAIT_FD;
-		attr.size = ep->tx_depth + 1 + ep->rx_depth;
+		attr.size = ep->conn.tx_depth + 1 + ep->rx_depth;
 		fid_cq *cq = nullptr;
 		if (int rc = cq_open(ep->domain, &attr, &cq, nullptr))
 			return rc;
 		ep->own_cq = static_cast<Cq *>(cq);
 	}
-	if (!ep->id->verbs) {
+	if (!ep->conn.id->verbs) {
 		VRMA_WARN(FI_LOG_EP_CTRL,
 			  "fi_enable: endpoint has neither source nor destination address on an RDMA device\n");
 		return -FI_EOPBADSTATE;
 	}
-	if (ep->id->verbs != ep->domain->ctx) {
+	if (ep->conn.id->verbs != ep->domain->ctx) {
 		VRMA_WARN(FI_LOG_EP_CTRL, "fi_enable: the endpoint's address is on %s, not on domain %s\n",
-			  ep->id->verbs->device->name, ep->domain->ctx->device->name);
+			  ep->conn.id->verbs->device->name, ep->domain->ctx->device->name);
 		return -FI_EINVAL;
 	}
 	if (ep->service) {
@@ -464,7 +467,7 @@ int ep_enable(Ep *ep) noexcept
 	Cq *send_cq = send_cq_of(ep);
 	Cq *recv_cq = recv_cq_of(ep);
 	// One extra send slot for the close-time sentinel.
-	const size_t send_wrs = ep->tx_depth + 1;
+	const size_t send_wrs = ep->conn.tx_depth + 1;
 	if (int rc = cq_reserve(send_cq, send_wrs))
 		return fail(rc);
 	if (int rc = cq_reserve(recv_cq, ep->rx_depth)) {
@@ -479,40 +482,36 @@ int ep_enable(Ep *ep) noexcept
 	attr.sq_sig_all = 0;
 	attr.cap.max_send_wr = static_cast<uint32_t>(send_wrs);
 	attr.cap.max_recv_wr = static_cast<uint32_t>(ep->rx_depth);
-	attr.cap.max_send_sge = static_cast<uint32_t>(ep->tx_iov_limit + 1);
+	attr.cap.max_send_sge = static_cast<uint32_t>(ep->conn.tx_iov_limit + 1);
 	attr.cap.max_recv_sge = static_cast<uint32_t>(ep->rx_iov_limit);
-	attr.cap.max_inline_data = static_cast<uint32_t>(ep->inline_size);
-	if (rdma_create_qp(ep->id.get(), ep->domain->pd.get(), &attr)) {
+	attr.cap.max_inline_data = static_cast<uint32_t>(ep->conn.inline_size);
+	if (rdma_create_qp(ep->conn.id.get(), ep->domain->pd.get(), &attr)) {
 		int err = errno;
 		VRMA_WARN(FI_LOG_EP_CTRL, "rdma_create_qp(send %zu, recv %zu, inline %zu): %s\n",
-			  send_wrs, ep->rx_depth, ep->inline_size, strerror(err));
+			  send_wrs, ep->rx_depth, ep->conn.inline_size, strerror(err));
 		cq_unreserve(send_cq, send_wrs);
 		cq_unreserve(recv_cq, ep->rx_depth);
 		return fail(errno_to_fi(err));
 	}
-	ep->qp = ep->id->qp;
-	ep->scratch_mr.reset(ibv_reg_mr(ep->domain->pd.get(), ep->scratch, sizeof ep->scratch,
+	ep->conn.qp = ep->conn.id->qp;
+	ep->conn.scratch_mr.reset(ibv_reg_mr(ep->domain->pd.get(), ep->conn.scratch, sizeof ep->conn.scratch,
 					IBV_ACCESS_LOCAL_WRITE));
-	if (!ep->scratch_mr) {
+	if (!ep->conn.scratch_mr) {
 		int err = errno;
 		VRMA_WARN(FI_LOG_EP_CTRL, "registering the endpoint's scratch buffer: %s\n", strerror(err));
-		rdma_destroy_qp(ep->id.get());
-		ep->qp = nullptr;
+		rdma_destroy_qp(ep->conn.id.get());
+		ep->conn.qp = nullptr;
 		cq_unreserve(send_cq, send_wrs);
 		cq_unreserve(recv_cq, ep->rx_depth);
 		return fail(errno_to_fi(err));
 	}
-	if (attr.cap.max_inline_data < ep->inline_size)
-		ep->inline_size = attr.cap.max_inline_data;
-	ep->tx.reset(send_wrs);
-	ep->signal_period = std::min<uint64_t>(ep->tx_depth / 2, kSignalPeriod);
+	if (attr.cap.max_inline_data < ep->conn.inline_size)
+		ep->conn.inline_size = attr.cap.max_inline_data;
+	ep->conn.reset_tx(send_wrs);
+	ep->conn.signal_period = std::min<uint64_t>(ep->conn.tx_depth / 2, kSignalPeriod);
 	ep->rx.reset(ep->rx_depth);
-	for (uint64_t i = 0; i < ep->tx.capacity(); i++) {
-		ep->tx.at(i).ep = ep;
-		ep->tx.at(i).kind = SlotKind::Tx;
-	}
 	for (uint64_t i = 0; i < ep->rx.capacity(); i++) {
-		ep->rx.at(i).ep = ep;
+		ep->rx.at(i).conn = &ep->conn;
 		ep->rx.at(i).kind = SlotKind::Rx;
 	}
 	if (ep->staged) {
@@ -534,7 +533,7 @@ int ep_enable(Ep *ep) noexcept
 	});
 	if (attach_rc)
 		VRMA_WARN(FI_LOG_EP_CTRL, "fi_enable: counters cannot wait on the CQ; they still count\n");
-	ep->state.store(EpState::Enabled);
+	ep->conn.state.store(EpState::Enabled);
 	return 0;
 }
 
@@ -544,43 +543,48 @@ try {
 		VRMA_WARN(FI_LOG_EP_CTRL, "fi_endpoint: NULL domain, info or output\n");
 		return -FI_EINVAL;
 	}
+	if (info->ep_attr && info->ep_attr->type == FI_EP_RDM)
+		return rdm_ep_open(domain, info, ep_out, context);
 	if (info->ep_attr && info->ep_attr->type != FI_EP_MSG && info->ep_attr->type != FI_EP_UNSPEC) {
-		VRMA_WARN(FI_LOG_EP_CTRL, "fi_endpoint: vrma offers FI_EP_MSG only\n");
+		VRMA_WARN(FI_LOG_EP_CTRL, "fi_endpoint: vrma offers FI_EP_MSG and FI_EP_RDM\n");
 		return -FI_EINVAL;
 	}
 	Domain *dom = from_fid<Domain>(&domain->fid);
 	auto ep = std::make_unique<Ep>();
 	ep->domain = dom;
+	ep->conn.domain = dom;
+	ep->conn.ep = ep.get();
+	ep->conn.progress = [](Conn *c) noexcept { cq_progress(send_cq_of(c->ep)); };
 	ep->info.reset(fi_dupinfo(info));
 	if (!ep->info)
 		return -FI_ENOMEM;
 	ep->info->handle = nullptr;
 	const ibv_device_attr &d = dom->dev_attr;
-	ep->tx_depth = clamp(info->tx_attr ? info->tx_attr->size : 0, params.tx_size, d.max_qp_wr - 1);
+	ep->conn.tx_depth = clamp(info->tx_attr ? info->tx_attr->size : 0, params.tx_size, d.max_qp_wr - 1);
 	ep->rx_depth = clamp(info->rx_attr ? info->rx_attr->size : 0, params.rx_size, d.max_qp_wr);
 	const int max_sge = std::min(d.max_sge, static_cast<int>(kMaxSge));
 	// One send scatter entry stays free for a staged message's header.
-	ep->tx_iov_limit = clamp(info->tx_attr ? info->tx_attr->iov_limit : 0, params.iov_limit, max_sge - 1);
+	ep->conn.tx_iov_limit = clamp(info->tx_attr ? info->tx_attr->iov_limit : 0, params.iov_limit, max_sge - 1);
 	ep->rx_iov_limit = clamp(info->rx_attr ? info->rx_attr->iov_limit : 0, params.iov_limit, max_sge);
-	ep->inline_size = static_cast<size_t>(dom->inline_size);
-	ep->inject_size = std::max(ep->inline_size, params.inject_size);
-	if (info->tx_attr && info->tx_attr->inject_size && info->tx_attr->inject_size < ep->inject_size)
-		ep->inject_size = info->tx_attr->inject_size;
+	ep->conn.inline_size = static_cast<size_t>(dom->inline_size);
+	ep->conn.inject_size = std::max(ep->conn.inline_size, params.inject_size);
+	if (info->tx_attr && info->tx_attr->inject_size && info->tx_attr->inject_size < ep->conn.inject_size)
+		ep->conn.inject_size = info->tx_attr->inject_size;
 	// An inject is one work request per remote segment (bounce buffers
 	// count on it): never more than one work request carries.
-	ep->inject_size = std::min(ep->inject_size, dom->max_wr_bytes);
+	ep->conn.inject_size = std::min(ep->conn.inject_size, dom->max_wr_bytes);
 	// A staged message's header and an injected payload fit one piece.
-	ep->inject_size = std::min(ep->inject_size, wire::kStageBytes - sizeof(wire::MsgHeader));
-	ep->inline_size = std::min(ep->inline_size, ep->inject_size);
-	ep->bounce_stride = ep->inject_size + sizeof(wire::MsgHeader);
+	ep->conn.inject_size = std::min(ep->conn.inject_size, wire::kStageBytes - sizeof(wire::MsgHeader));
+	ep->conn.inline_size = std::min(ep->conn.inline_size, ep->conn.inject_size);
+	ep->conn.bounce_stride = ep->conn.inject_size + sizeof(wire::MsgHeader);
 	// Sends cannot be split (a receive takes one); RMA can.
-	ep->max_wr_bytes = dom->max_wr_bytes;
-	ep->max_msg_size = dom->max_wr_bytes;
+	ep->conn.max_wr_bytes = dom->max_wr_bytes;
+	ep->conn.max_msg_size = dom->max_wr_bytes;
 	if (!(info->caps & (FI_MSG | FI_SEND | FI_RECV)))
-		ep->max_msg_size *= kMaxSplitWr;
+		ep->conn.max_msg_size *= kMaxSplitWr;
 	if (info->ep_attr && info->ep_attr->max_msg_size &&
-	    info->ep_attr->max_msg_size < ep->max_msg_size)
-		ep->max_msg_size = info->ep_attr->max_msg_size;
+	    info->ep_attr->max_msg_size < ep->conn.max_msg_size)
+		ep->conn.max_msg_size = info->ep_attr->max_msg_size;
 	ep->tx_op_flags = info->tx_attr ? info->tx_attr->op_flags & kTxOpFlags : 0;
 	ep->rx_op_flags = info->rx_attr ? info->rx_attr->op_flags & kRxOpFlags : 0;
 	ep->rx_cq_data_mode = (info->mode | (info->rx_attr ? info->rx_attr->mode : 0)) & FI_RX_CQ_DATA;
@@ -589,7 +593,7 @@ try {
 	ep->provider_rx = !ep->rx_cq_data_mode && !(info->caps & (FI_MSG | FI_RECV));
 	if (uses_staged_rx(info->caps, ep->rx_cq_data_mode ? FI_RX_CQ_DATA : 0)) {
 		ep->staged = std::make_unique<StagedRx>();
-		ep->max_msg_size = std::min(ep->max_msg_size, wire::kStagedMsgMax);
+		ep->conn.max_msg_size = std::min(ep->conn.max_msg_size, wire::kStagedMsgMax);
 	}
 	ep->rma_pmem = info->caps & FI_RMA_PMEM;
 	ep->rma_events = info->caps & FI_RMA_EVENT;
@@ -608,7 +612,7 @@ try {
 		const int threading = dom->info && dom->info->domain_attr
 					      ? dom->info->domain_attr->threading
 					      : FI_THREAD_SAFE;
-		ep->tx_serialized = !ep->service && (threading == FI_THREAD_DOMAIN ||
+		ep->conn.tx_serialized = !ep->service && (threading == FI_THREAD_DOMAIN ||
 						     threading == FI_THREAD_COMPLETION ||
 						     threading == FI_THREAD_ENDPOINT);
 	}
@@ -628,10 +632,10 @@ try {
 				  cr->id->verbs ? cr->id->verbs->device->name : "?", dom->ctx->device->name);
 			return -FI_EINVAL;
 		}
-		ep->id.reset(cr->id);
+		ep->conn.id.reset(cr->id);
 		ep->responder_resources = cr->responder_resources;
 		ep->initiator_depth = cr->initiator_depth;
-		ep->peer_cm_flags.store(cr->peer_cm_flags, std::memory_order_release);
+		ep->conn.peer_cm_flags.store(cr->peer_cm_flags, std::memory_order_release);
 		ep->passive_side = true;
 		ep->addr_resolved = true;
 		// The application's info keeps a dangling handle, as with every
@@ -647,11 +651,11 @@ try {
 			VRMA_WARN(FI_LOG_EP_CTRL, "rdma_create_id: %s\n", strerror(err));
 			return errno_to_fi(err);
 		}
-		ep->id.reset(raw);
+		ep->conn.id.reset(raw);
 		auto *src = static_cast<sockaddr *>(info->src_addr);
 		auto *dst = static_cast<sockaddr *>(info->dest_addr);
 		if (dst) {
-			if (rdma_resolve_addr(ep->id.get(), src, dst, params.cm_timeout_ms)) {
+			if (rdma_resolve_addr(ep->conn.id.get(), src, dst, params.cm_timeout_ms)) {
 				int err = errno;
 				VRMA_WARN(FI_LOG_EP_CTRL, "fi_endpoint: resolving %s: %s\n",
 					  sockaddr_str(dst).c_str(), strerror(err));
@@ -659,20 +663,20 @@ try {
 			}
 			ep->addr_resolved = true;
 		} else if (src) {
-			if (rdma_bind_addr(ep->id.get(), src)) {
+			if (rdma_bind_addr(ep->conn.id.get(), src)) {
 				int err = errno;
 				VRMA_WARN(FI_LOG_EP_CTRL, "fi_endpoint: binding %s: %s\n",
 					  sockaddr_str(src).c_str(), strerror(err));
 				return errno_to_fi(err);
 			}
 		}
-		if (ep->id->verbs && ep->id->verbs != dom->ctx) {
+		if (ep->conn.id->verbs && ep->conn.id->verbs != dom->ctx) {
 			VRMA_WARN(FI_LOG_EP_CTRL, "fi_endpoint: address is on %s, not on domain %s\n",
-				  ep->id->verbs->device->name, dom->ctx->device->name);
+				  ep->conn.id->verbs->device->name, dom->ctx->device->name);
 			return -FI_EINVAL;
 		}
 	}
-	ep->id->context = &ep->fid;
+	ep->conn.id->context = &ep->fid;
 	ep->fid.fclass = FI_CLASS_EP;
 	ep->fid.context = context;
 	ep->fid.ops = const_cast<fi_ops *>(&ep_fi_ops);

@@ -2,6 +2,10 @@
 // limits read from the device, hints matched by src/info_match.
 #include "vrma.h"
 #include "info_match.h"
+#include "vrma_rdm.h"
+
+#include <rdma/fi_ext_vrma.h>
+#include <rdma/fi_tagged.h>
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>
@@ -258,6 +262,49 @@ fi_info *build_cap_info(const Port &p, const PortAddr &a, int inline_size)
 	return info;
 }
 
+// The most an RDM endpoint on this port offers: messages and tagged
+// messages over on-demand connections, no memory registration needed.
+fi_info *build_rdm_cap_info(const Port &p, const PortAddr &a, int inline_size)
+{
+	fi_info *info = build_cap_info(p, a, inline_size);
+	if (!info)
+		return nullptr;
+	info->caps = kRdmCaps;
+	fi_tx_attr &tx = *info->tx_attr;
+	tx.caps = kRdmCaps & (FI_MSG | FI_TAGGED | FI_SEND);
+	tx.op_flags = kRdmTxOpFlags;
+	tx.msg_order = kRdmMsgOrder;
+	// A rendezvous send completes when the receiver has read it: later
+	// eager sends may complete first.
+	tx.comp_order = FI_ORDER_NONE;
+	tx.inject_size = rdm_params.eager_size;
+	tx.size = rdm_params.tx_buffers;
+	tx.iov_limit = kRdmIovLimit;
+	tx.rma_iov_limit = 0;
+	fi_rx_attr &rx = *info->rx_attr;
+	rx.caps = kRdmCaps & (FI_MSG | FI_TAGGED | FI_RECV | FI_DIRECTED_RECV | FI_MULTI_RECV | FI_SOURCE);
+	rx.op_flags = kRdmRxOpFlags;
+	rx.msg_order = kRdmMsgOrder;
+	rx.comp_order = FI_ORDER_NONE;
+	rx.total_buffered_recv = rdm_params.rx_buffers * rdm_params.eager_size;
+	rx.size = 65536; // receives wait in memory, not in a device queue
+	rx.iov_limit = kRdmIovLimit;
+	fi_ep_attr &ep = *info->ep_attr;
+	ep.type = FI_EP_RDM;
+	ep.protocol = FI_PROTO_VRMA_RDM;
+	ep.protocol_version = rdm::kRdmVersion;
+	ep.max_msg_size = kRdmMaxMsg;
+	ep.max_order_raw_size = 0;
+	ep.max_order_waw_size = 0;
+	ep.mem_tag_format = 0xaaaaaaaaaaaaaaaaULL; // FI_TAG_GENERIC: any 64-bit tag
+	fi_domain_attr &dom = *info->domain_attr;
+	dom.mr_mode = 0; // messages need no registration from the application
+	dom.cq_data_size = kRdmCqDataSize;
+	dom.av_type = FI_AV_UNSPEC;
+	dom.max_err_data = 0;
+	return info;
+}
+
 int resolve_name(const char *node, const char *service, bool passive, int family,
 		 sockaddr_storage *out)
 {
@@ -354,9 +401,15 @@ int getinfo(uint32_t version, const char *node, const char *service, uint64_t fl
 	    const fi_info *hints, fi_info **info) noexcept
 try {
 	*info = nullptr;
+	// The core's private flag of a utility provider's query (OFI_CORE_PROV_ONLY).
+	constexpr uint64_t kCoreProvOnly = 1ULL << 59;
+	if ((flags & kCoreProvOnly) && !params.util_layering) {
+		VRMA_INFO(FI_LOG_CORE, "not offered to utility providers: vrma's own RDM endpoint serves FI_EP_RDM (FI_VRMA_UTIL_LAYERING=1 offers \"vrma;ofi_rxm\")\n");
+		return -FI_ENODATA;
+	}
 	if (hints && hints->ep_attr && hints->ep_attr->type != FI_EP_UNSPEC &&
-	    hints->ep_attr->type != FI_EP_MSG) {
-		VRMA_INFO(FI_LOG_CORE, "only FI_EP_MSG endpoints are offered\n");
+	    hints->ep_attr->type != FI_EP_MSG && hints->ep_attr->type != FI_EP_RDM) {
+		VRMA_INFO(FI_LOG_CORE, "only FI_EP_MSG and FI_EP_RDM endpoints are offered\n");
 		return -FI_ENODATA;
 	}
 	int family = AF_UNSPEC;
@@ -508,6 +561,42 @@ try {
 		}
 		if (!chosen)
 			continue;
+		auto append = [&](fi_info *item) {
+			if (tail)
+				*tail = item;
+			else
+				head.reset(item);
+			tail = &item->next;
+		};
+		// The native RDM endpoint: listed after the MSG endpoint of the
+		// port (an application asking for FI_EP_UNSPEC keeps what it got).
+		auto add_rdm = [&]() -> int {
+			FiInfoPtr rcap(build_rdm_cap_info(p, *chosen, probe_inline_size(p.ctx)));
+			if (!rcap)
+				return -FI_ENOMEM;
+			std::string rwhy;
+			if (!hints_match(api, *rcap, hints, rwhy)) {
+				VRMA_INFO(FI_LOG_CORE, "%s (RDM): hints not satisfied: %s\n",
+					  p.ctx->device->name, rwhy.c_str());
+				return 0;
+			}
+			FiInfoPtr rout(fi_dupinfo(rcap.get()));
+			if (!rout)
+				return -FI_ENOMEM;
+			apply_hints(api, *rout, hints, rdm_params.tx_buffers, 65536, kRdmIovLimit, 0);
+			// Data progress: manual unless asked for (an automatic
+			// one costs a thread woken by every completion).
+			if (!hints || !hints->domain_attr ||
+			    hints->domain_attr->data_progress == FI_PROGRESS_UNSPEC)
+				rout->domain_attr->data_progress = FI_PROGRESS_MANUAL;
+			if (have_dest) {
+				rout->dest_addr = dup_addr(reinterpret_cast<sockaddr *>(&dest), &rout->dest_addrlen);
+				if (!rout->dest_addr)
+					return -FI_ENOMEM;
+			}
+			append(rout.release());
+			return 0;
+		};
 		FiInfoPtr cap(build_cap_info(p, *chosen, probe_inline_size(p.ctx)));
 		if (!cap)
 			return -FI_ENOMEM;
@@ -515,83 +604,87 @@ try {
 		if (!hints_match(api, *cap, hints, why)) {
 			VRMA_INFO(FI_LOG_CORE, "%s: hints not satisfied: %s\n",
 				  p.ctx->device->name, why.c_str());
+			if (int rc = add_rdm())
+				return rc;
 			continue;
 		}
-		FiInfoPtr out(fi_dupinfo(cap.get()));
-		if (!out)
-			return -FI_ENOMEM;
-		apply_hints(api, *out, hints, params.tx_size, params.rx_size, params.iov_limit,
-			    kOptionalModes);
-		// FI_RMA_PMEM and FI_RMA_EVENT endpoints keep their receive
-		// queue for commit and event messages: offered when asked for
-		// (FI_RMA_PMEM also when implied by a default
-		// FI_COMMIT_COMPLETE), never with FI_MSG.
-		const uint64_t asked = hints ? hints->caps : 0;
-		const bool commit = out->tx_attr->op_flags & FI_COMMIT_COMPLETE;
-		if (commit && asked && !(asked & FI_RMA_PMEM)) {
-			VRMA_INFO(FI_LOG_CORE, "FI_COMMIT_COMPLETE needs FI_RMA_PMEM in caps\n");
-			continue;
-		}
-		if ((asked & kOwnRxCaps) || commit) {
-			if (asked & (FI_MSG | FI_SEND | FI_RECV)) {
-				VRMA_INFO(FI_LOG_CORE, "FI_RMA_PMEM and FI_RMA_EVENT endpoints do not carry messages (FI_MSG)\n");
-				continue;
+		// The MSG endpoint's info, or none when the hints rule it out.
+		auto msg_info = [&]() -> FiInfoPtr {
+			FiInfoPtr out(fi_dupinfo(cap.get()));
+			if (!out)
+				throw std::bad_alloc();
+			apply_hints(api, *out, hints, params.tx_size, params.rx_size, params.iov_limit,
+				    kOptionalModes);
+			// FI_RMA_PMEM and FI_RMA_EVENT endpoints keep their receive
+			// queue for commit and event messages: offered when asked for
+			// (FI_RMA_PMEM also when implied by a default
+			// FI_COMMIT_COMPLETE), never with FI_MSG.
+			const uint64_t asked = hints ? hints->caps : 0;
+			const bool commit = out->tx_attr->op_flags & FI_COMMIT_COMPLETE;
+			if (commit && asked && !(asked & FI_RMA_PMEM)) {
+				VRMA_INFO(FI_LOG_CORE, "FI_COMMIT_COMPLETE needs FI_RMA_PMEM in caps\n");
+				return FiInfoPtr();
 			}
-			const uint64_t drop = kOwnRxCaps & ~(asked & kOwnRxCaps) & ~(commit ? FI_RMA_PMEM : 0);
-			out->caps &= ~drop;
-			out->tx_attr->caps &= ~drop;
-			out->rx_attr->caps &= ~drop;
-			out->caps &= ~kMsgCaps;
-			out->tx_attr->caps &= ~kMsgCaps;
-			out->rx_attr->caps &= ~kMsgCaps;
-			out->mode &= ~FI_RX_CQ_DATA; // remote CQ data needs no receive
-			out->rx_attr->mode &= ~FI_RX_CQ_DATA;
-			// A commit completes when the target answers: later
-			// operations may complete before it.
-			out->tx_attr->comp_order &= ~FI_ORDER_STRICT;
-		} else {
-			out->caps &= ~kOwnRxCaps;
-			out->tx_attr->caps &= ~kOwnRxCaps;
-			out->rx_attr->caps &= ~kOwnRxCaps;
-		}
-		if (out->tx_attr->op_flags & FI_DELIVERY_COMPLETE) {
-			// Delivery is proven by reading the written region back: RMA
-			// only. An application that asked for messages too gets no
-			// info; one that named no capabilities gets RMA.
-			if (hints->caps & (FI_MSG | FI_SEND | FI_RECV)) {
-				VRMA_INFO(FI_LOG_CORE, "FI_DELIVERY_COMPLETE is honoured for RMA only, not with FI_MSG\n");
-				continue;
+			if ((asked & kOwnRxCaps) || commit) {
+				if (asked & (FI_MSG | FI_SEND | FI_RECV)) {
+					VRMA_INFO(FI_LOG_CORE, "FI_RMA_PMEM and FI_RMA_EVENT endpoints do not carry messages (FI_MSG)\n");
+					return FiInfoPtr();
+				}
+				const uint64_t drop = kOwnRxCaps & ~(asked & kOwnRxCaps) & ~(commit ? FI_RMA_PMEM : 0);
+				out->caps &= ~drop;
+				out->tx_attr->caps &= ~drop;
+				out->rx_attr->caps &= ~drop;
+				out->caps &= ~kMsgCaps;
+				out->tx_attr->caps &= ~kMsgCaps;
+				out->rx_attr->caps &= ~kMsgCaps;
+				out->mode &= ~FI_RX_CQ_DATA; // remote CQ data needs no receive
+				out->rx_attr->mode &= ~FI_RX_CQ_DATA;
+				// A commit completes when the target answers: later
+				// operations may complete before it.
+				out->tx_attr->comp_order &= ~FI_ORDER_STRICT;
+			} else {
+				out->caps &= ~kOwnRxCaps;
+				out->tx_attr->caps &= ~kOwnRxCaps;
+				out->rx_attr->caps &= ~kOwnRxCaps;
 			}
-			out->caps &= ~kMsgCaps;
-			out->tx_attr->caps &= ~kMsgCaps;
-			out->rx_attr->caps &= ~kMsgCaps;
-		}
-		if (out->caps & (FI_MSG | FI_SEND | FI_RECV)) {
-			size_t limit = wr_bytes_limit(p.attr.max_msg_sz);
-			// Staged receives carry at most kStagedMsgMax; taking on
-			// FI_RX_CQ_DATA lifts that.
-			const bool staged = uses_staged_rx(out->caps, out->mode);
-			if (staged)
-				limit = std::min(limit, wire::kStagedMsgMax);
-			if (hints && hints->ep_attr && hints->ep_attr->max_msg_size > limit) {
-				VRMA_INFO(FI_LOG_CORE, "max_msg_size %zu: messages are at most %zu bytes%s\n",
-					  hints->ep_attr->max_msg_size, limit,
-					  staged ? " without FI_RX_CQ_DATA" : "");
-				continue;
+			if (out->tx_attr->op_flags & FI_DELIVERY_COMPLETE) {
+				// Delivery is proven by reading the written region back: RMA
+				// only. An application that asked for messages too gets no
+				// info; one that named no capabilities gets RMA.
+				if (hints->caps & (FI_MSG | FI_SEND | FI_RECV)) {
+					VRMA_INFO(FI_LOG_CORE, "FI_DELIVERY_COMPLETE is honoured for RMA only, not with FI_MSG\n");
+					return FiInfoPtr();
+				}
+				out->caps &= ~kMsgCaps;
+				out->tx_attr->caps &= ~kMsgCaps;
+				out->rx_attr->caps &= ~kMsgCaps;
 			}
-			out->ep_attr->max_msg_size = limit;
-		}
-		if (have_dest) {
-			out->dest_addr = dup_addr(reinterpret_cast<sockaddr *>(&dest), &out->dest_addrlen);
-			if (!out->dest_addr)
-				return -FI_ENOMEM;
-		}
-		fi_info *item = out.release();
-		if (tail)
-			*tail = item;
-		else
-			head.reset(item);
-		tail = &item->next;
+			if (out->caps & (FI_MSG | FI_SEND | FI_RECV)) {
+				size_t limit = wr_bytes_limit(p.attr.max_msg_sz);
+				// Staged receives carry at most kStagedMsgMax; taking on
+				// FI_RX_CQ_DATA lifts that.
+				const bool staged = uses_staged_rx(out->caps, out->mode);
+				if (staged)
+					limit = std::min(limit, wire::kStagedMsgMax);
+				if (hints && hints->ep_attr && hints->ep_attr->max_msg_size > limit) {
+					VRMA_INFO(FI_LOG_CORE, "max_msg_size %zu: messages are at most %zu bytes%s\n",
+						  hints->ep_attr->max_msg_size, limit,
+						  staged ? " without FI_RX_CQ_DATA" : "");
+					return FiInfoPtr();
+				}
+				out->ep_attr->max_msg_size = limit;
+			}
+			if (have_dest) {
+				out->dest_addr = dup_addr(reinterpret_cast<sockaddr *>(&dest), &out->dest_addrlen);
+				if (!out->dest_addr)
+					throw std::bad_alloc();
+			}
+			return out;
+		};
+		if (FiInfoPtr out = msg_info())
+			append(out.release());
+		if (int rc = add_rdm())
+			return rc;
 	}
 	if (!head)
 		return -FI_ENODATA;

@@ -1,5 +1,8 @@
 // Provider registration and parameters.
 #include "vrma.h"
+#include "vrma_rdm.h"
+
+#include <algorithm>
 
 #include <arpa/inet.h>
 #include <cstdio>
@@ -81,6 +84,26 @@ void params_init() noexcept
 		VRMA_WARN(FI_LOG_CORE, "FI_VRMA_STAGE_BUFFERS=%zu: at most %zu are used\n",
 			  params.stage_buffers, kStageBuffers);
 		params.stage_buffers = kStageBuffers;
+	}
+	define_size("rdm_eager_size",
+		    "RDM endpoints: messages up to this many bytes are copied through provider buffers; longer ones are read by the receiver straight from the sender's buffer (default: 8192)",
+		    &rdm_params.eager_size);
+	define_size("rdm_rx_buffers", "RDM endpoints: receive buffers shared by all peers (default: 256)",
+		    &rdm_params.rx_buffers);
+	define_size("rdm_tx_buffers", "RDM endpoints: registered send buffers shared by all peers (default: 256)",
+		    &rdm_params.tx_buffers);
+	define_size("rdm_peer_tx_size", "RDM endpoints: send queue depth of each peer's connection (default: 128)",
+		    &rdm_params.peer_tx_size);
+	rdm_params.eager_size = std::clamp<size_t>(rdm_params.eager_size, 64, size_t(1) << 20);
+	rdm_params.rx_buffers = std::clamp<size_t>(rdm_params.rx_buffers, 16, 65536);
+	rdm_params.tx_buffers = std::clamp<size_t>(rdm_params.tx_buffers, 16, 65536);
+	rdm_params.peer_tx_size = std::clamp<size_t>(rdm_params.peer_tx_size, 8, 16384);
+	{
+		int layering = 0;
+		fi_param_define(&provider, "util_layering", FI_PARAM_BOOL,
+				"Offer vrma's MSG endpoints to utility providers, so that the core lists \"vrma;ofi_rxm\" RDM endpoints (listed before vrma's own RDM endpoint, which -p vrma then no longer selects) (default: false)");
+		if (fi_param_get_bool(&provider, "util_layering", &layering) == 0)
+			params.util_layering = layering != 0;
 	}
 	if (params.cm_timeout_ms <= 0)
 		params.cm_timeout_ms = 2000;

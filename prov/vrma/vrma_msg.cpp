@@ -21,11 +21,11 @@ ssize_t send_staged(Ep *ep, const iovec *iov, void *const *desc, size_t count, u
 	ibv_sge seg[kMaxSge + 1]; // [0]: the header
 	size_t total;
 	const bool inject = inject_call || (flags & FI_INJECT);
-	const size_t inline_payload = ep->inline_size > kHdr ? ep->inline_size - kHdr : 0;
-	if (ssize_t rc = build_sges(ep, iov, desc, count, ep->tx_iov_limit, seg + 1, total,
-				    inject ? ep->inject_size : inline_payload))
+	const size_t inline_payload = ep->conn.inline_size > kHdr ? ep->conn.inline_size - kHdr : 0;
+	if (ssize_t rc = build_sges(&ep->conn, iov, desc, count, ep->conn.tx_iov_limit, seg + 1, total,
+				    inject ? ep->conn.inject_size : inline_payload))
 		return rc;
-	if (ssize_t rc = check_inject(ep, inject, total))
+	if (ssize_t rc = check_inject(&ep->conn, inject, total))
 		return rc;
 	if (total > wire::kStagedMsgMax) [[unlikely]] {
 		VRMA_WARN(FI_LOG_EP_DATA, "send of %zu bytes: the peer receives at most %zu (it did not take on FI_RX_CQ_DATA)\n",
@@ -39,14 +39,14 @@ ssize_t send_staged(Ep *ep, const iovec *iov, void *const *desc, size_t count, u
 		ep->cntr_send, (flags & FI_MORE) != 0};
 	ibv_send_wr wrs[wire::kMaxStagePieces];
 	const uint32_t fence = (flags & FI_FENCE) ? IBV_SEND_FENCE : 0;
-	if (ep->inline_size >= kHdr && total <= inline_payload) {
+	if (ep->conn.inline_size >= kHdr && total <= inline_payload) {
 		seg[0] = {reinterpret_cast<uintptr_t>(header), kHdr, 0};
 		wrs[0] = {};
 		wrs[0].sg_list = seg;
 		wrs[0].num_sge = static_cast<int>(count + 1);
 		wrs[0].opcode = IBV_WR_SEND;
 		wrs[0].send_flags = IBV_SEND_INLINE | fence;
-		return post_send(ep, wrs[0], op);
+		return post_send(&ep->conn, wrs[0], op);
 	}
 	iovec src[kMaxSge + 1];
 	if (inject) {
@@ -61,7 +61,7 @@ ssize_t send_staged(Ep *ep, const iovec *iov, void *const *desc, size_t count, u
 		wrs[0].send_flags = fence;
 		op.bounce_src = src;
 		op.bounce_count = count + 1;
-		return post_send(ep, wrs[0], op);
+		return post_send(&ep->conn, wrs[0], op);
 	}
 	seg[0] = {0, kHdr, 0}; // the slot's header buffer, set when posting
 	op.msg_header = header;
@@ -84,7 +84,7 @@ ssize_t send_staged(Ep *ep, const iovec *iov, void *const *desc, size_t count, u
 		left -= want;
 	}
 	wrs[0].send_flags |= fence;
-	return post_send_chain(ep, wrs, nwr, op);
+	return post_send_chain(&ep->conn, wrs, nwr, op);
 }
 
 ssize_t send_common(Ep *ep, const iovec *iov, void *const *desc, size_t count, uint64_t data,
@@ -98,19 +98,19 @@ ssize_t send_common(Ep *ep, const iovec *iov, void *const *desc, size_t count, u
 	}
 	if (ssize_t rc = check_op_flags(flags, kSendFlags, "send"))
 		return rc;
-	if (peer_has(ep, wire::kCmFlagStagedRx))
+	if (peer_has(ep->conn, wire::kCmFlagStagedRx))
 		return send_staged(ep, iov, desc, count, data, flags, context, inject_call);
 	ibv_sge sge[kMaxSge];
 	size_t total;
 	const bool inject = inject_call || (flags & FI_INJECT);
-	if (ssize_t rc = build_sges(ep, iov, desc, count, ep->tx_iov_limit, sge, total,
-				    inject ? ep->inject_size : ep->inline_size))
+	if (ssize_t rc = build_sges(&ep->conn, iov, desc, count, ep->conn.tx_iov_limit, sge, total,
+				    inject ? ep->conn.inject_size : ep->conn.inline_size))
 		return rc;
-	if (ssize_t rc = check_inject(ep, inject, total))
+	if (ssize_t rc = check_inject(&ep->conn, inject, total))
 		return rc;
 	// Too large for inline data: the payload goes through a bounce buffer
 	// (one piece, filled and addressed when the slot is known).
-	const bool bounce = inject && total > ep->inline_size;
+	const bool bounce = inject && total > ep->conn.inline_size;
 	if (bounce)
 		sge[0] = {0, static_cast<uint32_t>(total), 0};
 	ibv_send_wr wr{};
@@ -121,13 +121,13 @@ ssize_t send_common(Ep *ep, const iovec *iov, void *const *desc, size_t count, u
 		wr.opcode = IBV_WR_SEND_WITH_IMM;
 		wr.imm_data = htonl(static_cast<uint32_t>(data));
 	}
-	if (!bounce && total <= ep->inline_size && total)
+	if (!bounce && total <= ep->conn.inline_size && total)
 		wr.send_flags = IBV_SEND_INLINE;
 	if (flags & FI_FENCE) // waits for every earlier read (and so every delivery)
 		wr.send_flags |= IBV_SEND_FENCE;
 	const TxOp op{context, FI_SEND | FI_MSG, total, !inject_call && tx_reports(ep, flags),
 		      ep->cntr_send, (flags & FI_MORE) != 0, bounce ? iov : nullptr, count};
-	return post_send(ep, wr, op);
+	return post_send(&ep->conn, wr, op);
 }
 
 // send_one's long way, out of its inlined path.
@@ -147,14 +147,14 @@ ssize_t send_common(Ep *ep, const iovec *iov, void *const *desc, size_t count, u
 						uint64_t data, uint64_t flags, void *context,
 						bool inject_call) noexcept
 {
-	const bool copied = len <= ep->inline_size; // inline: no key needed
+	const bool copied = len <= ep->conn.inline_size; // inline: no key needed
 	const bool staged_peer =
-		(ep->peer_cm_flags.load(std::memory_order_relaxed) & wire::kCmFlagStagedRx) != 0;
+		(ep->conn.peer_cm_flags.load(std::memory_order_relaxed) & wire::kCmFlagStagedRx) != 0;
 	bool slow;
 	if (inject_call) // flags are known; the terms are or-ed in one branch
 		slow = (!copied) | (!buf & (len != 0)) | staged_peer;
 	else
-		slow = (flags & ~kOneWrOpFlags) || len > ep->max_msg_size || (!buf && len) ||
+		slow = (flags & ~kOneWrOpFlags) || len > ep->conn.max_msg_size || (!buf && len) ||
 		       (!desc && !copied && len) || ((flags & FI_INJECT) && !copied) || staged_peer;
 	if (slow) [[unlikely]]
 		return send_one_slow(ep, buf, len, desc, data, flags, context, inject_call);
@@ -162,7 +162,7 @@ ssize_t send_common(Ep *ep, const iovec *iov, void *const *desc, size_t count, u
 	ibv_send_wr wr;
 	fill_one_wr(wr, sge, IBV_WR_SEND, IBV_WR_SEND_WITH_IMM, buf, len, desc, copied, 0, 0, flags,
 		    data);
-	return post_send_one(ep, wr, context, FI_SEND | FI_MSG, len,
+	return post_send_one(&ep->conn, wr, context, FI_SEND | FI_MSG, len,
 			     !inject_call && tx_reports(ep, flags), ep->cntr_send, flags & FI_MORE);
 }
 
@@ -178,12 +178,12 @@ ssize_t recv_common(Ep *ep, const iovec *iov, void *const *desc, size_t count, u
 	ibv_sge sge[kMaxSge];
 	size_t total;
 	if (ep->staged) { // copied out of staging buffers: no descriptor needed
-		if (ssize_t rc = build_sges(ep, iov, desc, count, ep->rx_iov_limit, sge, total, SIZE_MAX,
+		if (ssize_t rc = build_sges(&ep->conn, iov, desc, count, ep->rx_iov_limit, sge, total, SIZE_MAX,
 					    true))
 			return rc;
 		return staged_recv(ep, iov, count, total, context, rx_reports(ep, flags), ep->cntr_recv);
 	}
-	if (ssize_t rc = build_sges(ep, iov, desc, count, ep->rx_iov_limit, sge, total, 0, true))
+	if (ssize_t rc = build_sges(&ep->conn, iov, desc, count, ep->rx_iov_limit, sge, total, 0, true))
 		return rc;
 	ibv_recv_wr wr{};
 	wr.sg_list = sge;

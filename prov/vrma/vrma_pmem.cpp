@@ -146,7 +146,7 @@ bool serve(PmemService *svc, PmemService::Job &job)
 	wr.opcode = IBV_WR_SEND_WITH_IMM;
 	wr.imm_data = htonl(wire::commit_reply_imm(job.id, job.status));
 	const TxOp op{nullptr, 0, 0, false, nullptr};
-	const ssize_t rc = post_send(job.ep, wr, op);
+	const ssize_t rc = post_send(&job.ep->conn, wr, op);
 	if (rc == -FI_EAGAIN)
 		return false;
 	if (rc)
@@ -239,7 +239,7 @@ void service_loop(PmemService *svc)
 				svc->jobs.clear();
 			}
 			for (auto &job : work) {
-				if (job.ep->closing.load(std::memory_order_acquire))
+				if (job.ep->conn.closing.load(std::memory_order_acquire))
 					continue;
 				if (!serve(svc, job))
 					svc->retry.push_back(job);
@@ -370,7 +370,7 @@ int domain_ops_open(fid *f, const char *name, uint64_t flags, void **ops, void *
 
 int pmem_commit_method(const Ep *ep) noexcept
 {
-	const uint8_t peer_flags = ep->peer_cm_flags.load(std::memory_order_acquire);
+	const uint8_t peer_flags = ep->conn.peer_cm_flags.load(std::memory_order_acquire);
 	if (!ep->rma_pmem)
 		return FI_VRMA_COMMIT_NONE;
 	// Native FLUSH (kCmFlagNativeFlush) needs ibv_wr_flush, which
@@ -413,7 +413,7 @@ void pmem_ep_quiesce(Ep *ep) noexcept
 	PmemService *svc = ep->domain->pmem.get();
 	if (!ep->service_cq || !svc)
 		return;
-	// ep->closing is set: no new job names it once this lock is ours.
+	// ep->conn.closing is set: no new job names it once this lock is ours.
 	std::lock_guard<std::mutex> guard(svc->lock);
 	drop_jobs(svc, ep);
 }

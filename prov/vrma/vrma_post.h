@@ -23,6 +23,7 @@ struct TxOp {
 	// request, event) are the provider's own and keep their buffers.
 	size_t payload_wrs = SIZE_MAX;
 	uint32_t commit = 0; // TxSlot::commit of every request of the operation
+	uint32_t aux = 0;    // TxSlot::aux of every request of the operation
 	// An event message for a peer with FI_RMA_EVENT: copied into the
 	// endpoint's event buffer of the last request, which is its send.
 	const uint8_t *event = nullptr;
@@ -35,14 +36,14 @@ struct TxOp {
 
 // Allocates and registers `bytes` for `bufs` at their first use (tx lock
 // held); false, logged, when that fails.
-inline bool slot_buffers_ready(Ep *ep, SlotBuffers &bufs, size_t bytes, int access,
+inline bool slot_buffers_ready(Conn *conn, SlotBuffers &bufs, size_t bytes, int access,
 			       const char *what) noexcept
 {
 	if (bufs.buf) [[likely]]
 		return true;
 	bufs.buf.reset(new (std::nothrow) uint8_t[bytes]);
 	if (bufs.buf)
-		bufs.mr.reset(ibv_reg_mr(ep->domain->pd.get(), bufs.buf.get(), bytes, access));
+		bufs.mr.reset(ibv_reg_mr(conn->domain->pd.get(), bufs.buf.get(), bytes, access));
 	if (!bufs.mr) {
 		VRMA_WARN(FI_LOG_EP_DATA, "cannot set up %zu bytes of %s\n", bytes, what);
 		bufs.buf.reset();
@@ -54,12 +55,12 @@ inline bool slot_buffers_ready(Ep *ep, SlotBuffers &bufs, size_t bytes, int acce
 // Copies `len` bytes into the buffer of send slot `seq` in `bufs` (`stride`
 // bytes per slot) and points `sge` at it (tx lock held): the slot is not
 // reused before its request completed.
-inline ssize_t copy_to_slot_buffer(Ep *ep, SlotBuffers &bufs, size_t stride, uint64_t seq,
+inline ssize_t copy_to_slot_buffer(Conn *conn, SlotBuffers &bufs, size_t stride, uint64_t seq,
 				   const void *src, size_t len, ibv_sge &sge, const char *what) noexcept
 {
-	if (!slot_buffers_ready(ep, bufs, ep->tx.capacity() * stride, 0, what))
+	if (!slot_buffers_ready(conn, bufs, conn->tx.capacity() * stride, 0, what))
 		return -FI_ENOMEM;
-	uint8_t *dst = bufs.buf.get() + (seq % ep->tx.capacity()) * stride;
+	uint8_t *dst = bufs.buf.get() + (seq % conn->tx.capacity()) * stride;
 	memcpy(dst, src, len);
 	sge = {reinterpret_cast<uintptr_t>(dst), static_cast<uint32_t>(len), bufs.mr->lkey};
 	return 0;
@@ -69,23 +70,23 @@ inline ssize_t copy_to_slot_buffer(Ep *ep, SlotBuffers &bufs, size_t stride, uin
 // starts at sequence `first` and points its sges there (tx lock held). The
 // payload requests' sges hold offsets into the buffer.
 // -FI_EAGAIN while that buffer's previous operation is outstanding.
-inline ssize_t fill_bounce(Ep *ep, uint64_t first, ibv_send_wr *wrs, size_t n,
+inline ssize_t fill_bounce(Conn *conn, uint64_t first, ibv_send_wr *wrs, size_t n,
 			   const TxOp &op) noexcept
 {
-	constexpr size_t kCount = Ep::kBounceCount;
-	if (!slot_buffers_ready(ep, ep->bounce, kCount * ep->bounce_stride, IBV_ACCESS_LOCAL_WRITE,
+	constexpr size_t kCount = Conn::kBounceCount;
+	if (!slot_buffers_ready(conn, conn->bounce, kCount * conn->bounce_stride, IBV_ACCESS_LOCAL_WRITE,
 				"inject bounce buffers"))
 		return -FI_ENOMEM;
 	// The buffer's previous user started kCount sequences ago and spans at
 	// most kMaxInjectOpWr of them: it has retired once the ring's tail
 	// passed it.
 	static_assert(kMaxInjectOpWr < kCount, "a bounce buffer can be reused");
-	if (ep->tx.outstanding() + n + kMaxInjectOpWr > kCount) {
-		cq_progress(send_cq_of(ep));
-		if (ep->tx.outstanding() + n + kMaxInjectOpWr > kCount)
+	if (conn->tx.outstanding() + n + kMaxInjectOpWr > kCount) {
+		conn->progress(conn);
+		if (conn->tx.outstanding() + n + kMaxInjectOpWr > kCount)
 			return -FI_EAGAIN;
 	}
-	uint8_t *base = ep->bounce.buf.get() + (first % kCount) * ep->bounce_stride;
+	uint8_t *base = conn->bounce.buf.get() + (first % kCount) * conn->bounce_stride;
 	size_t off = 0;
 	for (size_t i = 0; i < op.bounce_count; i++) {
 		memcpy(base + off, op.bounce_src[i].iov_base, op.bounce_src[i].iov_len);
@@ -95,7 +96,7 @@ inline ssize_t fill_bounce(Ep *ep, uint64_t first, ibv_send_wr *wrs, size_t n,
 		for (int k = 0; k < wrs[i].num_sge; k++) {
 			ibv_sge &sge = wrs[i].sg_list[k];
 			sge.addr += reinterpret_cast<uintptr_t>(base);
-			sge.lkey = ep->bounce.mr->lkey;
+			sge.lkey = conn->bounce.mr->lkey;
 		}
 	}
 	return 0;
@@ -104,23 +105,23 @@ inline ssize_t fill_bounce(Ep *ep, uint64_t first, ibv_send_wr *wrs, size_t n,
 // Reports the operations of requests that were accepted but could not be
 // posted (a held-back chain whose ibv_post_send failed): their completions
 // become errors, nothing is lost. Called with the tx lock held.
-void report_unposted(Ep *ep, const ibv_send_wr *first, int err) noexcept;
+void report_unposted(Conn *conn, const ibv_send_wr *first, int err) noexcept;
 
 // Posts the held-back chain (tx lock held).
-inline void flush_more(Ep *ep) noexcept
+inline void flush_more(Conn *conn) noexcept
 {
-	MoreChain &mc = *ep->more;
+	MoreChain &mc = *conn->more;
 	if (!mc.nwr)
 		return;
 	ibv_send_wr *bad = nullptr;
-	if (int rc = ibv_post_send(ep->qp, mc.wr, &bad)) [[unlikely]] {
+	if (int rc = ibv_post_send(conn->qp, mc.wr, &bad)) [[unlikely]] {
 		VRMA_WARN(FI_LOG_EP_DATA, "ibv_post_send of a held-back chain: %s\n", strerror(rc));
-		report_unposted(ep, bad, rc);
+		report_unposted(conn, bad, rc);
 	}
 	mc.nwr = 0;
 	mc.nsge = 0;
 	mc.inline_used = 0;
-	ep->more_held = false;
+	conn->more_held = false;
 }
 
 static_assert(kMaxRmaIov + 1 <= MoreChain::kMaxWr, "an unsplit operation fits an empty chain");
@@ -128,9 +129,9 @@ static_assert(kMaxSge + kMaxOpWr <= MoreChain::kMaxWr * kMaxSge, "an operation's
 
 // Appends the operation's requests to the held-back chain, posting what was
 // held first when they do not fit (n <= MoreChain::kMaxWr).
-inline void hold_back(Ep *ep, const ibv_send_wr *wrs, size_t n) noexcept
+inline void hold_back(Conn *conn, const ibv_send_wr *wrs, size_t n) noexcept
 {
-	MoreChain &mc = *ep->more;
+	MoreChain &mc = *conn->more;
 	size_t nsge = 0, inline_bytes = 0;
 	for (size_t i = 0; i < n; i++) {
 		nsge += static_cast<size_t>(wrs[i].num_sge);
@@ -140,7 +141,7 @@ inline void hold_back(Ep *ep, const ibv_send_wr *wrs, size_t n) noexcept
 	}
 	if (mc.nwr + n > MoreChain::kMaxWr || mc.nsge + nsge > MoreChain::kMaxWr * kMaxSge ||
 	    mc.inline_used + inline_bytes > mc.inline_cap)
-		flush_more(ep);
+		flush_more(conn);
 	for (size_t i = 0; i < n; i++) {
 		ibv_send_wr &w = mc.wr[mc.nwr];
 		w = wrs[i];
@@ -161,15 +162,15 @@ inline void hold_back(Ep *ep, const ibv_send_wr *wrs, size_t n) noexcept
 			mc.wr[mc.nwr - 1].next = &w;
 		mc.nwr++;
 	}
-	ep->more_held = true;
+	conn->more_held = true;
 }
 
-inline bool tx_reports(const Ep *ep, uint64_t flags) noexcept
+template <typename E> inline bool tx_reports(const E *ep, uint64_t flags) noexcept
 {
 	return ep->tx_cq && (!ep->tx_selective || (flags & FI_COMPLETION));
 }
 
-inline bool rx_reports(const Ep *ep, uint64_t flags) noexcept
+template <typename E> inline bool rx_reports(const E *ep, uint64_t flags) noexcept
 {
 	return ep->rx_cq && (!ep->rx_selective || (flags & FI_COMPLETION));
 }
@@ -186,7 +187,7 @@ inline ssize_t post_failed(int rc, const char *what) noexcept
 // (Ep::tx_serialized).
 class TxGuard {
 public:
-	explicit TxGuard(Ep *ep) noexcept : lock_(ep->tx_serialized ? nullptr : &ep->tx_lock)
+	explicit TxGuard(Conn *conn) noexcept : lock_(conn->tx_serialized ? nullptr : &conn->tx_lock)
 	{
 		if (lock_)
 			lock_->lock();
@@ -203,7 +204,7 @@ private:
 	std::mutex *lock_;
 };
 
-inline ssize_t post_send_chain_locked(Ep *ep, ibv_send_wr *wrs, size_t n, const TxOp &op) noexcept;
+inline ssize_t post_send_chain_locked(Conn *conn, ibv_send_wr *wrs, size_t n, const TxOp &op) noexcept;
 
 // Posts the work requests of one operation (a chain of n, linked here) with
 // one doorbell. Only the last request carries the operation's completion
@@ -211,10 +212,10 @@ inline ssize_t post_send_chain_locked(Ep *ep, ibv_send_wr *wrs, size_t n, const 
 // are unsignaled too, except one in every kSignalPeriod so that slots come
 // back (RC completes send requests in order). Every slot records the operation's
 // last sequence so an error is reported once per operation.
-inline ssize_t post_send_chain(Ep *ep, ibv_send_wr *wrs, size_t n, const TxOp &op) noexcept
+inline ssize_t post_send_chain(Conn *conn, ibv_send_wr *wrs, size_t n, const TxOp &op) noexcept
 {
-	TxGuard guard(ep);
-	return post_send_chain_locked(ep, wrs, n, op);
+	TxGuard guard(conn);
+	return post_send_chain_locked(conn, wrs, n, op);
 }
 
 // Operation flags the one-request fast paths (rma_one, send_one) handle;
@@ -250,12 +251,13 @@ inline constexpr uint64_t kOneWrOpFlags = FI_COMPLETION | FI_INJECT | FI_INJECT_
 }
 
 // The long way for post_send_one (tx lock held), out of the inlined path.
-[[gnu::noinline]] inline ssize_t post_one_slow(Ep *ep, ibv_send_wr &wr, void *context,
+[[gnu::noinline]] inline ssize_t post_one_slow(Conn *conn, ibv_send_wr &wr, void *context,
 					       uint64_t comp_flags, size_t len, bool report,
-					       Cntr *cntr, bool more) noexcept
+					       Cntr *cntr, bool more, uint32_t aux) noexcept
 {
-	const TxOp op{context, comp_flags, len, report, cntr, more};
-	return post_send_chain_locked(ep, &wr, 1, op);
+	TxOp op{context, comp_flags, len, report, cntr, more};
+	op.aux = aux;
+	return post_send_chain_locked(conn, &wr, 1, op);
 }
 
 // One work request that needs nothing of post_send_chain's extras (no
@@ -263,146 +265,147 @@ inline constexpr uint64_t kOneWrOpFlags = FI_COMPLETION | FI_INJECT | FI_INJECT_
 // queue): the data path's common case, straight to the device, inlined into
 // each entry point. Anything else goes the long way. `wr` needs no wr_id or
 // next.
-[[gnu::always_inline]] inline ssize_t post_send_one(Ep *ep, ibv_send_wr &wr, void *context,
+[[gnu::always_inline]] inline ssize_t post_send_one(Conn *conn, ibv_send_wr &wr, void *context,
 						     uint64_t comp_flags, size_t len, bool report,
-						     Cntr *cntr, bool more) noexcept
+						     Cntr *cntr, bool more, uint32_t aux = 0) noexcept
 {
-	TxGuard guard(ep);
+	TxGuard guard(conn);
 	// FI_MORE (and what it held back) takes the long way: batching saves
 	// the doorbell, not these instructions.
-	if (ep->state.load(std::memory_order_acquire) != EpState::Connected ||
-	    ep->tx.outstanding() >= ep->tx_depth || more || ep->more_held) [[unlikely]]
-		return post_one_slow(ep, wr, context, comp_flags, len, report, cntr, more);
-	const uint64_t seq = ep->tx.head();
-	TxSlot &s = ep->tx.at(seq);
-	s.fill(seq, seq, context, comp_flags, len, report, cntr, 0);
-	const uint64_t prev_signaled = ep->last_signaled;
-	if (report || cntr || seq - prev_signaled >= ep->signal_period) {
+	if (conn->state.load(std::memory_order_acquire) != EpState::Connected ||
+	    conn->tx.outstanding() >= conn->tx_depth || more || conn->more_held) [[unlikely]]
+		return post_one_slow(conn, wr, context, comp_flags, len, report, cntr, more, aux);
+	const uint64_t seq = conn->tx.head();
+	TxSlot &s = conn->tx.at(seq);
+	s.fill(seq, seq, context, comp_flags, len, report, cntr, 0, aux);
+	const uint64_t prev_signaled = conn->last_signaled;
+	if (report || cntr || seq - prev_signaled >= conn->signal_period) {
 		wr.send_flags |= IBV_SEND_SIGNALED;
-		ep->last_signaled = seq;
+		conn->last_signaled = seq;
 	}
 	wr.wr_id = reinterpret_cast<uintptr_t>(&s);
 	wr.next = nullptr;
-	ep->tx.publish(seq);
+	conn->tx.publish(seq);
 	ibv_send_wr *bad;
-	if (int rc = ibv_post_send(ep->qp, &wr, &bad)) [[unlikely]] {
-		ep->tx.unpush();
-		ep->last_signaled = prev_signaled;
+	if (int rc = ibv_post_send(conn->qp, &wr, &bad)) [[unlikely]] {
+		conn->tx.unpush();
+		conn->last_signaled = prev_signaled;
 		return post_failed(rc, "ibv_post_send");
 	}
 	return 0;
 }
 
-inline ssize_t post_send_chain_locked(Ep *ep, ibv_send_wr *wrs, size_t n, const TxOp &op) noexcept
+inline ssize_t post_send_chain_locked(Conn *conn, ibv_send_wr *wrs, size_t n, const TxOp &op) noexcept
 {
-	if (ep->state.load(std::memory_order_acquire) != EpState::Connected) [[unlikely]] {
+	if (conn->state.load(std::memory_order_acquire) != EpState::Connected) [[unlikely]] {
 		VRMA_WARN(FI_LOG_EP_DATA, "transmit on an endpoint that is not connected\n");
 		return -FI_ENOTCONN;
 	}
-	if (ep->tx.outstanding() + n > ep->tx_depth) [[unlikely]] {
-		if (n > ep->tx_depth) {
+	if (conn->tx.outstanding() + n > conn->tx_depth) [[unlikely]] {
+		if (n > conn->tx_depth) {
 			VRMA_WARN(FI_LOG_EP_DATA, "operation needs %zu work requests; tx size is %zu\n", n,
-				  ep->tx_depth);
+				  conn->tx_depth);
 			return -FI_EINVAL;
 		}
 		// Automatic progress: post what FI_MORE held back (its slots can
 		// only come back once posted), reclaim what the device finished,
 		// and only then say the queue is full (lock order: tx, then CQ).
-		if (ep->more)
-			flush_more(ep);
-		cq_progress(send_cq_of(ep));
-		if (ep->tx.outstanding() + n > ep->tx_depth)
+		if (conn->more)
+			flush_more(conn);
+		conn->progress(conn);
+		if (conn->tx.outstanding() + n > conn->tx_depth)
 			return -FI_EAGAIN;
 	}
-	const uint64_t first = ep->tx.head();
+	const uint64_t first = conn->tx.head();
 	const uint64_t last = first + n - 1;
-	const uint64_t prev_signaled = ep->last_signaled;
+	const uint64_t prev_signaled = conn->last_signaled;
 	if (op.event_len) [[unlikely]] {
 		// The event send is the operation's last request.
 		constexpr size_t kStride = (wire::kRmaEventMax + 7) & ~size_t(7);
-		if (ssize_t rc = copy_to_slot_buffer(ep, ep->event_bufs, kStride, last, op.event,
+		if (ssize_t rc = copy_to_slot_buffer(conn, conn->event_bufs, kStride, last, op.event,
 						     op.event_len, wrs[n - 1].sg_list[0],
 						     "RMA event buffers"))
 			return rc;
 	}
 	if (op.bounce_src) {
-		if (ssize_t rc = fill_bounce(ep, first, wrs, n, op))
+		if (ssize_t rc = fill_bounce(conn, first, wrs, n, op))
 			return rc;
 	}
 	if (op.msg_header) {
 		// The header leads the first piece.
 		constexpr size_t kLen = sizeof(wire::MsgHeader);
-		if (ssize_t rc = copy_to_slot_buffer(ep, ep->msg_hdr_bufs, kLen, first, op.msg_header,
+		if (ssize_t rc = copy_to_slot_buffer(conn, conn->msg_hdr_bufs, kLen, first, op.msg_header,
 						     kLen, wrs[0].sg_list[0], "message headers"))
 			return rc;
 	}
 	for (size_t i = 0; i < n; i++) {
 		const uint64_t seq = first + i;
-		TxSlot &s = ep->tx.next();
-		s.fill(seq, last, op.context, op.comp_flags, op.len, op.want_completion, op.cntr, op.commit);
+		TxSlot &s = conn->tx.next();
+		s.fill(seq, last, op.context, op.comp_flags, op.len, op.want_completion, op.cntr, op.commit,
+		       op.aux);
 		const bool needed = seq == last && (op.want_completion || op.cntr);
 		// Unsignaled requests come back only behind a signaled one: one in
 		// every kSignalPeriod is signaled, so a full ring or a busy bounce
 		// buffer is always reclaimable by polling the CQ.
-		if (needed || seq - ep->last_signaled >= ep->signal_period) {
+		if (needed || seq - conn->last_signaled >= conn->signal_period) {
 			wrs[i].send_flags |= IBV_SEND_SIGNALED;
-			ep->last_signaled = seq;
+			conn->last_signaled = seq;
 		}
 		wrs[i].wr_id = reinterpret_cast<uintptr_t>(&s);
 		wrs[i].next = i + 1 < n ? &wrs[i + 1] : nullptr;
-		ep->tx.push();
+		conn->tx.push();
 	}
 	// FI_MORE: hold the doorbell (inline payloads are copied into the
 	// chain: the caller may reuse its buffer at once).
-	const bool held = ep->more_held;
+	const bool held = conn->more_held;
 	if (op.more || held) [[unlikely]] {
 		if (n > MoreChain::kMaxWr) {
 			// A split operation too long to hold: it goes now, after
 			// what was held (one doorbell each).
 			if (held)
-				flush_more(ep);
+				flush_more(conn);
 			goto post_now;
 		}
-		if (!ep->more) {
+		if (!conn->more) {
 			try {
 				auto mc = std::make_unique<MoreChain>();
-				mc->inline_cap = MoreChain::kMaxWr * ep->inline_size;
+				mc->inline_cap = MoreChain::kMaxWr * conn->inline_size;
 				mc->inline_buf = std::make_unique<uint8_t[]>(mc->inline_cap);
-				ep->more = std::move(mc);
+				conn->more = std::move(mc);
 			} catch (...) {
 				goto post_now; // no memory for batching: post at once
 			}
 		}
-		hold_back(ep, wrs, n);
+		hold_back(conn, wrs, n);
 		if (!op.more)
-			flush_more(ep);
+			flush_more(conn);
 		return 0;
 	}
 post_now:
 	ibv_send_wr *bad = nullptr;
-	if (int rc = ibv_post_send(ep->qp, wrs, &bad)) [[unlikely]] {
+	if (int rc = ibv_post_send(conn->qp, wrs, &bad)) [[unlikely]] {
 		// Requests before `bad` went out; take back the slots of the rest.
 		size_t posted = 0;
 		while (posted < n && &wrs[posted] != bad)
 			posted++;
 		for (size_t i = posted; i < n; i++)
-			ep->tx.unpush();
+			conn->tx.unpush();
 		for (size_t i = 0; i < posted; i++) {
 			// Part of a failed operation: no completion, no count.
-			TxSlot &s = ep->tx.at(first + i);
+			TxSlot &s = conn->tx.at(first + i);
 			s.report = false;
 			s.cntr = nullptr;
 		}
 		if (!posted)
-			ep->last_signaled = prev_signaled;
+			conn->last_signaled = prev_signaled;
 		return post_failed(rc, "ibv_post_send");
 	}
 	return 0;
 }
 
-inline ssize_t post_send(Ep *ep, ibv_send_wr &wr, const TxOp &op) noexcept
+inline ssize_t post_send(Conn *conn, ibv_send_wr &wr, const TxOp &op) noexcept
 {
-	return post_send_chain(ep, &wr, 1, op);
+	return post_send_chain(conn, &wr, 1, op);
 }
 
 // ring_stride: vrma's own receive buffers, one per queue entry: the single
@@ -412,7 +415,7 @@ inline ssize_t post_recv_locked(Ep *ep, ibv_recv_wr &wr, void *context, void *bu
 				bool report, Cntr *cntr, bool internal = false,
 				size_t ring_stride = 0) noexcept
 {
-	if (!ep->qp) [[unlikely]] {
+	if (!ep->conn.qp) [[unlikely]] {
 		VRMA_WARN(FI_LOG_EP_DATA, "receive posted before fi_enable\n");
 		return -FI_EOPBADSTATE;
 	}
@@ -435,7 +438,7 @@ inline ssize_t post_recv_locked(Ep *ep, ibv_recv_wr &wr, void *context, void *bu
 	wr.next = nullptr;
 	ep->rx.push();
 	ibv_recv_wr *bad;
-	if (int rc = ibv_post_recv(ep->qp, &wr, &bad)) [[unlikely]] {
+	if (int rc = ibv_post_recv(ep->conn.qp, &wr, &bad)) [[unlikely]] {
 		ep->rx.unpush();
 		return post_failed(rc, "ibv_post_recv");
 	}
@@ -454,7 +457,7 @@ inline ssize_t post_recv(Ep *ep, ibv_recv_wr &wr, void *context, void *buf, size
 // FI_MR_LOCAL every non-empty segment needs a descriptor, unless the data is
 // copied (inline, or into a bounce buffer): up to keyless_max bytes. A
 // receive buffer may be larger than any message (max_msg_size).
-inline ssize_t build_sges(const Ep *ep, const iovec *iov, void *const *desc, size_t count,
+inline ssize_t build_sges(const Conn *conn, const iovec *iov, void *const *desc, size_t count,
 			  size_t limit, ibv_sge *sge, size_t &total, size_t keyless_max,
 			  bool receive = false) noexcept
 {
@@ -481,8 +484,8 @@ inline ssize_t build_sges(const Ep *ep, const iovec *iov, void *const *desc, siz
 			need_keys = true;
 		total += iov[i].iov_len;
 	}
-	if (total > ep->max_msg_size && !receive) [[unlikely]] {
-		VRMA_WARN(FI_LOG_EP_DATA, "%zu bytes exceed max_msg_size %zu\n", total, ep->max_msg_size);
+	if (total > conn->max_msg_size && !receive) [[unlikely]] {
+		VRMA_WARN(FI_LOG_EP_DATA, "%zu bytes exceed max_msg_size %zu\n", total, conn->max_msg_size);
 		return -FI_EINVAL;
 	}
 	if (need_keys && total > keyless_max) [[unlikely]] {
@@ -494,11 +497,11 @@ inline ssize_t build_sges(const Ep *ep, const iovec *iov, void *const *desc, siz
 
 // An injected payload must fit the inline size: the caller may reuse the
 // buffer as soon as the call returns.
-inline ssize_t check_inject(const Ep *ep, bool inject, size_t total) noexcept
+inline ssize_t check_inject(const Conn *conn, bool inject, size_t total) noexcept
 {
-	if (inject && total > ep->inject_size) [[unlikely]] {
+	if (inject && total > conn->inject_size) [[unlikely]] {
 		VRMA_WARN(FI_LOG_EP_DATA, "inject of %zu bytes exceeds inject_size %zu\n", total,
-			  ep->inject_size);
+			  conn->inject_size);
 		return -FI_EINVAL;
 	}
 	return 0;

@@ -56,15 +56,15 @@ ssize_t rma_common(Ep *ep, ibv_wr_opcode opcode, const iovec *iov, void *const *
 		}
 		method = pmem_commit_method(ep);
 		if (method == FI_VRMA_COMMIT_NONE &&
-		    ep->state.load(std::memory_order_acquire) == EpState::Connected) {
+		    ep->conn.state.load(std::memory_order_acquire) == EpState::Connected) {
 			VRMA_WARN(FI_LOG_EP_DATA, "FI_COMMIT_COMPLETE: the peer offers no way to make writes durable (not an FI_RMA_PMEM endpoint)\n");
 			return -FI_EOPNOTSUPP;
 		}
 	}
 	// Remote CQ data consumes a receive at the target: refused when that
 	// would be one of the application's (it took on no FI_RX_CQ_DATA).
-	if ((flags & FI_REMOTE_CQ_DATA) && !peer_has(ep, wire::kCmFlagTakesCqData) &&
-	    ep->state.load(std::memory_order_acquire) == EpState::Connected) [[unlikely]] {
+	if ((flags & FI_REMOTE_CQ_DATA) && !peer_has(ep->conn, wire::kCmFlagTakesCqData) &&
+	    ep->conn.state.load(std::memory_order_acquire) == EpState::Connected) [[unlikely]] {
 		VRMA_WARN(FI_LOG_EP_DATA, "FI_REMOTE_CQ_DATA: the peer receives messages and did not take on FI_RX_CQ_DATA; the write would consume one of its receives\n");
 		return -FI_EOPNOTSUPP;
 	}
@@ -75,14 +75,14 @@ ssize_t rma_common(Ep *ep, ibv_wr_opcode opcode, const iovec *iov, void *const *
 	ibv_sge local[kMaxSge];
 	size_t total;
 	const bool inject = inject_call || (flags & FI_INJECT);
-	const size_t keyless = is_read ? 0 : inject ? ep->inject_size : ep->inline_size;
-	if (ssize_t rc = build_sges(ep, iov, desc, count, ep->tx_iov_limit, local, total, keyless))
+	const size_t keyless = is_read ? 0 : inject ? ep->conn.inject_size : ep->conn.inline_size;
+	if (ssize_t rc = build_sges(&ep->conn, iov, desc, count, ep->conn.tx_iov_limit, local, total, keyless))
 		return rc;
-	if (ssize_t rc = check_inject(ep, inject, total))
+	if (ssize_t rc = check_inject(&ep->conn, inject, total))
 		return rc;
 	// Too large for inline data: the payload goes through a bounce buffer;
 	// the pieces below are offsets into it until the slot is known.
-	const bool bounce = inject && total > ep->inline_size;
+	const bool bounce = inject && total > ep->conn.inline_size;
 	if (bounce)
 		local[0] = {0, static_cast<uint32_t>(total), 0};
 	// The pieces' lengths, unclipped: a local segment may exceed the 32
@@ -115,7 +115,7 @@ ssize_t rma_common(Ep *ep, ibv_wr_opcode opcode, const iovec *iov, void *const *
 		do {
 			// max_msg_size bounds the splits: total / max_wr_bytes work
 			// requests plus one per remote segment fit kMaxOpWr.
-			const size_t chunk = std::min(seg - done, ep->max_wr_bytes);
+			const size_t chunk = std::min(seg - done, ep->conn.max_wr_bytes);
 			ibv_send_wr &wr = wrs[nwr++];
 			wr = {};
 			wr.sg_list = &sges[nsge];
@@ -124,12 +124,12 @@ ssize_t rma_common(Ep *ep, ibv_wr_opcode opcode, const iovec *iov, void *const *
 			wr.wr.rdma.rkey = static_cast<uint32_t>(rma_iov[r].key);
 			wr.num_sge = cursor.take(chunk, &sges[nsge]);
 			nsge += static_cast<size_t>(wr.num_sge);
-			if (static_cast<size_t>(wr.num_sge) > ep->tx_iov_limit) [[unlikely]] {
+			if (static_cast<size_t>(wr.num_sge) > ep->conn.tx_iov_limit) [[unlikely]] {
 				VRMA_WARN(FI_LOG_EP_DATA, "RMA: a work request would span more than iov_limit %zu local pieces\n",
-					  ep->tx_iov_limit);
+					  ep->conn.tx_iov_limit);
 				return -FI_EINVAL;
 			}
-			if (!is_read && chunk && chunk <= ep->inline_size)
+			if (!is_read && chunk && chunk <= ep->conn.inline_size)
 				wr.send_flags = IBV_SEND_INLINE;
 			done += chunk;
 		} while (done < seg);
@@ -156,8 +156,8 @@ ssize_t rma_common(Ep *ep, ibv_wr_opcode opcode, const iovec *iov, void *const *
 		const size_t n = std::min(kDeliveryReadLen, last_written_len);
 		ibv_send_wr &rd = wrs[nwr++];
 		rd = {};
-		sges[nsge] = {reinterpret_cast<uintptr_t>(ep->scratch), static_cast<uint32_t>(n),
-			      ep->scratch_mr->lkey};
+		sges[nsge] = {reinterpret_cast<uintptr_t>(ep->conn.scratch), static_cast<uint32_t>(n),
+			      ep->conn.scratch_mr->lkey};
 		rd.sg_list = &sges[nsge++];
 		rd.num_sge = 1;
 		rd.opcode = IBV_WR_RDMA_READ;
@@ -183,12 +183,12 @@ ssize_t rma_common(Ep *ep, ibv_wr_opcode opcode, const iovec *iov, void *const *
 		send.sg_list = &req;
 		send.num_sge = 1;
 		send.opcode = IBV_WR_SEND;
-		if (req.length <= ep->inline_size)
+		if (req.length <= ep->conn.inline_size)
 			send.send_flags = IBV_SEND_INLINE;
 		op.commit = static_cast<uint32_t>(c);
 	}
 	uint8_t event[wire::kRmaEventMax];
-	if (peer_has(ep, wire::kCmFlagRmaEvents)) [[unlikely]] {
+	if (peer_has(ep->conn, wire::kCmFlagRmaEvents)) [[unlikely]] {
 		// The target counts the operation when this arrives, after the
 		// operation's data (RC keeps the order): the keys it touched.
 		uint32_t keys[kMaxRmaIov];
@@ -205,7 +205,7 @@ ssize_t rma_common(Ep *ep, ibv_wr_opcode opcode, const iovec *iov, void *const *
 		send.num_sge = 1;
 		send.opcode = IBV_WR_SEND;
 	}
-	ssize_t rc = post_send_chain(ep, wrs, nwr, op);
+	ssize_t rc = post_send_chain(&ep->conn, wrs, nwr, op);
 	if (rc && op.commit)
 		pmem_abort_commit(ep, op.commit);
 	return rc;
@@ -234,8 +234,8 @@ ssize_t rma_common(Ep *ep, ibv_wr_opcode opcode, const iovec *iov, void *const *
 {
 	const bool is_read = opcode == IBV_WR_RDMA_READ;
 	const bool inject = inject_call || (flags & FI_INJECT);
-	const uint8_t peer = ep->peer_cm_flags.load(std::memory_order_relaxed);
-	const bool copied = !is_read && len <= ep->inline_size; // inline: no key needed
+	const uint8_t peer = ep->conn.peer_cm_flags.load(std::memory_order_relaxed);
+	const bool copied = !is_read && len <= ep->conn.inline_size; // inline: no key needed
 	bool slow;
 	if (inject_call) {
 		// fi_inject_write(data): flags are known, it must go inline
@@ -245,7 +245,7 @@ ssize_t rma_common(Ep *ep, ibv_wr_opcode opcode, const iovec *iov, void *const *
 		       ((peer & wire::kCmFlagRmaEvents) != 0) |
 		       (((flags & FI_REMOTE_CQ_DATA) != 0) & !(peer & wire::kCmFlagTakesCqData));
 	} else {
-		slow = (flags & ~kOneWrOpFlags) || key > UINT32_MAX || len > ep->max_wr_bytes ||
+		slow = (flags & ~kOneWrOpFlags) || key > UINT32_MAX || len > ep->conn.max_wr_bytes ||
 		       (!buf && len) || (!desc && !copied && len) || (inject && !copied) ||
 		       (is_read && (inject || (flags & FI_REMOTE_CQ_DATA))) ||
 		       (peer & wire::kCmFlagRmaEvents) ||
@@ -258,7 +258,7 @@ ssize_t rma_common(Ep *ep, ibv_wr_opcode opcode, const iovec *iov, void *const *
 	ibv_send_wr wr;
 	fill_one_wr(wr, sge, opcode, IBV_WR_RDMA_WRITE_WITH_IMM, buf, len, desc, copied, addr, key,
 		    flags, data);
-	return post_send_one(ep, wr, context, FI_RMA | (is_read ? FI_READ : FI_WRITE), len,
+	return post_send_one(&ep->conn, wr, context, FI_RMA | (is_read ? FI_READ : FI_WRITE), len,
 			     !inject_call && tx_reports(ep, flags),
 			     is_read ? ep->cntr_read : ep->cntr_write, flags & FI_MORE);
 }

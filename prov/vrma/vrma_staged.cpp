@@ -200,7 +200,7 @@ try {
 	bool refused = false;
 	{
 		std::lock_guard<std::mutex> guard(ep->rx_lock);
-		if (!ep->qp) [[unlikely]] {
+		if (!ep->conn.qp) [[unlikely]] {
 			VRMA_WARN(FI_LOG_EP_DATA, "receive posted before fi_enable\n");
 			return -FI_EOPBADSTATE;
 		}

@@ -28,6 +28,9 @@ struct CmIdDeleter {
 struct EventChannelDeleter {
 	void operator()(rdma_event_channel *p) const noexcept { rdma_destroy_event_channel(p); }
 };
+struct SrqDeleter {
+	void operator()(ibv_srq *p) const noexcept { ibv_destroy_srq(p); }
+};
 struct DeviceListDeleter {
 	void operator()(ibv_context **p) const noexcept { rdma_free_devices(p); }
 };
@@ -38,6 +41,7 @@ using CompChannelPtr = std::unique_ptr<ibv_comp_channel, CompChannelDeleter>;
 using MrPtr = std::unique_ptr<ibv_mr, MrDeleter>;
 using CmIdPtr = std::unique_ptr<rdma_cm_id, CmIdDeleter>;
 using EventChannelPtr = std::unique_ptr<rdma_event_channel, EventChannelDeleter>;
+using SrqPtr = std::unique_ptr<ibv_srq, SrqDeleter>;
 using DeviceListPtr = std::unique_ptr<ibv_context *, DeviceListDeleter>;
 
 // A file descriptor closed on destruction.

@@ -177,4 +177,5 @@ Suite *pmem_suite();
 Suite *split_suite();
 Suite *events_suite();
 Suite *staged_suite();
+Suite *rdm_suite();
 Suite *av_suite();

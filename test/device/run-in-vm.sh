@@ -49,7 +49,12 @@ pingpong() { # name, provider, endpoint type, port
 	fi
 }
 pingpong "fi_pingpong -p vrma -e msg" vrma msg 47592
-pingpong "fi_pingpong -p 'vrma;ofi_rxm' -e rdm" "vrma;ofi_rxm" rdm 47593
+pingpong "fi_pingpong -p vrma -e rdm (native)" vrma rdm 47593
+# The core's layered RDM endpoint, offered only on request (it would be
+# listed before vrma's own).
+export FI_VRMA_UTIL_LAYERING=1
+pingpong "fi_pingpong -p 'vrma;ofi_rxm' -e rdm" "vrma;ofi_rxm" rdm 47594
+unset FI_VRMA_UTIL_LAYERING
 
 # 4. vrma_bench, short runs of each mode and loop: it checks the bytes it
 # moved (the last byte of each ping-pong; the first and last 8 bytes, read
@@ -77,14 +82,41 @@ bench "inject_write rate (verbs)" -p verbs -o inject_write -m rate -I 1000
 
 # 5. fabtests (unit, functional, short) against -p vrma, judged by
 # test/fabtests/vrma.list; device.sh built them on the host.
+# Still through the core's ofi_rxm for FI_EP_RDM (FI_VRMA_UTIL_LAYERING=1
+# lists "vrma;ofi_rxm" first): in sequence, several RDM tests against the
+# native endpoint fail in ways not yet understood (a test's server finds
+# its port taken after fi_msg_sockets timed out, fi_rdm_multi_client -U
+# gets ECONNRESET, fi_cq_test runs out of descriptors with the native
+# info's cq_cnt) though each passes alone (issue 11). The native endpoint
+# is covered by device_tests' rdm suite, fi_pingpong and the MPI program.
 if [ -n "${VRMA_FABTESTS_BIN:-}" ]; then
-	if "${VRMA_SRCDIR:-$builddir/..}/util/vrma-fabtests" run --out "$builddir/test/fabtests-run"; then
+	if FI_VRMA_UTIL_LAYERING=1 "${VRMA_SRCDIR:-$builddir/..}/util/vrma-fabtests" run --out "$builddir/test/fabtests-run"; then
 		pass "fabtests against -p vrma (test/fabtests/vrma.list)"
 	else
 		fail "fabtests against -p vrma (test/fabtests/vrma.list)"
 	fi
 elif [ -n "${VRMA_FABTESTS_SKIPPED:-}" ]; then
 	echo "$VRMA_FABTESTS_SKIPPED"
+fi
+
+# 6. The project's MPI program over the native RDM endpoint (Open MPI's
+# pml cm / mtl ofi), 2 and 4 ranks; device.sh built it on the host.
+mpi_test=$builddir/test/mpi/vrma_mpi_test
+if [ -x "$mpi_test" ]; then
+	# Open MPI needs a host name (a minimal guest has none).
+	[ "$(hostname 2>/dev/null)" != "(none)" ] && [ -n "$(hostname 2>/dev/null)" ] || hostname vrma-guest
+	for np in 2 4; do
+		if timeout 600 "${VRMA_SRCDIR:-$builddir/..}/test/mpi/run-mpi.sh" "$mpi_test" vrma -np "$np" \
+			>"/tmp/mpi.$np" 2>&1; then
+			pass "Open MPI over vrma RDM, $np ranks"
+			tail -2 "/tmp/mpi.$np"
+		else
+			fail "Open MPI over vrma RDM, $np ranks"
+			cat "/tmp/mpi.$np"
+		fi
+	done
+else
+	echo "mpi: skipped (no mpicc on the host when device.sh ran)"
 fi
 
 echo "tools: $passed passed, $failed failed"

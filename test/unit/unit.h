@@ -17,3 +17,4 @@ Suite *tag_match_suite();
 Suite *reg_cache_suite();
 Suite *rdm_wire_suite();
 Suite *av_table_suite();
+Suite *mem_monitor_suite();

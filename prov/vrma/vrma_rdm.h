@@ -1,0 +1,292 @@
+// vrma's own FI_EP_RDM endpoint: reliable datagrams over one RC connection
+// per peer, made on demand with rdma_cm.
+//
+// Shape:
+//  - RdmEp: the endpoint. Its own rdma_cm listener (its fi_getname address),
+//    one internal ibv CQ that every peer's queue pair completes into, one
+//    shared receive queue (SRQ) of provider buffers for all peers, the tag
+//    matcher, a pool of registered send buffers. A thread serves rdma_cm
+//    events (control progress is automatic); data progress runs in the
+//    application's calls (FI_PROGRESS_MANUAL) or in a second thread
+//    (FI_PROGRESS_AUTO).
+//  - RdmPeer: one remote endpoint, by listening address: its Conn (the queue
+//    pair and the send ring the MSG endpoint uses too, vrma.h), and the
+//    operations waiting for the peer's answer (rendezvous, delivery).
+//  - Wire formats: src/rdm_wire.h. Every send starts with an RdmHeader.
+//
+// Protocols:
+//  - eager: header + payload in one send, landing in an SRQ buffer and
+//    copied into the matched receive (or kept as an unexpected message);
+//  - rendezvous (longer than eager_size): the sender registers its buffer
+//    and sends RndvRequest; the receiver, once matched, reads the data with
+//    RDMA READ straight into the receive buffer and answers RndvDone, which
+//    completes the send.
+//
+// Locking: one mutex per endpoint (RdmEp::lock) covers everything of the
+// endpoint, peers and connections included: data calls, progress and the CM
+// thread take it. Lock order: Cq::hooks_lock, RdmEp::lock, Cq::lock. The
+// data path of a Conn is serialized by that lock (Conn::tx_serialized).
+#pragma once
+
+#include "vrma.h"
+#include "rdm_wire.h"
+#include "tag_match.h"
+
+#include <unordered_map>
+
+namespace vrma {
+
+// What the RDM endpoint offers.
+inline constexpr uint64_t kRdmCaps = FI_MSG | FI_TAGGED | FI_SEND | FI_RECV | FI_DIRECTED_RECV |
+				     FI_MULTI_RECV | FI_SOURCE | FI_LOCAL_COMM | FI_REMOTE_COMM;
+inline constexpr uint64_t kRdmTxOpFlags = FI_COMPLETION | FI_INJECT | FI_INJECT_COMPLETE |
+					  FI_TRANSMIT_COMPLETE | FI_DELIVERY_COMPLETE;
+inline constexpr uint64_t kRdmRxOpFlags = FI_COMPLETION | FI_MULTI_RECV;
+// One RC connection per peer keeps every order between two endpoints, and
+// a rendezvous message completes its receive before any later message of
+// the peer is matched (matching is in arrival order).
+inline constexpr uint64_t kRdmMsgOrder = FI_ORDER_SAS | FI_ORDER_SAW | FI_ORDER_WAS |
+					 FI_ORDER_WAW | FI_ORDER_RAW | FI_ORDER_RAR | FI_ORDER_RAS;
+inline constexpr size_t kRdmCqDataSize = 8; // the header carries 64 bits
+// The protocol's fi_ep_attr::protocol (a provider-specific value).
+inline constexpr uint32_t kRdmProtocol = FI_PROTO_UNSPEC;
+// Scatter entries of a send or receive: a rendezvous request names at most
+// this many of the sender's segments.
+inline constexpr size_t kRdmIovLimit = rdm::kMaxRndvSegments;
+// Largest message: a rendezvous registration is one ibv MR per segment.
+inline constexpr size_t kRdmMaxMsg = size_t(1) << 31;
+
+// Parameters (FI_VRMA_RDM_*), read at fi_prov_ini (vrma_init.cpp).
+struct RdmParams {
+	size_t eager_size = 8192;  // payload bytes sent eagerly; longer: rendezvous
+	size_t rx_buffers = 256;   // SRQ buffers per endpoint
+	size_t tx_buffers = 256;   // registered eager send buffers per endpoint
+	size_t peer_tx_size = 128; // send queue depth per peer
+};
+extern RdmParams rdm_params;
+
+struct RdmPeer;
+
+// TxSlot::aux of an RDM request: what it is (the top byte) and the send
+// buffer it holds (index + 1 in the low 24 bits, 0: none).
+enum class RdmTx : uint8_t {
+	App = 0,      // an application send: its completion is the operation's
+	Internal = 1, // vrma's own message (answers): no completion
+	RndvReq = 2,  // a rendezvous request: context is the RdmTxOp
+	RndvRead = 3, // an RDMA READ of a rendezvous receive: context is the RdmRxOp
+	DcSend = 4,   // an eager send with FI_DELIVERY_COMPLETE: context is the RdmTxOp
+};
+inline constexpr uint32_t rdm_aux(RdmTx kind, uint32_t buf_plus1) noexcept
+{
+	return static_cast<uint32_t>(kind) << 24 | buf_plus1;
+}
+inline RdmTx rdm_aux_kind(uint32_t aux) noexcept { return static_cast<RdmTx>(aux >> 24); }
+inline uint32_t rdm_aux_buf(uint32_t aux) noexcept { return aux & 0xffffff; }
+
+// A send waiting for the peer's answer (RndvDone, DeliveryAck).
+struct RdmTxOp {
+	RdmPeer *peer = nullptr;
+	uint32_t msg_id = 0;
+	void *context = nullptr;
+	uint64_t comp_flags = 0;
+	size_t len = 0;
+	bool report = false;
+	Cntr *cntr = nullptr;
+	MrPtr mrs[kRdmIovLimit]; // rendezvous: registrations of the sender's segments
+	bool req_sent = false; // the request's own send completed
+	bool answered = false; // the peer's answer arrived
+	int error = 0;         // first failure (FI_E*, positive), reported once
+};
+
+// A receive posted by the application.
+struct RdmRecv : PostedRecv {
+	MatchKind kind = MatchKind::kMsg;
+	iovec iov[kRdmIovLimit];
+	size_t count = 0;
+	size_t capacity = 0;
+	bool report = true;
+	bool multi = false; // FI_MULTI_RECV
+	MultiRecvSpace space;
+};
+
+// A message that arrived before its receive: eager payload copied, or a
+// rendezvous request kept until a receive matches.
+struct RdmMsg : UnexpectedMsg {
+	RdmPeer *peer = nullptr;
+	MatchKind kind = MatchKind::kMsg;
+	fi_addr_t src = FI_ADDR_NOTAVAIL;
+	rdm::RdmHeader hdr;
+	std::unique_ptr<uint8_t[]> payload; // eager: hdr.length bytes
+	bool rndv = false;
+	rdm::RndvSegment segs[rdm::kMaxRndvSegments];
+	size_t nsegs = 0;
+};
+
+// A rendezvous receive in progress: RDMA READs into the receive buffer.
+struct RdmRxOp {
+	RdmPeer *peer = nullptr;
+	uint32_t msg_id = 0;   // the sender's, for RndvDone
+	void *context = nullptr;
+	uint64_t comp_flags = 0;
+	void *buf = nullptr;
+	size_t len = 0;        // bytes placed
+	size_t olen = 0;       // bytes truncated
+	uint64_t data = 0;
+	uint64_t tag = 0;
+	fi_addr_t src = FI_ADDR_NOTAVAIL;
+	bool report = true;
+	bool multi_release = false; // completes an FI_MULTI_RECV buffer
+	// The reads: the sender's pieces (cut to what fits) into these of the
+	// receive buffer, registered once (mrs) and posted when there is room.
+	rdm::RndvSegment segs[rdm::kMaxRndvSegments];
+	size_t nsegs = 0;
+	iovec dst[kRdmIovLimit];
+	size_t count = 0;
+	MrPtr mrs[kRdmIovLimit];
+};
+
+// One peer: the connection and what waits for it.
+struct RdmPeer {
+	RdmEp *ep = nullptr;
+	rdm::RdmAddr addr;  // the peer's listening address
+	uint64_t nonce = 0; // the peer's instance, once known
+	std::unique_ptr<Conn> conn; // the connection sends use (null: none yet)
+	bool initiated = false;     // conn is the one this side asked for
+	// An endpoint sending to itself: its connect request arrives at its own
+	// listener; this is that accepted end (receives arrive on it).
+	std::unique_ptr<Conn> loopback;
+	// The peer will connect to us (it kept its own crossing connection):
+	// sends wait for it rather than connect again, until this deadline.
+	std::chrono::steady_clock::time_point expect_until{};
+	int error = 0; // the last connection failure (FI_E*, positive), for the next send
+	// FI_SOURCE: the AV handle of addr, computed again when the AV changed.
+	fi_addr_t fi_addr = FI_ADDR_NOTAVAIL;
+	uint64_t av_epoch = ~0ULL;
+	uint32_t next_msg_id = 1;
+	std::unordered_map<uint32_t, RdmTxOp *> waiting; // by msg_id
+};
+
+// A provider receive buffer in the SRQ.
+struct SrqSlot : SlotHeader {
+	uint8_t *buf = nullptr;
+};
+
+struct RdmEp final : fid_ep {
+	using FidType = fid_ep;
+	Domain *domain = nullptr;
+	FiInfoPtr info;
+	Av *av = nullptr;
+	Cq *tx_cq = nullptr;
+	Cq *rx_cq = nullptr;
+	bool tx_selective = false;
+	bool rx_selective = false;
+	Cntr *cntr_send = nullptr;
+	Cntr *cntr_recv = nullptr;
+	Cntr *cntr_read = nullptr;  // accepted for symmetry (RMA: later)
+	Cntr *cntr_write = nullptr;
+	uint64_t tx_op_flags = 0;
+	uint64_t rx_op_flags = 0;
+	bool directed = false;      // FI_DIRECTED_RECV
+	bool source = false;        // FI_SOURCE
+	bool auto_progress = false; // FI_PROGRESS_AUTO: a data progress thread
+	size_t min_multi_recv = 0;  // FI_OPT_MIN_MULTI_RECV
+	size_t eager_size = 0;
+	size_t inline_size = 0;  // bytes a send carries inline (header included)
+	size_t inject_size = 0;  // fi_inject: eager, copied at once
+	size_t peer_tx_depth = 0;
+	bool enabled = false;
+
+	std::mutex lock;
+	sockaddr_storage name{}; // fi_setname before enable; fi_getname after
+	bool name_set = false;
+	rdm::RdmAddr self;       // the listening address, canonical
+	uint64_t nonce = 0;
+	EventChannelPtr cm_channel;
+	CmIdPtr listen_id;
+	CompChannelPtr channel; // the internal CQ's events
+	CqPtr cq;               // every queue pair's completions
+	size_t cqe = 0;
+	SrqPtr srq;
+	// SRQ buffers: rx_count of buf_stride bytes, one registration.
+	size_t buf_stride = 0;
+	std::unique_ptr<uint8_t[]> rx_bufs;
+	MrPtr rx_mr;
+	std::unique_ptr<SrqSlot[]> rx_slots;
+	size_t rx_count = 0;
+	// Eager send buffers (free list of indexes).
+	std::unique_ptr<uint8_t[]> tx_bufs;
+	MrPtr tx_mr;
+	std::vector<uint32_t> tx_free;
+	// Send requests outstanding on every queue pair together: with the SRQ
+	// they must fit the internal CQ (a flush reports every one).
+	size_t tx_wrs = 0;
+	size_t tx_credit = 0;
+
+	TagMatcher<RdmRecv, RdmMsg> matcher;
+	std::unordered_map<rdm::RdmAddr, std::unique_ptr<RdmPeer>, rdm::RdmAddrHash> peers;
+	std::unordered_map<uint32_t, RdmPeer *> by_qp; // qp_num -> peer
+	// Connections replaced or failed, freed once their send rings drained.
+	std::vector<std::unique_ptr<Conn>> dying;
+	size_t connecting = 0;
+	// rdm_progress_locked is not re-entered from the handlers it runs (a
+	// handler that finds its queue full leaves the work in a backlog).
+	bool in_progress = false;
+
+	// Work that found its queue full, retried by progress: rendezvous
+	// reads and vrma's own answers (RndvDone, DeliveryAck).
+	std::deque<RdmRxOp *> read_backlog;
+	struct Answer {
+		RdmPeer *peer;
+		uint8_t hdr[rdm::kRdmHeaderBytes];
+	};
+	std::deque<Answer> answer_backlog;
+
+	std::thread cm_thread;
+	std::thread data_thread;
+	Fd stop_fd;
+};
+
+// vrma_rdm_ep.cpp
+int rdm_ep_open(fid_domain *domain, fi_info *info, fid_ep **ep, void *context) noexcept;
+// Progress with the endpoint's lock held.
+void rdm_progress_locked(RdmEp *ep) noexcept;
+// Completion entries for the application (lock held).
+void rdm_report_tx(RdmEp *ep, void *context, uint64_t flags, size_t len, bool report, Cntr *cntr,
+		   int err, int prov_errno) noexcept;
+void rdm_report_rx(RdmEp *ep, const CqPending &p, bool success) noexcept;
+
+// vrma_rdm_conn.cpp: peers and connections (lock held).
+// The peer for an AV handle, or nullptr (-FI_EINVAL logged) for a bad one.
+RdmPeer *rdm_peer_of(RdmEp *ep, fi_addr_t addr, int &err) noexcept;
+// The connection to send on: 0 and the Conn once connected; -FI_EAGAIN while
+// connecting (a connection is started); another negative FI_E* code when
+// the last attempt failed (reported once).
+int rdm_conn_ready(RdmPeer *peer, Conn *&conn) noexcept;
+// Handles one rdma_cm event of the endpoint's channel; `destroy` is an id
+// to destroy once the event was acked (a refused request).
+void rdm_cm_event(RdmEp *ep, rdma_cm_event *ev, rdma_cm_id *&destroy) noexcept;
+// The connection broke: its waiting operations fail, it is replaced by the
+// next send. Safe to call more than once.
+void rdm_conn_failed(RdmPeer *peer, Conn *conn, int err) noexcept;
+// Frees connections whose send rings drained.
+void rdm_reap(RdmEp *ep) noexcept;
+// fi_cq_readfrom's address of a peer (FI_ADDR_NOTAVAIL when not in the AV).
+fi_addr_t rdm_peer_fi_addr(RdmPeer *peer) noexcept;
+// At close: every connection down, drained, freed.
+void rdm_close_peers(RdmEp *ep) noexcept;
+
+// vrma_rdm_msg.cpp
+extern const fi_ops_msg rdm_msg_ops;
+extern const fi_ops_tagged rdm_tagged_ops;
+// A completion of the internal CQ (lock held).
+void rdm_handle_wc(RdmEp *ep, const ibv_wc &wc) noexcept;
+// fi_cancel of a posted receive.
+ssize_t rdm_cancel(RdmEp *ep, void *context) noexcept;
+// Posts SRQ buffer i.
+int rdm_post_srq(RdmEp *ep, size_t i) noexcept;
+// Retries what waits in the backlogs.
+void rdm_retry_backlog(RdmEp *ep) noexcept;
+// The peer's connection went away: its waiting sends fail.
+void rdm_fail_waiting(RdmPeer *peer, int err) noexcept;
+
+} // namespace vrma

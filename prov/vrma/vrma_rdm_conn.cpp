@@ -1,0 +1,443 @@
+// RDM peers and their connections: made on the first send, through the
+// endpoint's own rdma_cm channel; accepted from any peer, known to the AV or
+// not.
+//
+// Hazards handled here:
+//  - two endpoints connecting to each other at once: each side keeps the
+//    connection rdm::keep_initiated() names and rejects the other with
+//    kConnFlagCrossing, so the rejected side waits for the peer's connection
+//    instead of failing or connecting again;
+//  - an endpoint sending to itself: its request arrives at its own listener
+//    and both ends live in one peer (conn sends, loopback receives);
+//  - a restarted peer (same address, new nonce): the old connection and what
+//    waits on it fail, the new one is accepted;
+//  - rdma_destroy_id waits for the id's events to be acked: every event is
+//    fetched, handled and acked under the endpoint's lock, so an id destroyed
+//    under the lock has none outstanding; the id of the event being handled
+//    is destroyed after its ack (rdm_cm_event's return value);
+//  - a connection's slots are named by completions until its queue pair is
+//    flushed: a failed connection moves to RdmEp::dying and is freed by
+//    rdm_reap once its ring drained.
+#include "vrma_rdm.h"
+
+namespace vrma {
+
+namespace {
+
+void rdm_conn_progress(Conn *c) noexcept { rdm_progress_locked(c->peer->ep); }
+
+std::unique_ptr<Conn> new_conn(RdmPeer *peer)
+{
+	RdmEp *ep = peer->ep;
+	auto c = std::make_unique<Conn>();
+	c->domain = ep->domain;
+	c->peer = peer;
+	c->progress = rdm_conn_progress;
+	c->tx_depth = ep->peer_tx_depth;
+	c->tx_iov_limit = kRdmIovLimit + 1;
+	c->inline_size = ep->inline_size;
+	c->inject_size = ep->inline_size;
+	c->max_msg_size = kRdmMaxMsg;
+	c->max_wr_bytes = ep->domain->max_wr_bytes;
+	c->tx_serialized = true; // RdmEp::lock serializes everything
+	return c;
+}
+
+// The queue pair of a connection: the endpoint's CQ and SRQ.
+int create_qp(RdmEp *ep, Conn &c)
+{
+	ibv_qp_init_attr attr{};
+	attr.qp_context = &c;
+	attr.send_cq = ep->cq.get();
+	attr.recv_cq = ep->cq.get();
+	attr.srq = ep->srq.get();
+	attr.qp_type = IBV_QPT_RC;
+	attr.sq_sig_all = 0;
+	attr.cap.max_send_wr = static_cast<uint32_t>(c.tx_depth + 1);
+	attr.cap.max_send_sge = static_cast<uint32_t>(c.tx_iov_limit);
+	attr.cap.max_inline_data = static_cast<uint32_t>(c.inline_size);
+	if (rdma_create_qp(c.id.get(), ep->domain->pd.get(), &attr)) {
+		const int err = errno;
+		VRMA_WARN(FI_LOG_EP_CTRL, "RDM: rdma_create_qp: %s\n", strerror(err));
+		return errno_to_fi(err);
+	}
+	c.qp = c.id->qp;
+	if (attr.cap.max_inline_data < c.inline_size)
+		c.inline_size = c.inject_size = attr.cap.max_inline_data;
+	c.reset_tx(c.tx_depth + 1);
+	c.signal_period = std::min<uint64_t>(c.tx_depth / 2, kSignalPeriod);
+	ep->by_qp[c.qp->qp_num] = c.peer;
+	return 0;
+}
+
+struct ConnParam {
+	uint8_t hdr[rdm::kConnHeaderBytes];
+	rdma_conn_param param{};
+};
+
+void fill_param(RdmEp *ep, ConnParam &p, uint8_t flags)
+{
+	rdm::RdmConnHeader h;
+	h.flags = flags;
+	h.addr = ep->self;
+	h.nonce = ep->nonce;
+	rdm::encode_conn_header(p.hdr, h);
+	p.param.private_data = p.hdr;
+	p.param.private_data_len = sizeof p.hdr;
+	const ibv_device_attr &d = ep->domain->dev_attr;
+	p.param.responder_resources = static_cast<uint8_t>(std::min(d.max_qp_rd_atom, 16));
+	p.param.initiator_depth = static_cast<uint8_t>(std::min(d.max_qp_init_rd_atom, 16));
+	p.param.retry_count = 7;
+	p.param.rnr_retry_count = 7; // infinite: the SRQ refills as progress runs
+}
+
+int start_connect(RdmPeer *peer)
+{
+	RdmEp *ep = peer->ep;
+	std::unique_ptr<Conn> c;
+	try {
+		c = new_conn(peer);
+	} catch (...) {
+		return -FI_ENOMEM;
+	}
+	rdma_cm_id *raw = nullptr;
+	if (rdma_create_id(ep->cm_channel.get(), &raw, c.get(), RDMA_PS_TCP)) {
+		const int err = errno;
+		VRMA_WARN(FI_LOG_EP_CTRL, "RDM: rdma_create_id: %s\n", strerror(err));
+		return errno_to_fi(err);
+	}
+	c->id.reset(raw);
+	sockaddr_storage dst{}, src{};
+	rdm::to_sockaddr(peer->addr, dst);
+	rdm::RdmAddr local = ep->self;
+	local.port = 0;
+	rdm::to_sockaddr(local, src);
+	if (rdma_resolve_addr(raw, reinterpret_cast<sockaddr *>(&src), reinterpret_cast<sockaddr *>(&dst),
+			      params.cm_timeout_ms)) {
+		const int err = errno;
+		VRMA_WARN(FI_LOG_EP_CTRL, "RDM: resolving %s: %s\n",
+			  sockaddr_str(reinterpret_cast<sockaddr *>(&dst)).c_str(), strerror(err));
+		return errno_to_fi(err);
+	}
+	c->state.store(EpState::Connecting);
+	peer->conn = std::move(c);
+	peer->initiated = true;
+	ep->connecting++;
+	return 0;
+}
+
+// The FI_E* code of a failed connection attempt.
+int cm_error(rdma_cm_event_type type, int status)
+{
+	switch (type) {
+	case RDMA_CM_EVENT_REJECTED:
+		return FI_ECONNREFUSED;
+	case RDMA_CM_EVENT_ADDR_ERROR:
+	case RDMA_CM_EVENT_ROUTE_ERROR:
+	case RDMA_CM_EVENT_UNREACHABLE:
+		return FI_EHOSTUNREACH;
+	case RDMA_CM_EVENT_DISCONNECTED:
+	case RDMA_CM_EVENT_DEVICE_REMOVAL:
+		return FI_ECONNRESET;
+	default:
+		return status < 0 ? -errno_to_fi(-status) : FI_EIO;
+	}
+}
+
+// Which of the peer's connections an id belongs to (nullptr: a dying one).
+Conn *live_conn(RdmPeer *peer, Conn *c)
+{
+	if (peer->conn.get() == c || peer->loopback.get() == c)
+		return c;
+	return nullptr;
+}
+
+RdmPeer *find_or_add_peer(RdmEp *ep, const rdm::RdmAddr &addr)
+{
+	auto it = ep->peers.find(addr);
+	if (it != ep->peers.end())
+		return it->second.get();
+	auto p = std::make_unique<RdmPeer>();
+	p->ep = ep;
+	p->addr = addr;
+	RdmPeer *raw = p.get();
+	ep->peers.emplace(addr, std::move(p));
+	return raw;
+}
+
+// A connect request at the listener. Returns the id to destroy after the ack
+// (a refused request), or nullptr.
+rdma_cm_id *accept_request(RdmEp *ep, rdma_cm_event *ev)
+{
+	rdma_cm_id *id = ev->id;
+	rdm::RdmConnHeader h;
+	if (!rdm::decode_conn_header(static_cast<const uint8_t *>(ev->param.conn.private_data),
+				     ev->param.conn.private_data_len, h) ||
+	    (h.flags & rdm::kConnFlagAccept)) {
+		VRMA_WARN(FI_LOG_EP_CTRL, "RDM: refusing a connect request that is not vrma RDM's\n");
+		rdma_reject(id, nullptr, 0);
+		return id;
+	}
+	const bool self = h.addr == ep->self && h.nonce == ep->nonce;
+	RdmPeer *peer;
+	try {
+		peer = find_or_add_peer(ep, h.addr);
+	} catch (...) {
+		rdma_reject(id, nullptr, 0);
+		return id;
+	}
+	if (!self) {
+		if (peer->nonce && peer->nonce != h.nonce && peer->conn) {
+			VRMA_INFO(FI_LOG_EP_CTRL, "RDM: peer %016llx restarted\n",
+				  static_cast<unsigned long long>(h.nonce));
+			rdm_conn_failed(peer, peer->conn.get(), FI_ECONNRESET);
+		}
+		peer->nonce = h.nonce;
+		if (Conn *cur = peer->conn.get()) {
+			const bool connecting = cur->state.load() != EpState::Connected;
+			if (peer->initiated && connecting) {
+				if (rdm::keep_initiated(ep->self, ep->nonce, h.addr, h.nonce)) {
+					// Ours wins: the peer accepts it and waits.
+					ConnParam p;
+					fill_param(ep, p, rdm::kConnFlagCrossing);
+					rdma_reject(id, p.hdr, sizeof p.hdr);
+					return id;
+				}
+				// Theirs wins: ours will be rejected; drop it now.
+				rdm_conn_failed(peer, cur, 0);
+			} else {
+				// The same peer connects again: it lost the old one.
+				rdm_conn_failed(peer, cur, FI_ECONNRESET);
+			}
+		}
+	}
+	std::unique_ptr<Conn> c;
+	try {
+		c = new_conn(peer);
+	} catch (...) {
+		rdma_reject(id, nullptr, 0);
+		return id;
+	}
+	c->id.reset(id);
+	id->context = c.get();
+	if (create_qp(ep, *c)) {
+		rdma_reject(id, nullptr, 0);
+		return c->id.release();
+	}
+	ConnParam p;
+	fill_param(ep, p, rdm::kConnFlagAccept);
+	if (rdma_accept(id, &p.param)) {
+		VRMA_WARN(FI_LOG_EP_CTRL, "RDM: rdma_accept: %s\n", strerror(errno));
+		ep->by_qp.erase(c->qp->qp_num);
+		rdma_destroy_qp(id);
+		c->qp = nullptr;
+		return c->id.release();
+	}
+	c->state.store(EpState::Connecting);
+	if (self) {
+		peer->loopback = std::move(c);
+	} else {
+		peer->conn = std::move(c);
+		peer->initiated = false;
+		peer->expect_until = {};
+		ep->connecting++;
+	}
+	return nullptr;
+}
+
+} // namespace
+
+fi_addr_t rdm_peer_fi_addr(RdmPeer *peer) noexcept
+{
+	Av *av = peer->ep->av;
+	const uint64_t epoch = av->epoch.load(std::memory_order_acquire);
+	if (peer->av_epoch != epoch) {
+		peer->fi_addr = av_reverse(av, peer->addr);
+		peer->av_epoch = epoch;
+	}
+	return peer->fi_addr;
+}
+
+RdmPeer *rdm_peer_of(RdmEp *ep, fi_addr_t fi_addr, int &err) noexcept
+{
+	rdm::RdmAddr addr;
+	if (!av_lookup_addr(ep->av, fi_addr, addr)) {
+		VRMA_WARN(FI_LOG_EP_DATA, "RDM: address %#llx is not in the AV (never inserted or removed)\n",
+			  static_cast<unsigned long long>(fi_addr));
+		err = FI_EADDRNOTAVAIL;
+		return nullptr;
+	}
+	try {
+		return find_or_add_peer(ep, addr);
+	} catch (...) {
+		err = FI_ENOMEM;
+		return nullptr;
+	}
+}
+
+int rdm_conn_ready(RdmPeer *peer, Conn *&conn) noexcept
+{
+	Conn *c = peer->conn.get();
+	if (c && c->state.load(std::memory_order_relaxed) == EpState::Connected) [[likely]] {
+		conn = c;
+		return 0;
+	}
+	if (c)
+		return -FI_EAGAIN;
+	if (peer->error) {
+		const int e = peer->error;
+		peer->error = 0; // the next send tries again (a restarted peer)
+		return -e;
+	}
+	if (std::chrono::steady_clock::now() < peer->expect_until)
+		return -FI_EAGAIN;
+	if (int rc = start_connect(peer))
+		return rc;
+	return -FI_EAGAIN;
+}
+
+void rdm_conn_failed(RdmPeer *peer, Conn *conn, int err) noexcept
+{
+	RdmEp *ep = peer->ep;
+	std::unique_ptr<Conn> *slot = nullptr;
+	if (peer->conn.get() == conn)
+		slot = &peer->conn;
+	else if (peer->loopback.get() == conn)
+		slot = &peer->loopback;
+	if (!slot)
+		return; // already dying
+	const bool was_connecting = conn->state.load() != EpState::Connected && slot == &peer->conn;
+	if (was_connecting && ep->connecting)
+		ep->connecting--;
+	conn->state.store(EpState::Shutdown);
+	if (conn->qp) {
+		ibv_qp_attr attr{};
+		attr.qp_state = IBV_QPS_ERR;
+		ibv_modify_qp(conn->qp, &attr, IBV_QP_STATE);
+		if (conn_post_sentinel(conn))
+			ep->tx_wrs++; // the sentinel's slot, taken back when it flushes
+	}
+	try {
+		ep->dying.push_back(std::move(*slot));
+	} catch (...) {
+		// Cannot park it: leak it rather than free slots a flush names.
+		(void)slot->release();
+	}
+	if (slot == &peer->conn) {
+		// Answers to what was sent on it will not come.
+		rdm_fail_waiting(peer, err ? err : FI_ECONNRESET);
+		if (was_connecting && err)
+			peer->error = err;
+	}
+}
+
+void rdm_reap(RdmEp *ep) noexcept
+{
+	for (size_t i = 0; i < ep->dying.size();) {
+		Conn *c = ep->dying[i].get();
+		if (c->qp && c->tx.outstanding()) {
+			i++;
+			continue;
+		}
+		if (c->qp) {
+			auto it = ep->by_qp.find(c->qp->qp_num);
+			if (it != ep->by_qp.end() && it->second == c->peer &&
+			    c->peer->conn.get() != c && c->peer->loopback.get() != c)
+				ep->by_qp.erase(it);
+			rdma_destroy_qp(c->id.get());
+			c->qp = nullptr;
+		}
+		ep->dying.erase(ep->dying.begin() + static_cast<std::ptrdiff_t>(i));
+	}
+}
+
+void rdm_cm_event(RdmEp *ep, rdma_cm_event *ev, rdma_cm_id *&destroy) noexcept
+{
+	destroy = nullptr;
+	if (ev->event == RDMA_CM_EVENT_CONNECT_REQUEST) {
+		destroy = accept_request(ep, ev);
+		return;
+	}
+	auto *c = static_cast<Conn *>(ev->id->context);
+	if (!c || ev->listen_id)
+		return;
+	RdmPeer *peer = c->peer;
+	if (!live_conn(peer, c))
+		return; // a connection that lost a crossing, or failed: being reaped
+	switch (ev->event) {
+	case RDMA_CM_EVENT_ADDR_RESOLVED:
+		if (rdma_resolve_route(c->id.get(), params.cm_timeout_ms)) {
+			VRMA_WARN(FI_LOG_EP_CTRL, "RDM: rdma_resolve_route: %s\n", strerror(errno));
+			rdm_conn_failed(peer, c, FI_EHOSTUNREACH);
+		}
+		break;
+	case RDMA_CM_EVENT_ROUTE_RESOLVED: {
+		if (int rc = create_qp(ep, *c)) {
+			rdm_conn_failed(peer, c, -rc);
+			break;
+		}
+		ConnParam p;
+		fill_param(ep, p, 0);
+		if (rdma_connect(c->id.get(), &p.param)) {
+			VRMA_WARN(FI_LOG_EP_CTRL, "RDM: rdma_connect: %s\n", strerror(errno));
+			rdm_conn_failed(peer, c, FI_ECONNREFUSED);
+		}
+		break;
+	}
+	case RDMA_CM_EVENT_ESTABLISHED:
+		if (peer->conn.get() == c) {
+			if (peer->initiated) {
+				rdm::RdmConnHeader h;
+				if (rdm::decode_conn_header(
+					    static_cast<const uint8_t *>(ev->param.conn.private_data),
+					    ev->param.conn.private_data_len, h) &&
+				    (h.flags & rdm::kConnFlagAccept))
+					peer->nonce = h.nonce;
+			}
+			if (ep->connecting)
+				ep->connecting--;
+			peer->error = 0;
+		}
+		c->state.store(EpState::Connected, std::memory_order_release);
+		break;
+	case RDMA_CM_EVENT_REJECTED: {
+		rdm::RdmConnHeader h;
+		if (rdm::decode_conn_header(static_cast<const uint8_t *>(ev->param.conn.private_data),
+					    ev->param.conn.private_data_len, h) &&
+		    (h.flags & rdm::kConnFlagCrossing)) {
+			// The peer keeps its own connection to us: wait for it.
+			peer->expect_until = std::chrono::steady_clock::now() +
+					     std::chrono::milliseconds(4 * params.cm_timeout_ms);
+			rdm_conn_failed(peer, c, 0);
+			break;
+		}
+		VRMA_INFO(FI_LOG_EP_CTRL, "RDM: connection refused (status %d)\n", ev->status);
+		rdm_conn_failed(peer, c, FI_ECONNREFUSED);
+		break;
+	}
+	case RDMA_CM_EVENT_ADDR_ERROR:
+	case RDMA_CM_EVENT_ROUTE_ERROR:
+	case RDMA_CM_EVENT_UNREACHABLE:
+	case RDMA_CM_EVENT_CONNECT_ERROR:
+	case RDMA_CM_EVENT_DISCONNECTED:
+	case RDMA_CM_EVENT_DEVICE_REMOVAL:
+		VRMA_INFO(FI_LOG_EP_CTRL, "RDM: connection event %s (status %d)\n",
+			  rdma_event_str(ev->event), ev->status);
+		rdm_conn_failed(peer, c, cm_error(ev->event, ev->status));
+		break;
+	default:
+		break;
+	}
+}
+
+void rdm_close_peers(RdmEp *ep) noexcept
+{
+	for (auto &[addr, peer] : ep->peers) {
+		if (peer->conn)
+			rdm_conn_failed(peer.get(), peer->conn.get(), FI_ECANCELED);
+		if (peer->loopback)
+			rdm_conn_failed(peer.get(), peer->loopback.get(), FI_ECANCELED);
+	}
+}
+
+} // namespace vrma

@@ -1,0 +1,778 @@
+// The RDM endpoint object: open, bind, enable, close, names, options, and
+// progress (the CM thread, the data thread of FI_PROGRESS_AUTO, and the
+// progress the application's calls make).
+#include "vrma_rdm.h"
+
+#include <algorithm>
+#include <fcntl.h>
+#include <random>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+
+#include <rdma/fi_atomic.h>
+#include <rdma/fi_collective.h>
+
+namespace vrma {
+
+RdmParams rdm_params;
+
+namespace {
+
+constexpr fi_ops_rma rma_nosys = {
+	.size = sizeof(fi_ops_rma),
+	.read = VRMA_NOSYS(fi_ops_rma, read),
+	.readv = VRMA_NOSYS(fi_ops_rma, readv),
+	.readmsg = VRMA_NOSYS(fi_ops_rma, readmsg),
+	.write = VRMA_NOSYS(fi_ops_rma, write),
+	.writev = VRMA_NOSYS(fi_ops_rma, writev),
+	.writemsg = VRMA_NOSYS(fi_ops_rma, writemsg),
+	.inject = VRMA_NOSYS(fi_ops_rma, inject),
+	.writedata = VRMA_NOSYS(fi_ops_rma, writedata),
+	.injectdata = VRMA_NOSYS(fi_ops_rma, injectdata),
+};
+
+int set_nonblock(int fd)
+{
+	const int fl = fcntl(fd, F_GETFL);
+	return fl < 0 ? -1 : fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+}
+
+// Fetches, handles and acks every pending rdma_cm event (lock held): see
+// the id-destruction hazard in vrma_rdm_conn.cpp.
+void drain_cm_events(RdmEp *ep)
+{
+	rdma_cm_event *ev;
+	while (rdma_get_cm_event(ep->cm_channel.get(), &ev) == 0) {
+		rdma_cm_id *destroy = nullptr;
+		rdm_cm_event(ep, ev, destroy);
+		rdma_ack_cm_event(ev);
+		if (destroy)
+			rdma_destroy_id(destroy);
+	}
+}
+
+void drain_channel(RdmEp *ep)
+{
+	ibv_cq *cq;
+	void *ctx;
+	while (ibv_get_cq_event(ep->channel.get(), &cq, &ctx) == 0)
+		ibv_ack_cq_events(cq, 1);
+}
+
+// Waits on `fds` (and the stop descriptor) and runs `step` under the lock
+// each time one is readable, until the endpoint closes.
+template <typename Step> void service_loop(RdmEp *ep, std::initializer_list<int> fds, Step step)
+{
+	Fd e2;
+	std::vector<int> all(fds);
+	all.push_back(ep->stop_fd.get());
+	int raw = epoll_create1(EPOLL_CLOEXEC);
+	if (raw < 0) {
+		VRMA_WARN(FI_LOG_EP_CTRL, "RDM: epoll_create1: %s\n", strerror(errno));
+		return;
+	}
+	e2.reset(raw);
+	for (int fd : all) {
+		epoll_event ev{};
+		ev.events = EPOLLIN;
+		ev.data.fd = fd;
+		epoll_ctl(raw, EPOLL_CTL_ADD, fd, &ev);
+	}
+	for (;;) {
+		epoll_event evs[4];
+		const int n = epoll_wait(raw, evs, 4, -1);
+		if (n < 0 && errno != EINTR)
+			return;
+		for (int i = 0; i < n; i++)
+			if (evs[i].data.fd == ep->stop_fd.get())
+				return;
+		std::lock_guard<std::mutex> guard(ep->lock);
+		step();
+	}
+}
+
+void report_cntrs_attach(RdmEp *ep, bool attach)
+{
+	Cntr *cs[] = {ep->cntr_send, ep->cntr_recv, ep->cntr_read, ep->cntr_write};
+	for (size_t i = 0; i < 4; i++) {
+		Cntr *c = cs[i];
+		if (!c || std::find(cs, cs + i, c) != cs + i)
+			continue;
+		const int fd = ep->auto_progress ? -1 : ep->channel->fd;
+		if (attach) {
+			if (cntr_attach_rdm(c, ep, fd))
+				VRMA_WARN(FI_LOG_EP_CTRL, "RDM: a counter cannot wait on the endpoint\n");
+		} else {
+			cntr_detach_rdm(c, ep, fd);
+		}
+	}
+}
+
+void cqs_attach(RdmEp *ep, bool attach)
+{
+	Cq *cqs[] = {ep->tx_cq, ep->rx_cq};
+	for (size_t i = 0; i < 2; i++) {
+		Cq *cq = cqs[i];
+		if (!cq || (i == 1 && cq == cqs[0]))
+			continue;
+		const int fd = ep->auto_progress ? -1 : ep->channel->fd;
+		if (attach) {
+			if (cq_attach_rdm(cq, ep, fd))
+				VRMA_WARN(FI_LOG_EP_CTRL, "RDM: a CQ cannot wait on the endpoint\n");
+		} else {
+			cq_detach_rdm(cq, ep, fd);
+		}
+	}
+}
+
+int rdm_ep_close(fid *f) noexcept
+{
+	RdmEp *ep = from_fid<RdmEp>(f);
+	if (ep->enabled) {
+		eventfd_signal(ep->stop_fd.get());
+		if (ep->cm_thread.joinable())
+			ep->cm_thread.join();
+		if (ep->data_thread.joinable())
+			ep->data_thread.join();
+		cqs_attach(ep, false);
+		report_cntrs_attach(ep, false);
+		{
+			std::lock_guard<std::mutex> guard(ep->lock);
+			ep->enabled = false; // no more SRQ reposts
+			rdm_close_peers(ep);
+			// Flushes come back through the CQ: wait for the rings.
+			const Deadline deadline(2000);
+			for (;;) {
+				ibv_wc wcs[32];
+				const int n = ibv_poll_cq(ep->cq.get(), 32, wcs);
+				ep->in_progress = true;
+				for (int i = 0; i < n; i++)
+					rdm_handle_wc(ep, wcs[i]);
+				ep->in_progress = false;
+				rdm_reap(ep);
+				if (ep->dying.empty() || deadline.expired() || n < 0)
+					break;
+				if (n == 0)
+					std::this_thread::sleep_for(std::chrono::milliseconds(1));
+			}
+			if (!ep->dying.empty()) {
+				VRMA_WARN(FI_LOG_EP_CTRL, "RDM close: %zu connections did not flush; leaking them\n",
+					  ep->dying.size());
+				for (auto &c : ep->dying)
+					(void)c.release();
+				ep->dying.clear();
+			}
+			// Unexpected messages and receives still queued are dropped
+			// with the endpoint.
+			while (RdmMsg *m = ep->matcher.unexpected_front(MatchKind::kMsg)) {
+				(void)ep->matcher.remove(*m);
+				delete m;
+			}
+			while (RdmMsg *m = ep->matcher.unexpected_front(MatchKind::kTagged)) {
+				(void)ep->matcher.remove(*m);
+				delete m;
+			}
+			for (MatchKind k : {MatchKind::kMsg, MatchKind::kTagged})
+				while (RdmRecv *r = ep->matcher.posted_front(k)) {
+					(void)ep->matcher.remove(*r);
+					delete r;
+				}
+			for (auto &[addr, peer] : ep->peers)
+				rdm_fail_waiting(peer.get(), FI_ECANCELED);
+			ep->answer_backlog.clear();
+		}
+		ep->listen_id.reset();
+		ep->srq.reset();
+		ep->rx_mr.reset();
+		ep->tx_mr.reset();
+		{
+			std::lock_guard<std::mutex> guard(ep->lock);
+			drain_channel(ep);
+		}
+		ep->cq.reset();
+	}
+	if (ep->av)
+		ep->av->refs--;
+	Cntr *cs[] = {ep->cntr_send, ep->cntr_recv, ep->cntr_read, ep->cntr_write};
+	for (Cntr *c : cs)
+		if (c)
+			c->refs--;
+	if (ep->tx_cq)
+		ep->tx_cq->refs--;
+	if (ep->rx_cq)
+		ep->rx_cq->refs--;
+	ep->domain->refs--;
+	delete ep;
+	return 0;
+}
+
+int rdm_ep_bind(fid *f, fid *bfid, uint64_t flags) noexcept
+{
+	RdmEp *ep = from_fid<RdmEp>(f);
+	if (!bfid) {
+		VRMA_WARN(FI_LOG_EP_CTRL, "fi_ep_bind: NULL fid\n");
+		return -FI_EINVAL;
+	}
+	if (ep->enabled) {
+		VRMA_WARN(FI_LOG_EP_CTRL, "fi_ep_bind: endpoint already enabled\n");
+		return -FI_EOPBADSTATE;
+	}
+	switch (bfid->fclass) {
+	case FI_CLASS_AV: {
+		Av *av = from_fid<Av>(bfid);
+		if (ep->av) {
+			VRMA_WARN(FI_LOG_EP_CTRL, "fi_ep_bind(av): an AV is already bound\n");
+			return -FI_EINVAL;
+		}
+		if (av->domain != ep->domain) {
+			VRMA_WARN(FI_LOG_EP_CTRL, "fi_ep_bind(av): AV belongs to another domain\n");
+			return -FI_EINVAL;
+		}
+		ep->av = av;
+		av->refs++;
+		return 0;
+	}
+	case FI_CLASS_CQ: {
+		Cq *cq = from_fid<Cq>(bfid);
+		if (flags & ~(FI_TRANSMIT | FI_RECV | FI_SELECTIVE_COMPLETION)) {
+			VRMA_WARN(FI_LOG_EP_CTRL, "fi_ep_bind(cq): unsupported flags 0x%llx\n",
+				  static_cast<unsigned long long>(flags));
+			return -FI_EBADFLAGS;
+		}
+		if (!(flags & (FI_TRANSMIT | FI_RECV))) {
+			VRMA_WARN(FI_LOG_EP_CTRL, "fi_ep_bind(cq): need FI_TRANSMIT and/or FI_RECV\n");
+			return -FI_EINVAL;
+		}
+		if (cq->domain != ep->domain) {
+			VRMA_WARN(FI_LOG_EP_CTRL, "fi_ep_bind(cq): CQ belongs to another domain\n");
+			return -FI_EINVAL;
+		}
+		if (((flags & FI_TRANSMIT) && ep->tx_cq) || ((flags & FI_RECV) && ep->rx_cq)) {
+			VRMA_WARN(FI_LOG_EP_CTRL, "fi_ep_bind(cq): a CQ is already bound for that direction\n");
+			return -FI_EINVAL;
+		}
+		if (flags & FI_TRANSMIT) {
+			ep->tx_cq = cq;
+			ep->tx_selective = flags & FI_SELECTIVE_COMPLETION;
+			cq->refs++;
+		}
+		if (flags & FI_RECV) {
+			ep->rx_cq = cq;
+			ep->rx_selective = flags & FI_SELECTIVE_COMPLETION;
+			cq->refs++;
+		}
+		return 0;
+	}
+	case FI_CLASS_CNTR: {
+		Cntr *c = from_fid<Cntr>(bfid);
+		if (flags & (FI_REMOTE_READ | FI_REMOTE_WRITE)) {
+			VRMA_WARN(FI_LOG_EP_CTRL, "fi_ep_bind(cntr): RMA events are not offered on RDM endpoints yet\n");
+			return -FI_EOPNOTSUPP;
+		}
+		if (flags & ~(FI_SEND | FI_RECV | FI_READ | FI_WRITE) || !flags) {
+			VRMA_WARN(FI_LOG_EP_CTRL, "fi_ep_bind(cntr): unsupported flags 0x%llx\n",
+				  static_cast<unsigned long long>(flags));
+			return flags ? -FI_EBADFLAGS : -FI_EINVAL;
+		}
+		if (c->domain != ep->domain) {
+			VRMA_WARN(FI_LOG_EP_CTRL, "fi_ep_bind(cntr): counter belongs to another domain\n");
+			return -FI_EINVAL;
+		}
+		Cntr **slots[] = {&ep->cntr_send, &ep->cntr_recv, &ep->cntr_read, &ep->cntr_write};
+		const uint64_t bits[] = {FI_SEND, FI_RECV, FI_READ, FI_WRITE};
+		for (int i = 0; i < 4; i++)
+			if ((flags & bits[i]) && *slots[i]) {
+				VRMA_WARN(FI_LOG_EP_CTRL, "fi_ep_bind(cntr): a counter is already bound for that event\n");
+				return -FI_EINVAL;
+			}
+		for (int i = 0; i < 4; i++)
+			if (flags & bits[i]) {
+				*slots[i] = c;
+				c->refs++;
+			}
+		return 0;
+	}
+	case FI_CLASS_EQ:
+		// Nothing to report on an EQ: connections are invisible.
+		return 0;
+	default:
+		VRMA_WARN(FI_LOG_EP_CTRL, "fi_ep_bind: cannot bind fid class %zu to an RDM endpoint\n",
+			  bfid->fclass);
+		return -FI_EINVAL;
+	}
+}
+
+// The listening address: the info's source address (device IP), the port
+// from fi_setname or src_addr, 0 for any.
+int start_listener(RdmEp *ep)
+{
+	rdma_cm_id *raw = nullptr;
+	if (rdma_create_id(ep->cm_channel.get(), &raw, nullptr, RDMA_PS_TCP)) {
+		const int err = errno;
+		VRMA_WARN(FI_LOG_EP_CTRL, "RDM: rdma_create_id: %s\n", strerror(err));
+		return errno_to_fi(err);
+	}
+	ep->listen_id.reset(raw);
+	sockaddr_storage addr{};
+	if (ep->name_set) {
+		addr = ep->name;
+	} else if (ep->info->src_addr) {
+		memcpy(&addr, ep->info->src_addr,
+		       std::min(sizeof addr, static_cast<size_t>(ep->info->src_addrlen)));
+	} else {
+		VRMA_WARN(FI_LOG_EP_CTRL, "RDM: fi_enable: the info names no source address\n");
+		return -FI_EINVAL;
+	}
+	if (rdma_bind_addr(raw, reinterpret_cast<sockaddr *>(&addr))) {
+		const int err = errno;
+		VRMA_WARN(FI_LOG_EP_CTRL, "RDM: binding %s: %s\n",
+			  sockaddr_str(reinterpret_cast<sockaddr *>(&addr)).c_str(), strerror(err));
+		return errno_to_fi(err);
+	}
+	if (raw->verbs != ep->domain->ctx) {
+		VRMA_WARN(FI_LOG_EP_CTRL, "RDM: %s is not on domain %s\n",
+			  sockaddr_str(reinterpret_cast<sockaddr *>(&addr)).c_str(),
+			  ep->domain->ctx->device->name);
+		return -FI_EINVAL;
+	}
+	if (rdma_listen(raw, params.listen_backlog)) {
+		const int err = errno;
+		VRMA_WARN(FI_LOG_EP_CTRL, "RDM: rdma_listen: %s\n", strerror(err));
+		return errno_to_fi(err);
+	}
+	const sockaddr *local = rdma_get_local_addr(raw);
+	memcpy(&ep->name, local, sockaddr_len(local));
+	if (!rdm::from_sockaddr(local, sockaddr_len(local), ep->self) || !rdm::connectable(ep->self)) {
+		VRMA_WARN(FI_LOG_EP_CTRL, "RDM: %s cannot be an RDM address\n", sockaddr_str(local).c_str());
+		return -FI_EINVAL;
+	}
+	return 0;
+}
+
+// Buffers, SRQ, CQ, listener, threads: all or nothing (members own what was
+// made; close frees them).
+int rdm_enable(RdmEp *ep) noexcept
+try {
+	if (ep->enabled)
+		return 0;
+	if (!ep->av) {
+		VRMA_WARN(FI_LOG_EP_CTRL, "fi_enable: RDM endpoint needs an AV\n");
+		return -FI_ENOAV;
+	}
+	if (!ep->tx_cq && !ep->rx_cq && !ep->cntr_send && !ep->cntr_recv) {
+		VRMA_WARN(FI_LOG_EP_CTRL, "fi_enable: endpoint needs a CQ or a counter\n");
+		return -FI_ENOCQ;
+	}
+	Domain *dom = ep->domain;
+	ibv_pd *pd = dom->pd.get();
+	std::random_device rd;
+	do
+		ep->nonce = (uint64_t(rd()) << 32) ^ rd() ^
+			    uint64_t(std::chrono::steady_clock::now().time_since_epoch().count());
+	while (ep->nonce == 0);
+
+	rdma_event_channel *ch = rdma_create_event_channel();
+	if (!ch) {
+		const int err = errno;
+		VRMA_WARN(FI_LOG_EP_CTRL, "RDM: rdma_create_event_channel: %s\n", strerror(err));
+		return errno_to_fi(err);
+	}
+	ep->cm_channel.reset(ch);
+	set_nonblock(ch->fd);
+	ep->stop_fd.reset(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+	if (ep->stop_fd.get() < 0)
+		return errno_to_fi(errno);
+
+	// Buffers.
+	ep->buf_stride = (rdm::kRdmHeaderBytes + std::max(ep->eager_size, rdm::kRndvMsgMax) + 63) & ~size_t(63);
+	ep->rx_count = std::min<size_t>(rdm_params.rx_buffers, static_cast<size_t>(dom->dev_attr.max_srq_wr));
+	const size_t tx_count = std::min<size_t>(rdm_params.tx_buffers, 0xfffffe);
+	ep->rx_bufs.reset(new uint8_t[ep->rx_count * ep->buf_stride]);
+	ep->tx_bufs.reset(new uint8_t[tx_count * ep->buf_stride]);
+	ep->rx_mr.reset(ibv_reg_mr(pd, ep->rx_bufs.get(), ep->rx_count * ep->buf_stride,
+				   IBV_ACCESS_LOCAL_WRITE));
+	ep->tx_mr.reset(ibv_reg_mr(pd, ep->tx_bufs.get(), tx_count * ep->buf_stride, 0));
+	if (!ep->rx_mr || !ep->tx_mr) {
+		const int err = errno;
+		VRMA_WARN(FI_LOG_EP_CTRL, "RDM: registering %zu bytes of buffers: %s\n",
+			  (ep->rx_count + tx_count) * ep->buf_stride, strerror(err));
+		return err == ENOMEM || err == EPERM ? -FI_ENOMEM : errno_to_fi(err);
+	}
+	ep->tx_free.reserve(tx_count);
+	for (size_t i = tx_count; i-- > 0;)
+		ep->tx_free.push_back(static_cast<uint32_t>(i));
+
+	// CQ: the SRQ's entries plus every send request outstanding.
+	ibv_comp_channel *cc = ibv_create_comp_channel(dom->ctx);
+	if (!cc) {
+		const int err = errno;
+		VRMA_WARN(FI_LOG_EP_CTRL, "RDM: ibv_create_comp_channel: %s\n", strerror(err));
+		return errno_to_fi(err);
+	}
+	ep->channel.reset(cc);
+	set_nonblock(cc->fd);
+	const size_t max_cqe = static_cast<size_t>(dom->dev_attr.max_cqe);
+	ep->cqe = std::min<size_t>(max_cqe, std::max<size_t>(4 * ep->rx_count, 16384));
+	ep->cq.reset(ibv_create_cq(dom->ctx, static_cast<int>(ep->cqe), ep, cc, 0));
+	if (!ep->cq) {
+		const int err = errno;
+		VRMA_WARN(FI_LOG_EP_CTRL, "RDM: ibv_create_cq(%zu): %s\n", ep->cqe, strerror(err));
+		return errno_to_fi(err);
+	}
+	ep->cqe = static_cast<size_t>(ep->cq->cqe);
+	if (ep->cqe <= ep->rx_count + ep->peer_tx_depth + 1) {
+		VRMA_WARN(FI_LOG_EP_CTRL, "RDM: a CQ of %zu entries cannot serve %zu receive buffers\n",
+			  ep->cqe, ep->rx_count);
+		return -FI_ENOSPC;
+	}
+	ep->tx_credit = ep->cqe - ep->rx_count;
+
+	ibv_srq_init_attr sattr{};
+	sattr.srq_context = ep;
+	sattr.attr.max_wr = static_cast<uint32_t>(ep->rx_count);
+	sattr.attr.max_sge = 1;
+	ep->srq.reset(ibv_create_srq(pd, &sattr));
+	if (!ep->srq) {
+		const int err = errno;
+		VRMA_WARN(FI_LOG_EP_CTRL, "RDM: ibv_create_srq(%zu): %s\n", ep->rx_count, strerror(err));
+		return errno_to_fi(err);
+	}
+	ep->rx_slots.reset(new SrqSlot[ep->rx_count]);
+	for (size_t i = 0; i < ep->rx_count; i++) {
+		SrqSlot &s = ep->rx_slots[i];
+		s.kind = SlotKind::Rx;
+		s.seq = i;
+		s.buf = ep->rx_bufs.get() + i * ep->buf_stride;
+		if (int rc = rdm_post_srq(ep, i))
+			return rc;
+	}
+	if (int rc = start_listener(ep))
+		return rc;
+
+	ep->enabled = true;
+	cqs_attach(ep, true);
+	report_cntrs_attach(ep, true);
+	ep->cm_thread = std::thread([ep] {
+		service_loop(ep, {ep->cm_channel->fd}, [ep] { drain_cm_events(ep); });
+	});
+	if (ep->auto_progress) {
+		ibv_req_notify_cq(ep->cq.get(), 0);
+		ep->data_thread = std::thread([ep] {
+			service_loop(ep, {ep->channel->fd}, [ep] {
+				drain_channel(ep);
+				rdm_progress_locked(ep);
+				ibv_req_notify_cq(ep->cq.get(), 0);
+				rdm_progress_locked(ep);
+			});
+		});
+	}
+	return 0;
+} catch (...) {
+	VRMA_WARN(FI_LOG_EP_CTRL, "RDM: fi_enable: out of memory\n");
+	return -FI_ENOMEM;
+}
+
+int rdm_ep_control(fid *f, int command, void *arg) noexcept
+{
+	RdmEp *ep = from_fid<RdmEp>(f);
+	switch (command) {
+	case FI_ENABLE:
+		return rdm_enable(ep);
+	case FI_GETOPSFLAG: {
+		if (!arg)
+			return -FI_EINVAL;
+		uint64_t *flags = static_cast<uint64_t *>(arg);
+		if ((*flags & FI_TRANSMIT) && (*flags & FI_RECV))
+			return -FI_EINVAL;
+		*flags = (*flags & FI_TRANSMIT) ? ep->tx_op_flags : ep->rx_op_flags;
+		return 0;
+	}
+	case FI_SETOPSFLAG: {
+		if (!arg)
+			return -FI_EINVAL;
+		const uint64_t flags = *static_cast<uint64_t *>(arg);
+		const bool tx = flags & FI_TRANSMIT;
+		const uint64_t f2 = flags & ~(FI_TRANSMIT | FI_RECV);
+		const uint64_t allowed = tx ? kRdmTxOpFlags : kRdmRxOpFlags;
+		if (f2 & ~allowed) {
+			VRMA_WARN(FI_LOG_EP_CTRL, "FI_SETOPSFLAG: unsupported flags 0x%llx\n",
+				  static_cast<unsigned long long>(f2 & ~allowed));
+			return -FI_EBADFLAGS;
+		}
+		(tx ? ep->tx_op_flags : ep->rx_op_flags) = f2;
+		return 0;
+	}
+	default:
+		VRMA_WARN(FI_LOG_EP_CTRL, "fi_control(rdm ep, %d) is not supported\n", command);
+		return -FI_ENOSYS;
+	}
+}
+
+int rdm_getname(fid_t f, void *addr, size_t *addrlen) noexcept
+{
+	RdmEp *ep = from_fid<RdmEp>(f);
+	if (!addrlen) {
+		VRMA_WARN(FI_LOG_EP_CTRL, "fi_getname: NULL addrlen\n");
+		return -FI_EINVAL;
+	}
+	std::lock_guard<std::mutex> guard(ep->lock);
+	if (!ep->enabled && !ep->name_set) {
+		VRMA_WARN(FI_LOG_EP_CTRL, "fi_getname: the RDM endpoint's address is known after fi_enable\n");
+		return -FI_EOPBADSTATE;
+	}
+	const size_t len = sockaddr_len(reinterpret_cast<const sockaddr *>(&ep->name));
+	const size_t room = *addrlen;
+	*addrlen = len;
+	if (room < len || !addr)
+		return -FI_ETOOSMALL;
+	memcpy(addr, &ep->name, len);
+	return 0;
+}
+
+int rdm_setname(fid_t f, void *addr, size_t addrlen) noexcept
+{
+	RdmEp *ep = from_fid<RdmEp>(f);
+	std::lock_guard<std::mutex> guard(ep->lock);
+	if (ep->enabled) {
+		VRMA_WARN(FI_LOG_EP_CTRL, "fi_setname: endpoint already enabled\n");
+		return -FI_EOPBADSTATE;
+	}
+	rdm::RdmAddr a;
+	if (!addr || !rdm::from_sockaddr(static_cast<const sockaddr *>(addr), addrlen, a)) {
+		VRMA_WARN(FI_LOG_EP_CTRL, "fi_setname: not a sockaddr_in/sockaddr_in6\n");
+		return -FI_EINVAL;
+	}
+	memset(&ep->name, 0, sizeof ep->name);
+	memcpy(&ep->name, addr, sockaddr_len(static_cast<const sockaddr *>(addr)));
+	ep->name_set = true;
+	return 0;
+}
+
+int rdm_getpeer(fid_ep *, void *, size_t *) noexcept
+{
+	VRMA_WARN(FI_LOG_EP_CTRL, "fi_getpeer: RDM endpoints have no single peer\n");
+	return -FI_ENOSYS;
+}
+
+int rdm_getopt(fid_t f, int level, int optname, void *optval, size_t *optlen) noexcept
+{
+	RdmEp *ep = from_fid<RdmEp>(f);
+	if (level != FI_OPT_ENDPOINT || !optval || !optlen)
+		return -FI_EINVAL;
+	switch (optname) {
+	case FI_OPT_MIN_MULTI_RECV:
+		if (*optlen < sizeof(size_t))
+			return -FI_ETOOSMALL;
+		*static_cast<size_t *>(optval) = ep->min_multi_recv;
+		*optlen = sizeof(size_t);
+		return 0;
+	case FI_OPT_CM_DATA_SIZE:
+		if (*optlen < sizeof(size_t))
+			return -FI_ETOOSMALL;
+		*static_cast<size_t *>(optval) = 0;
+		*optlen = sizeof(size_t);
+		return 0;
+	default:
+		return -FI_ENOPROTOOPT;
+	}
+}
+
+int rdm_setopt(fid_t f, int level, int optname, const void *optval, size_t optlen) noexcept
+{
+	RdmEp *ep = from_fid<RdmEp>(f);
+	if (level != FI_OPT_ENDPOINT || !optval)
+		return -FI_EINVAL;
+	switch (optname) {
+	case FI_OPT_MIN_MULTI_RECV:
+		if (optlen != sizeof(size_t))
+			return -FI_EINVAL;
+		ep->min_multi_recv = *static_cast<const size_t *>(optval);
+		return 0;
+	default:
+		return -FI_ENOPROTOOPT;
+	}
+}
+
+ssize_t rdm_ep_cancel(fid_t f, void *context) noexcept
+{
+	return rdm_cancel(from_fid<RdmEp>(f), context);
+}
+
+ssize_t rdm_rx_size_left(fid_ep *f) noexcept
+{
+	RdmEp *ep = static_cast<RdmEp *>(f);
+	if (!ep->enabled)
+		return -FI_EOPBADSTATE;
+	return static_cast<ssize_t>(ep->info->rx_attr->size); // receives are queued in memory
+}
+
+ssize_t rdm_tx_size_left(fid_ep *f) noexcept
+{
+	RdmEp *ep = static_cast<RdmEp *>(f);
+	if (!ep->enabled)
+		return -FI_EOPBADSTATE;
+	std::lock_guard<std::mutex> guard(ep->lock);
+	return static_cast<ssize_t>(ep->tx_free.size());
+}
+
+constexpr fi_ops rdm_fi_ops = {
+	.size = sizeof(fi_ops),
+	.close = rdm_ep_close,
+	.bind = rdm_ep_bind,
+	.control = rdm_ep_control,
+	.ops_open = fid_no_ops_open,
+	.tostr = fid_tostr,
+	.ops_set = fid_no_ops_set,
+};
+
+constexpr fi_ops_ep rdm_ep_ops = {
+	.size = sizeof(fi_ops_ep),
+	.cancel = rdm_ep_cancel,
+	.getopt = rdm_getopt,
+	.setopt = rdm_setopt,
+	.tx_ctx = VRMA_NOSYS(fi_ops_ep, tx_ctx),
+	.rx_ctx = VRMA_NOSYS(fi_ops_ep, rx_ctx),
+	.rx_size_left = rdm_rx_size_left,
+	.tx_size_left = rdm_tx_size_left,
+};
+
+constexpr fi_ops_cm rdm_cm_ops = {
+	.size = sizeof(fi_ops_cm),
+	.setname = rdm_setname,
+	.getname = rdm_getname,
+	.getpeer = rdm_getpeer,
+	.connect = VRMA_NOSYS(fi_ops_cm, connect),
+	.listen = VRMA_NOSYS(fi_ops_cm, listen),
+	.accept = VRMA_NOSYS(fi_ops_cm, accept),
+	.reject = VRMA_NOSYS(fi_ops_cm, reject),
+	.shutdown = VRMA_NOSYS(fi_ops_cm, shutdown),
+	.join = VRMA_NOSYS(fi_ops_cm, join),
+};
+
+} // namespace
+
+void rdm_progress_locked(RdmEp *ep) noexcept
+{
+	if (ep->in_progress) [[unlikely]]
+		return;
+	ep->in_progress = true;
+	if (ep->connecting) [[unlikely]]
+		drain_cm_events(ep);
+	ibv_wc wcs[16];
+	for (;;) {
+		const int n = ibv_poll_cq(ep->cq.get(), 16, wcs);
+		if (n <= 0)
+			break;
+		for (int i = 0; i < n; i++)
+			rdm_handle_wc(ep, wcs[i]);
+		if (n < 16)
+			break;
+	}
+	if (!ep->read_backlog.empty() || !ep->answer_backlog.empty()) [[unlikely]]
+		rdm_retry_backlog(ep);
+	if (!ep->dying.empty()) [[unlikely]]
+		rdm_reap(ep);
+	ep->in_progress = false;
+}
+
+void rdm_progress(RdmEp *ep) noexcept
+{
+	std::lock_guard<std::mutex> guard(ep->lock);
+	rdm_progress_locked(ep);
+}
+
+int rdm_trywait(RdmEp *ep) noexcept
+{
+	if (ep->auto_progress)
+		return 0; // the data thread reports through the CQ's own wakeup
+	std::lock_guard<std::mutex> guard(ep->lock);
+	drain_channel(ep);
+	if (int rc = ibv_req_notify_cq(ep->cq.get(), 0))
+		return errno_to_fi(rc);
+	// Completions that arrived before arming raise no event: poll once more.
+	ibv_wc wc;
+	const int n = ibv_poll_cq(ep->cq.get(), 1, &wc);
+	if (n > 0) {
+		ep->in_progress = true;
+		rdm_handle_wc(ep, wc);
+		ep->in_progress = false;
+		rdm_progress_locked(ep);
+		return -FI_EAGAIN;
+	}
+	return 0;
+}
+
+void rdm_report_tx(RdmEp *ep, void *context, uint64_t flags, size_t len, bool report, Cntr *cntr,
+		   int err, int prov_errno) noexcept
+{
+	count_completion(cntr, err == 0);
+	if (!ep->tx_cq || (!report && !err))
+		return;
+	CqPending p;
+	if (err) {
+		p.is_error = true;
+		p.err.op_context = context;
+		p.err.flags = flags;
+		p.err.len = len;
+		p.err.err = err;
+		p.err.prov_errno = prov_errno;
+	} else {
+		p.comp = {context, flags, len, nullptr, 0, 0};
+	}
+	cq_push(ep->tx_cq, p);
+}
+
+void rdm_report_rx(RdmEp *ep, const CqPending &p, bool success) noexcept
+{
+	count_completion(ep->cntr_recv, success);
+	if (ep->rx_cq)
+		cq_push(ep->rx_cq, p);
+}
+
+int rdm_ep_open(fid_domain *domain, fi_info *info, fid_ep **ep_out, void *context) noexcept
+try {
+	Domain *dom = from_fid<Domain>(&domain->fid);
+	auto ep = std::make_unique<RdmEp>();
+	ep->domain = dom;
+	ep->info.reset(fi_dupinfo(info));
+	if (!ep->info)
+		return -FI_ENOMEM;
+	const uint64_t caps = info->caps ? info->caps : kRdmCaps;
+	if (caps & ~kRdmCaps) {
+		VRMA_WARN(FI_LOG_EP_CTRL, "fi_endpoint: RDM endpoints do not offer caps 0x%llx\n",
+			  static_cast<unsigned long long>(caps & ~kRdmCaps));
+		return -FI_EINVAL;
+	}
+	ep->directed = caps & FI_DIRECTED_RECV;
+	ep->source = caps & FI_SOURCE;
+	ep->matcher.directed(ep->directed);
+	ep->tx_op_flags = info->tx_attr ? info->tx_attr->op_flags & kRdmTxOpFlags : 0;
+	ep->rx_op_flags = info->rx_attr ? info->rx_attr->op_flags & kRdmRxOpFlags : 0;
+	ep->auto_progress = dom->info && dom->info->domain_attr &&
+			    dom->info->domain_attr->data_progress == FI_PROGRESS_AUTO;
+	ep->eager_size = rdm_params.eager_size;
+	ep->inline_size = static_cast<size_t>(dom->inline_size);
+	ep->inject_size = ep->eager_size;
+	if (info->tx_attr && info->tx_attr->inject_size && info->tx_attr->inject_size < ep->inject_size)
+		ep->inject_size = info->tx_attr->inject_size;
+	ep->peer_tx_depth = std::min<size_t>(rdm_params.peer_tx_size,
+					     static_cast<size_t>(dom->dev_attr.max_qp_wr - 1));
+	ep->min_multi_recv = ep->eager_size;
+	ep->fid.fclass = FI_CLASS_EP;
+	ep->fid.context = context;
+	ep->fid.ops = const_cast<fi_ops *>(&rdm_fi_ops);
+	ep->ops = const_cast<fi_ops_ep *>(&rdm_ep_ops);
+	ep->cm = const_cast<fi_ops_cm *>(&rdm_cm_ops);
+	ep->msg = const_cast<fi_ops_msg *>(&rdm_msg_ops);
+	ep->rma = const_cast<fi_ops_rma *>(&rma_nosys);
+	ep->tagged = const_cast<fi_ops_tagged *>(&rdm_tagged_ops);
+	ep->atomic = const_cast<fi_ops_atomic *>(&atomic_nosys);
+	ep->collective = const_cast<fi_ops_collective *>(&collective_nosys);
+	dom->refs++;
+	*ep_out = ep.release();
+	return 0;
+} catch (...) {
+	return -FI_ENOMEM;
+}
+
+} // namespace vrma

@@ -1,0 +1,1113 @@
+// Messages and tagged messages on RDM endpoints: eager sends, rendezvous,
+// matching (src/tag_match.h), the unexpected queue, peek/claim/discard,
+// multi-receive buffers, and the completions of the endpoint's internal CQ.
+//
+// Contracts:
+//  - every call runs under RdmEp::lock;
+//  - an accepted send ends with exactly one completion or error entry (or a
+//    count), whatever happens to its connection: eager sends through their
+//    work completion (flushes included), rendezvous and delivery-complete
+//    sends through the peer's answer, or the failure of the connection
+//    (rdm_fail_waiting);
+//  - the application's buffers need no registration: eager payloads are
+//    copied (inline or into a registered send buffer), rendezvous buffers
+//    are registered for the operation and released when it ends.
+#include "vrma_rdm.h"
+#include "vrma_post.h"
+
+#include <rdma/fi_tagged.h>
+
+namespace vrma {
+
+namespace {
+
+constexpr uint64_t kSendFlags = FI_COMPLETION | FI_INJECT | FI_INJECT_COMPLETE |
+				FI_TRANSMIT_COMPLETE | FI_DELIVERY_COMPLETE | FI_REMOTE_CQ_DATA |
+				FI_MORE | FI_MSG | FI_TAGGED;
+constexpr uint64_t kRecvFlags = FI_COMPLETION | FI_MULTI_RECV | FI_MORE | FI_MSG | FI_TAGGED;
+constexpr uint64_t kTRecvFlags = kRecvFlags | FI_PEEK | FI_CLAIM | FI_DISCARD;
+
+constexpr size_t kHdr = rdm::kRdmHeaderBytes;
+
+uint32_t next_msg_id(RdmPeer *peer)
+{
+	uint32_t id = peer->next_msg_id++;
+	if (id == 0)
+		id = peer->next_msg_id++;
+	return id;
+}
+
+uint8_t *tx_buf(RdmEp *ep, uint32_t idx) { return ep->tx_bufs.get() + size_t(idx) * ep->buf_stride; }
+
+// A registered send buffer, or -1 when all are in use (after progress).
+int take_tx_buf(RdmEp *ep)
+{
+	if (ep->tx_free.empty()) {
+		rdm_progress_locked(ep);
+		if (ep->tx_free.empty())
+			return -1;
+	}
+	const uint32_t idx = ep->tx_free.back();
+	ep->tx_free.pop_back();
+	return static_cast<int>(idx);
+}
+
+// Room for n more send requests within the CQ's reserve.
+bool tx_room(RdmEp *ep, size_t n)
+{
+	if (ep->tx_wrs + n <= ep->tx_credit) [[likely]]
+		return true;
+	rdm_progress_locked(ep);
+	return ep->tx_wrs + n <= ep->tx_credit;
+}
+
+// Posts one send of `len` bytes at `src` (header included) on conn: inline
+// when it fits, else through a send buffer. `extra` is payload appended
+// after src (inline only: iov pieces), for the eager fast path.
+ssize_t post_copy(RdmEp *ep, Conn *conn, const uint8_t *src, size_t len, const iovec *extra,
+		  size_t nextra, size_t extra_len, void *context, uint64_t comp_flags,
+		  size_t op_len, bool report, Cntr *cntr, bool more, RdmTx kind)
+{
+	if (!tx_room(ep, 1))
+		return -FI_EAGAIN;
+	ibv_send_wr wr{};
+	ibv_sge sge[kRdmIovLimit + 1];
+	wr.opcode = IBV_WR_SEND;
+	wr.sg_list = sge;
+	ssize_t rc;
+	if (len + extra_len <= conn->inline_size) {
+		sge[0] = {reinterpret_cast<uintptr_t>(src), static_cast<uint32_t>(len), 0};
+		int n = 1;
+		for (size_t i = 0; i < nextra; i++)
+			if (extra[i].iov_len)
+				sge[n++] = {reinterpret_cast<uintptr_t>(extra[i].iov_base),
+					    static_cast<uint32_t>(extra[i].iov_len), 0};
+		wr.num_sge = n;
+		wr.send_flags = IBV_SEND_INLINE;
+		rc = post_send_one(conn, wr, context, comp_flags, op_len, report, cntr, more,
+				   rdm_aux(kind, 0));
+	} else {
+		const int idx = take_tx_buf(ep);
+		if (idx < 0)
+			return -FI_EAGAIN;
+		uint8_t *b = tx_buf(ep, static_cast<uint32_t>(idx));
+		memcpy(b, src, len);
+		size_t off = len;
+		for (size_t i = 0; i < nextra; i++) {
+			memcpy(b + off, extra[i].iov_base, extra[i].iov_len);
+			off += extra[i].iov_len;
+		}
+		sge[0] = {reinterpret_cast<uintptr_t>(b), static_cast<uint32_t>(off), ep->tx_mr->lkey};
+		wr.num_sge = 1;
+		rc = post_send_one(conn, wr, context, comp_flags, op_len, report, cntr, more,
+				   rdm_aux(kind, static_cast<uint32_t>(idx) + 1));
+		if (rc)
+			ep->tx_free.push_back(static_cast<uint32_t>(idx));
+	}
+	if (!rc)
+		ep->tx_wrs++; // its slot's retirement takes it back
+	return rc;
+}
+
+// One of vrma's own answers; queued when the ring is full.
+void send_answer(RdmEp *ep, RdmPeer *peer, const uint8_t *hdr)
+{
+	Conn *conn = peer->conn.get();
+	if (!conn || conn->state.load() != EpState::Connected)
+		return; // the peer's side fails its operation with the connection
+	if (ep->answer_backlog.empty() &&
+	    post_copy(ep, conn, hdr, kHdr, nullptr, 0, 0, nullptr, 0, 0, false, nullptr, false,
+		      RdmTx::Internal) == 0)
+		return;
+	try {
+		RdmEp::Answer a{peer, {}};
+		memcpy(a.hdr, hdr, kHdr);
+		ep->answer_backlog.push_back(a);
+	} catch (...) {
+		VRMA_WARN(FI_LOG_EP_DATA, "RDM: out of memory queuing an answer: the peer's send will wait for its connection to end\n");
+	}
+}
+
+void complete_tx_op(RdmEp *ep, RdmTxOp *op, int err, int prov_errno)
+{
+	rdm_report_tx(ep, op->context, op->comp_flags, op->len, op->report, op->cntr, err,
+		      prov_errno);
+	op->peer->waiting.erase(op->msg_id);
+	delete op;
+}
+
+// Copies `len` bytes of src into the iov from byte `off`; returns how many fit.
+size_t copy_to_iov(const iovec *iov, size_t count, size_t off, const uint8_t *src, size_t len)
+{
+	size_t done = 0;
+	for (size_t i = 0; i < count && done < len; i++) {
+		if (off >= iov[i].iov_len) {
+			off -= iov[i].iov_len;
+			continue;
+		}
+		const size_t n = std::min(iov[i].iov_len - off, len - done);
+		memcpy(static_cast<uint8_t *>(iov[i].iov_base) + off, src + done, n);
+		done += n;
+		off = 0;
+	}
+	return done;
+}
+
+// The receive entry: a completion, or FI_ETRUNC with the excess.
+CqPending rx_entry(RdmRecv &r, void *buf, size_t placed, size_t olen, const rdm::RdmHeader &h,
+		   fi_addr_t src, bool release)
+{
+	CqPending p;
+	uint64_t flags = FI_RECV | (r.kind == MatchKind::kTagged ? FI_TAGGED : FI_MSG);
+	if (h.flags & rdm::kFlagCqData)
+		flags |= FI_REMOTE_CQ_DATA;
+	if (release)
+		flags |= FI_MULTI_RECV;
+	p.src = src;
+	if (olen) {
+		p.is_error = true;
+		p.err.op_context = r.context;
+		p.err.flags = flags;
+		p.err.len = placed;
+		p.err.buf = buf;
+		p.err.data = h.cq_data;
+		p.err.tag = h.tag;
+		p.err.olen = olen;
+		p.err.err = FI_ETRUNC;
+		p.err.prov_errno = 0;
+	} else {
+		p.comp = {r.context, flags, placed, buf, h.cq_data, h.tag};
+	}
+	return p;
+}
+
+// Where a message of len bytes goes in r: the iov (and for a multi-receive
+// buffer, the piece of it the message takes). Returns the bytes that fit.
+size_t reserve_space(RdmRecv &r, size_t len, iovec *dst, size_t &count, void *&buf)
+{
+	if (r.multi) {
+		const size_t off = r.space.offset();
+		const size_t n = r.space.consume(len);
+		dst[0] = {static_cast<uint8_t *>(r.iov[0].iov_base) + off, n};
+		count = 1;
+		buf = dst[0].iov_base;
+		return n;
+	}
+	std::copy(r.iov, r.iov + r.count, dst);
+	count = r.count;
+	buf = r.count ? r.iov[0].iov_base : nullptr;
+	return std::min(len, r.capacity);
+}
+
+// The receive took a message: removed unless a multi-receive buffer with
+// room left. Returns whether it was released (and must be freed).
+bool retire_recv(RdmEp *ep, RdmRecv &r, bool &release_flag)
+{
+	release_flag = false;
+	if (r.multi && !r.space.should_release())
+		return false;
+	release_flag = r.multi;
+	(void)ep->matcher.remove(r);
+	return true;
+}
+
+// Returns whether r is gone (completed and freed).
+bool place_eager(RdmEp *ep, RdmRecv *r, RdmPeer *peer, const rdm::RdmHeader &h,
+		 const uint8_t *payload, fi_addr_t src)
+{
+	iovec dst[kRdmIovLimit];
+	size_t count;
+	void *buf;
+	const size_t fits = reserve_space(*r, h.length, dst, count, buf);
+	const size_t placed = copy_to_iov(dst, count, 0, payload, fits);
+	bool release;
+	const bool done = retire_recv(ep, *r, release);
+	CqPending p = rx_entry(*r, buf, placed, h.length - placed, h, src, release);
+	if (r->report || p.is_error)
+		rdm_report_rx(ep, p, !p.is_error);
+	else
+		count_completion(ep->cntr_recv, true);
+	if (done)
+		delete r;
+	if (h.flags & rdm::kFlagDeliveryComplete) {
+		uint8_t a[kHdr];
+		rdm::encode_delivery_ack(a, h.msg_id);
+		send_answer(ep, peer, a);
+	}
+	return done;
+}
+
+// Posts the RDMA READs of a rendezvous receive; false when there is no room
+// now (the caller queues it in read_backlog).
+bool post_reads(RdmEp *ep, RdmRxOp *op);
+
+void finish_rndv(RdmEp *ep, RdmRxOp *op, int err, int prov_errno)
+{
+	uint8_t a[kHdr];
+	rdm::encode_rndv_done(a, op->msg_id,
+			      !err ? rdm::RndvStatus::Ok
+			      : err == FI_EACCES ? rdm::RndvStatus::AccessError
+						 : rdm::RndvStatus::Failed);
+	send_answer(ep, op->peer, a);
+	CqPending p;
+	p.src = op->src;
+	uint64_t flags = op->comp_flags | (op->multi_release ? FI_MULTI_RECV : 0);
+	if (err || op->olen) {
+		p.is_error = true;
+		p.err.op_context = op->context;
+		p.err.flags = flags;
+		p.err.len = op->len;
+		p.err.buf = op->buf;
+		p.err.data = op->data;
+		p.err.tag = op->tag;
+		p.err.olen = err ? 0 : op->olen;
+		p.err.err = err ? err : FI_ETRUNC;
+		p.err.prov_errno = prov_errno;
+	} else {
+		p.comp = {op->context, flags, op->len, op->buf, op->data, op->tag};
+	}
+	if (op->report || p.is_error)
+		rdm_report_rx(ep, p, !p.is_error);
+	else
+		count_completion(ep->cntr_recv, true);
+	delete op;
+}
+
+// A rendezvous request meets its receive. Returns whether r is gone.
+bool start_rndv(RdmEp *ep, RdmRecv *r, RdmPeer *peer, const rdm::RdmHeader &h,
+		const rdm::RndvSegment *segs, size_t nsegs, fi_addr_t src)
+{
+	iovec dst[kRdmIovLimit];
+	size_t count;
+	void *buf;
+	const size_t fits = reserve_space(*r, h.length, dst, count, buf);
+	bool release;
+	const bool done = retire_recv(ep, *r, release);
+	auto *op = new (std::nothrow) RdmRxOp;
+	if (!op) {
+		VRMA_WARN(FI_LOG_EP_DATA, "RDM: out of memory for a rendezvous receive\n");
+		CqPending p = rx_entry(*r, buf, 0, 0, h, src, release);
+		p.is_error = true;
+		p.err.op_context = r->context;
+		p.err.err = FI_ENOMEM;
+		rdm_report_rx(ep, p, false);
+		if (done)
+			delete r;
+		uint8_t a[kHdr];
+		rdm::encode_rndv_done(a, h.msg_id, rdm::RndvStatus::Failed);
+		send_answer(ep, peer, a);
+		return done;
+	}
+	op->peer = peer;
+	op->msg_id = h.msg_id;
+	op->context = r->context;
+	op->comp_flags = FI_RECV | (r->kind == MatchKind::kTagged ? FI_TAGGED : FI_MSG) |
+			 ((h.flags & rdm::kFlagCqData) ? FI_REMOTE_CQ_DATA : 0);
+	op->buf = buf;
+	op->len = fits;
+	op->olen = h.length - fits;
+	op->data = h.cq_data;
+	op->tag = h.tag;
+	op->src = src;
+	op->report = r->report;
+	op->multi_release = release;
+	if (done)
+		delete r;
+	// The reads cover what fits, from the start of the sender's data.
+	size_t left = fits;
+	for (size_t i = 0; i < nsegs && left; i++) {
+		op->segs[op->nsegs] = segs[i];
+		op->segs[op->nsegs].len = std::min<uint64_t>(segs[i].len, left);
+		left -= op->segs[op->nsegs].len;
+		op->nsegs++;
+	}
+	left = fits;
+	for (size_t i = 0; i < count && left; i++) {
+		const size_t n = std::min(dst[i].iov_len, left);
+		if (!n)
+			continue;
+		op->dst[op->count++] = {dst[i].iov_base, n};
+		left -= n;
+	}
+	if (!fits)
+		finish_rndv(ep, op, 0, 0);
+	else if (!post_reads(ep, op)) {
+		try {
+			ep->read_backlog.push_back(op);
+		} catch (...) {
+			finish_rndv(ep, op, FI_ENOMEM, 0);
+		}
+	}
+	return done;
+}
+
+} // namespace
+
+// Registrations and READ requests of one rendezvous receive. On -FI_EAGAIN
+// the op waits in read_backlog with its plan rebuilt from op (not
+// implemented: the reads are posted at once or the receive fails).
+namespace {
+
+bool post_reads(RdmEp *ep, RdmRxOp *op)
+{
+	RdmPeer *peer = op->peer;
+	Conn *conn = peer->conn.get();
+	if (!conn || conn->state.load() != EpState::Connected) {
+		finish_rndv(ep, op, FI_ECONNRESET, 0);
+		return true;
+	}
+	if (!op->mrs[0]) {
+		for (size_t i = 0; i < op->count; i++) {
+			ibv_mr *mr = ibv_reg_mr(ep->domain->pd.get(), op->dst[i].iov_base,
+						op->dst[i].iov_len, IBV_ACCESS_LOCAL_WRITE);
+			if (!mr) {
+				VRMA_WARN(FI_LOG_EP_DATA, "RDM: registering a %zu-byte receive buffer: %s\n",
+					  op->dst[i].iov_len, strerror(errno));
+				finish_rndv(ep, op, FI_ENOMEM, 0);
+				return true;
+			}
+			op->mrs[i].reset(mr);
+		}
+	}
+	// One READ per remote piece, each at most max_wr_bytes, carving the
+	// local pieces in order.
+	constexpr size_t kMaxReads = 64;
+	ibv_send_wr wrs[kMaxReads];
+	ibv_sge sges[kMaxReads * kRdmIovLimit];
+	ibv_sge local[kRdmIovLimit];
+	size_t local_len[kRdmIovLimit];
+	for (size_t i = 0; i < op->count; i++) {
+		local[i] = {reinterpret_cast<uintptr_t>(op->dst[i].iov_base),
+			    static_cast<uint32_t>(op->dst[i].iov_len), op->mrs[i]->lkey};
+		local_len[i] = op->dst[i].iov_len;
+	}
+	SgeCursor cursor{local, local_len};
+	size_t nwr = 0, nsge = 0;
+	const size_t chunk_max = std::min(conn->max_wr_bytes, size_t(1) << 30);
+	for (size_t s = 0; s < op->nsegs; s++) {
+		for (uint64_t done = 0; done < op->segs[s].len;) {
+			const size_t chunk = std::min<uint64_t>(op->segs[s].len - done, chunk_max);
+			if (nwr == kMaxReads) {
+				VRMA_WARN(FI_LOG_EP_DATA, "RDM: a rendezvous needs more than %zu reads\n", kMaxReads);
+				finish_rndv(ep, op, FI_EMSGSIZE, 0);
+				return true;
+			}
+			ibv_send_wr &wr = wrs[nwr++];
+			wr = {};
+			wr.opcode = IBV_WR_RDMA_READ;
+			wr.sg_list = &sges[nsge];
+			wr.num_sge = cursor.take(chunk, &sges[nsge]);
+			nsge += static_cast<size_t>(wr.num_sge);
+			wr.wr.rdma.remote_addr = op->segs[s].addr + done;
+			wr.wr.rdma.rkey = op->segs[s].rkey;
+			done += chunk;
+		}
+	}
+	if (!tx_room(ep, nwr) || conn->tx.outstanding() + nwr > conn->tx_depth)
+		return false;
+	TxOp top{op, 0, op->len, true, nullptr};
+	top.aux = rdm_aux(RdmTx::RndvRead, 0);
+	if (ssize_t rc = post_send_chain_locked(conn, wrs, nwr, top)) {
+		if (rc == -FI_EAGAIN)
+			return false;
+		finish_rndv(ep, op, static_cast<int>(-rc), 0);
+		return true;
+	}
+	ep->tx_wrs += nwr;
+	return true;
+}
+
+// The byte count of an operation's iov (at most kRdmIovLimit entries, none
+// NULL with a length); 0 or -FI_EINVAL with one warning.
+ssize_t iov_total(const iovec *iov, size_t count, const char *what, size_t &total)
+{
+	if (count > kRdmIovLimit || (count && !iov)) [[unlikely]] {
+		VRMA_WARN(FI_LOG_EP_DATA, "%s: %zu segments; iov_limit is %zu\n", what, count, kRdmIovLimit);
+		return -FI_EINVAL;
+	}
+	total = 0;
+	for (size_t i = 0; i < count; i++) {
+		if (!iov[i].iov_base && iov[i].iov_len) [[unlikely]] {
+			VRMA_WARN(FI_LOG_EP_DATA, "%s: NULL buffer of length %zu\n", what, iov[i].iov_len);
+			return -FI_EINVAL;
+		}
+		total += iov[i].iov_len;
+	}
+	return 0;
+}
+
+// --- sends ------------------------------------------------------------------
+
+ssize_t rdm_send(RdmEp *ep, const iovec *iov, size_t count, fi_addr_t dest, uint64_t tag,
+		 uint64_t data, uint64_t flags, void *context, bool tagged, bool inject_call)
+{
+	if (ssize_t rc = check_op_flags(flags, kSendFlags, "RDM send"))
+		return rc;
+	size_t total;
+	if (ssize_t rc = iov_total(iov, count, "RDM send", total))
+		return rc;
+	const bool inject = inject_call || (flags & FI_INJECT);
+	if (inject && total > ep->inject_size) [[unlikely]] {
+		VRMA_WARN(FI_LOG_EP_DATA, "RDM inject of %zu bytes exceeds inject_size %zu\n", total,
+			  ep->inject_size);
+		return -FI_EINVAL;
+	}
+	if (total > kRdmMaxMsg) [[unlikely]] {
+		VRMA_WARN(FI_LOG_EP_DATA, "RDM send of %zu bytes exceeds max_msg_size %zu\n", total,
+			  kRdmMaxMsg);
+		return -FI_EMSGSIZE;
+	}
+	const uint64_t comp_flags = FI_SEND | (tagged ? FI_TAGGED : FI_MSG);
+	const bool report = !inject_call && tx_reports(ep, flags);
+	std::lock_guard<std::mutex> guard(ep->lock);
+	if (!ep->enabled) [[unlikely]] {
+		VRMA_WARN(FI_LOG_EP_DATA, "RDM send before fi_enable\n");
+		return -FI_EOPBADSTATE;
+	}
+	int err = 0;
+	RdmPeer *peer = rdm_peer_of(ep, dest, err);
+	if (!peer) [[unlikely]] {
+		if (err == FI_ENOMEM)
+			return -FI_ENOMEM;
+		// Accepted and failed: the application hears of it as of any
+		// failed send.
+		rdm_report_tx(ep, context, comp_flags, total, report, ep->cntr_send, err, 0);
+		return 0;
+	}
+	Conn *conn = nullptr;
+	if (ssize_t rc = rdm_conn_ready(peer, conn)) [[unlikely]] {
+		if (rc != -FI_EAGAIN)
+			return rc;
+		rdm_progress_locked(ep);
+		if ((rc = rdm_conn_ready(peer, conn)))
+			return rc;
+	}
+	if (!ep->answer_backlog.empty() || !ep->read_backlog.empty()) [[unlikely]]
+		rdm_progress_locked(ep);
+	rdm::RdmHeader h;
+	h.tag = tagged ? tag : 0;
+	if (flags & FI_REMOTE_CQ_DATA) {
+		h.flags |= rdm::kFlagCqData;
+		h.cq_data = data;
+	}
+	h.length = total;
+	const bool dc = (flags & FI_DELIVERY_COMPLETE) != 0;
+	if (total <= ep->eager_size) {
+		h.type = tagged ? rdm::MsgType::EagerTagged : rdm::MsgType::Eager;
+		h.flags |= rdm::kFlagLastPiece;
+		uint8_t hb[kHdr];
+		if (!dc) [[likely]] {
+			rdm::encode_header(hb, h);
+			return post_copy(ep, conn, hb, kHdr, iov, count, total, context, comp_flags, total,
+					 report, ep->cntr_send, flags & FI_MORE, RdmTx::App);
+		}
+		// Delivery complete: the receiver's DeliveryAck completes it.
+		auto *op = new (std::nothrow) RdmTxOp;
+		if (!op)
+			return -FI_ENOMEM;
+		op->peer = peer;
+		op->msg_id = next_msg_id(peer);
+		op->context = context;
+		op->comp_flags = comp_flags;
+		op->len = total;
+		op->report = report;
+		op->cntr = ep->cntr_send;
+		h.flags |= rdm::kFlagDeliveryComplete;
+		h.msg_id = op->msg_id;
+		rdm::encode_header(hb, h);
+		try {
+			peer->waiting.emplace(op->msg_id, op);
+		} catch (...) {
+			delete op;
+			return -FI_ENOMEM;
+		}
+		ssize_t rc = post_copy(ep, conn, hb, kHdr, iov, count, total,
+				       reinterpret_cast<void *>(uintptr_t(op->msg_id)), 0, total, false,
+				       nullptr, flags & FI_MORE, RdmTx::DcSend);
+		if (rc) {
+			peer->waiting.erase(op->msg_id);
+			delete op;
+		}
+		return rc;
+	}
+	// Rendezvous: register the sender's pieces for the receiver to read.
+	auto *op = new (std::nothrow) RdmTxOp;
+	if (!op)
+		return -FI_ENOMEM;
+	std::unique_ptr<RdmTxOp> owner(op);
+	op->peer = peer;
+	op->msg_id = next_msg_id(peer);
+	op->context = context;
+	op->comp_flags = comp_flags;
+	op->len = total;
+	op->report = report;
+	op->cntr = ep->cntr_send;
+	rdm::RndvSegment segs[rdm::kMaxRndvSegments];
+	size_t nsegs = 0;
+	for (size_t i = 0; i < count; i++) {
+		if (!iov[i].iov_len)
+			continue;
+		ibv_mr *mr = ibv_reg_mr(ep->domain->pd.get(), iov[i].iov_base, iov[i].iov_len,
+					IBV_ACCESS_REMOTE_READ);
+		if (!mr) {
+			const int e = errno;
+			VRMA_WARN(FI_LOG_EP_DATA, "RDM: registering a %zu-byte send buffer: %s\n",
+				  iov[i].iov_len, strerror(e));
+			return e == ENOMEM || e == EAGAIN ? -FI_EAGAIN : errno_to_fi(e);
+		}
+		op->mrs[nsegs].reset(mr);
+		segs[nsegs++] = {reinterpret_cast<uintptr_t>(iov[i].iov_base), iov[i].iov_len, mr->rkey};
+	}
+	h.type = tagged ? rdm::MsgType::RndvRequestTagged : rdm::MsgType::RndvRequest;
+	if (dc)
+		h.flags |= rdm::kFlagDeliveryComplete;
+	h.msg_id = op->msg_id;
+	uint8_t req[rdm::kRndvMsgMax];
+	const size_t len = rdm::encode_rndv_request(req, h, segs, nsegs);
+	try {
+		peer->waiting.emplace(op->msg_id, op);
+	} catch (...) {
+		return -FI_ENOMEM;
+	}
+	ssize_t rc = post_copy(ep, conn, req, len, nullptr, 0, 0,
+			       reinterpret_cast<void *>(uintptr_t(op->msg_id)), 0, total, false, nullptr,
+			       flags & FI_MORE, RdmTx::RndvReq);
+	if (rc) {
+		peer->waiting.erase(op->msg_id);
+		return rc;
+	}
+	(void)owner.release();
+	return 0;
+}
+
+// --- receives ---------------------------------------------------------------
+
+// An unexpected message meets receive r (r not queued). Frees m; returns
+// whether r is gone.
+bool deliver_unexpected(RdmEp *ep, RdmRecv *r, RdmMsg *m)
+{
+	(void)ep->matcher.remove(*m);
+	std::unique_ptr<RdmMsg> owner(m);
+	if (m->rndv)
+		return start_rndv(ep, r, m->peer, m->hdr, m->segs, m->nsegs, m->src);
+	return place_eager(ep, r, m->peer, m->hdr, m->payload.get(), m->src);
+}
+
+// A discarded message still owes its sender an answer.
+void discard_msg(RdmEp *ep, RdmMsg *m)
+{
+	(void)ep->matcher.remove(*m);
+	uint8_t a[kHdr];
+	if (m->rndv) {
+		rdm::encode_rndv_done(a, m->hdr.msg_id, rdm::RndvStatus::Ok);
+		send_answer(ep, m->peer, a);
+	} else if (m->hdr.flags & rdm::kFlagDeliveryComplete) {
+		rdm::encode_delivery_ack(a, m->hdr.msg_id);
+		send_answer(ep, m->peer, a);
+	}
+	delete m;
+}
+
+void report_peek(RdmEp *ep, void *context, MatchKind kind, const RdmMsg *m, uint64_t extra_flags)
+{
+	CqPending p;
+	const uint64_t flags = FI_RECV | (kind == MatchKind::kTagged ? FI_TAGGED : FI_MSG) |
+			       ((m->hdr.flags & rdm::kFlagCqData) ? FI_REMOTE_CQ_DATA : 0) | extra_flags;
+	p.src = m->src;
+	p.comp = {context, flags, m->hdr.length, nullptr, m->hdr.cq_data, m->hdr.tag};
+	rdm_report_rx(ep, p, true);
+}
+
+void report_nomsg(RdmEp *ep, void *context, MatchKind kind)
+{
+	CqPending p;
+	p.is_error = true;
+	p.err.op_context = context;
+	p.err.flags = FI_RECV | (kind == MatchKind::kTagged ? FI_TAGGED : FI_MSG);
+	p.err.err = FI_ENOMSG;
+	rdm_report_rx(ep, p, false);
+}
+
+ssize_t rdm_recv(RdmEp *ep, const iovec *iov, size_t count, fi_addr_t src, uint64_t tag,
+		 uint64_t ignore, uint64_t flags, void *context, MatchKind kind)
+{
+	if (ssize_t rc = check_op_flags(flags, kind == MatchKind::kTagged ? kTRecvFlags : kRecvFlags,
+					"RDM recv"))
+		return rc;
+	size_t total;
+	if (ssize_t rc = iov_total(iov, count, "RDM recv", total))
+		return rc;
+	const bool multi = flags & FI_MULTI_RECV;
+	if (multi && count != 1) [[unlikely]] {
+		VRMA_WARN(FI_LOG_EP_DATA, "RDM recv: FI_MULTI_RECV takes one buffer\n");
+		return -FI_EINVAL;
+	}
+	RecvKey key;
+	key.tag = tag;
+	key.ignore = ignore;
+	key.src = ep->directed ? src : FI_ADDR_UNSPEC;
+	std::lock_guard<std::mutex> guard(ep->lock);
+	if (!ep->enabled) [[unlikely]] {
+		VRMA_WARN(FI_LOG_EP_DATA, "RDM recv before fi_enable\n");
+		return -FI_EOPBADSTATE;
+	}
+	rdm_progress_locked(ep);
+	if (flags & FI_PEEK) {
+		RdmMsg *m = ep->matcher.find_unexpected(kind, key);
+		if (!m) {
+			report_nomsg(ep, context, kind);
+			return 0;
+		}
+		if (flags & FI_DISCARD) {
+			report_peek(ep, context, kind, m, 0);
+			discard_msg(ep, m);
+			return 0;
+		}
+		report_peek(ep, context, kind, m, 0);
+		if (flags & FI_CLAIM)
+			ep->matcher.claim(*m, context);
+		return 0;
+	}
+	if (flags & FI_CLAIM) {
+		RdmMsg *m = ep->matcher.find_claimed(kind, context);
+		if (!m) {
+			VRMA_WARN(FI_LOG_EP_DATA, "RDM recv: FI_CLAIM names no claimed message\n");
+			return -FI_EINVAL;
+		}
+		if (flags & FI_DISCARD) {
+			report_peek(ep, context, kind, m, 0);
+			discard_msg(ep, m);
+			return 0;
+		}
+		auto *r = new (std::nothrow) RdmRecv;
+		if (!r)
+			return -FI_ENOMEM;
+		r->kind = kind;
+		r->context = context;
+		std::copy(iov, iov + count, r->iov);
+		r->count = count;
+		r->capacity = total;
+		r->report = rx_reports(ep, flags);
+		deliver_unexpected(ep, r, m);
+		return 0;
+	}
+	auto *r = new (std::nothrow) RdmRecv;
+	if (!r)
+		return -FI_ENOMEM;
+	r->kind = kind;
+	r->key = key;
+	r->context = context;
+	std::copy(iov, iov + count, r->iov);
+	r->count = count;
+	r->capacity = total;
+	r->report = rx_reports(ep, flags);
+	r->multi = multi;
+	if (multi)
+		r->space = {total, 0, ep->min_multi_recv};
+	// A multi-receive buffer takes unexpected messages until it is
+	// released or none is left; then it is queued.
+	for (;;) {
+		RdmMsg *m = ep->matcher.post(kind, *r);
+		if (!m)
+			return 0; // queued
+		if (deliver_unexpected(ep, r, m))
+			return 0;
+	}
+}
+
+// --- completions ------------------------------------------------------------
+
+void handle_message(RdmEp *ep, const ibv_wc &wc, const uint8_t *buf)
+{
+	auto it = ep->by_qp.find(wc.qp_num);
+	if (it == ep->by_qp.end()) {
+		VRMA_WARN(FI_LOG_EP_DATA, "RDM: a message on an unknown queue pair %u\n", wc.qp_num);
+		return;
+	}
+	RdmPeer *peer = it->second;
+	rdm::RdmHeader h;
+	if (!rdm::decode_header(buf, wc.byte_len, h)) {
+		VRMA_WARN(FI_LOG_EP_DATA, "RDM: a malformed message from a peer: dropping its connection\n");
+		Conn *c = peer->conn && peer->conn->qp && peer->conn->qp->qp_num == wc.qp_num
+				  ? peer->conn.get()
+				  : peer->loopback.get();
+		if (c)
+			rdm_conn_failed(peer, c, FI_EIO);
+		return;
+	}
+	const fi_addr_t src = rdm_peer_fi_addr(peer);
+	const MatchKind kind = rdm::is_tagged(h.type) ? MatchKind::kTagged : MatchKind::kMsg;
+	MsgKey key{h.tag, src, src != FI_ADDR_NOTAVAIL};
+	switch (h.type) {
+	case rdm::MsgType::Eager:
+	case rdm::MsgType::EagerTagged: {
+		const uint8_t *payload = buf + kHdr;
+		if (wc.byte_len - kHdr != h.length || !(h.flags & rdm::kFlagLastPiece)) {
+			VRMA_WARN(FI_LOG_EP_DATA, "RDM: a multi-piece eager message (not sent by vrma's RDM protocol 1)\n");
+			return;
+		}
+		if (RdmRecv *r = ep->matcher.find_posted(kind, key)) {
+			place_eager(ep, r, peer, h, payload, src);
+			return;
+		}
+		auto *m = new (std::nothrow) RdmMsg;
+		if (m && h.length)
+			m->payload.reset(new (std::nothrow) uint8_t[h.length]);
+		if (!m || (h.length && !m->payload)) {
+			VRMA_WARN(FI_LOG_EP_DATA, "RDM: out of memory for an unexpected message: dropped\n");
+			delete m;
+			return;
+		}
+		m->key = key;
+		m->peer = peer;
+		m->kind = kind;
+		m->src = src;
+		m->hdr = h;
+		memcpy(m->payload.get(), payload, h.length);
+		(void)ep->matcher.append_unexpected(kind, *m);
+		return;
+	}
+	case rdm::MsgType::RndvRequest:
+	case rdm::MsgType::RndvRequestTagged: {
+		rdm::RndvSegment segs[rdm::kMaxRndvSegments];
+		size_t n = 0;
+		if (!rdm::decode_rndv_request(buf, wc.byte_len, h, segs, n)) {
+			VRMA_WARN(FI_LOG_EP_DATA, "RDM: a malformed rendezvous request\n");
+			return;
+		}
+		if (RdmRecv *r = ep->matcher.find_posted(kind, key)) {
+			start_rndv(ep, r, peer, h, segs, n, src);
+			return;
+		}
+		auto *m = new (std::nothrow) RdmMsg;
+		if (!m) {
+			VRMA_WARN(FI_LOG_EP_DATA, "RDM: out of memory for an unexpected rendezvous: failing it\n");
+			uint8_t a[kHdr];
+			rdm::encode_rndv_done(a, h.msg_id, rdm::RndvStatus::Failed);
+			send_answer(ep, peer, a);
+			return;
+		}
+		m->key = key;
+		m->peer = peer;
+		m->kind = kind;
+		m->src = src;
+		m->hdr = h;
+		m->rndv = true;
+		std::copy(segs, segs + n, m->segs);
+		m->nsegs = n;
+		(void)ep->matcher.append_unexpected(kind, *m);
+		return;
+	}
+	case rdm::MsgType::RndvDone:
+	case rdm::MsgType::DeliveryAck: {
+		auto w = peer->waiting.find(h.msg_id);
+		if (w == peer->waiting.end()) {
+			VRMA_INFO(FI_LOG_EP_DATA, "RDM: an answer to message %u, which waits no more\n",
+				  h.msg_id);
+			return;
+		}
+		const auto status = static_cast<rdm::RndvStatus>(h.status);
+		const int err = status == rdm::RndvStatus::Ok		 ? 0
+				: status == rdm::RndvStatus::AccessError ? FI_EACCES
+									 : FI_EIO;
+		complete_tx_op(ep, w->second, err, 0);
+		return;
+	}
+	}
+}
+
+} // namespace
+
+void rdm_fail_waiting(RdmPeer *peer, int err) noexcept
+{
+	RdmEp *ep = peer->ep;
+	while (!peer->waiting.empty())
+		complete_tx_op(ep, peer->waiting.begin()->second, err, 0);
+	for (auto it = ep->answer_backlog.begin(); it != ep->answer_backlog.end();)
+		it = it->peer == peer ? ep->answer_backlog.erase(it) : it + 1;
+	for (auto it = ep->read_backlog.begin(); it != ep->read_backlog.end();) {
+		if ((*it)->peer != peer) {
+			++it;
+			continue;
+		}
+		RdmRxOp *op = *it;
+		it = ep->read_backlog.erase(it);
+		finish_rndv(ep, op, err, 0);
+	}
+}
+
+void rdm_retry_backlog(RdmEp *ep) noexcept
+{
+	while (!ep->read_backlog.empty()) {
+		RdmRxOp *op = ep->read_backlog.front();
+		if (!post_reads(ep, op))
+			break;
+		ep->read_backlog.pop_front();
+	}
+	while (!ep->answer_backlog.empty()) {
+		RdmEp::Answer &a = ep->answer_backlog.front();
+		Conn *conn = a.peer->conn.get();
+		if (conn && conn->state.load() == EpState::Connected &&
+		    post_copy(ep, conn, a.hdr, kHdr, nullptr, 0, 0, nullptr, 0, 0, false, nullptr, false,
+			      RdmTx::Internal) == -FI_EAGAIN)
+			break;
+		ep->answer_backlog.pop_front();
+	}
+}
+
+int rdm_post_srq(RdmEp *ep, size_t i) noexcept
+{
+	SrqSlot &s = ep->rx_slots[i];
+	ibv_sge sge{reinterpret_cast<uintptr_t>(s.buf), static_cast<uint32_t>(ep->buf_stride),
+		    ep->rx_mr->lkey};
+	ibv_recv_wr wr{};
+	wr.wr_id = reinterpret_cast<uintptr_t>(&s);
+	wr.sg_list = &sge;
+	wr.num_sge = 1;
+	ibv_recv_wr *bad;
+	if (int rc = ibv_post_srq_recv(ep->srq.get(), &wr, &bad)) {
+		VRMA_WARN(FI_LOG_EP_DATA, "RDM: ibv_post_srq_recv: %s\n", strerror(rc));
+		return errno_to_fi(rc);
+	}
+	return 0;
+}
+
+void rdm_handle_wc(RdmEp *ep, const ibv_wc &wc) noexcept
+{
+	auto *h = reinterpret_cast<SlotHeader *>(wc.wr_id);
+	if (h->kind == SlotKind::Rx) {
+		auto *s = static_cast<SrqSlot *>(h);
+		if (wc.status == IBV_WC_SUCCESS)
+			handle_message(ep, wc, s->buf);
+		else if (wc.status != IBV_WC_WR_FLUSH_ERR)
+			VRMA_WARN(FI_LOG_EP_DATA, "RDM: receive failed: %s\n", ibv_wc_status_str(wc.status));
+		if (ep->enabled)
+			rdm_post_srq(ep, s->seq);
+		return;
+	}
+	auto *s = static_cast<TxSlot *>(h);
+	Conn *c = h->conn;
+	RdmPeer *peer = c->peer;
+	const uint64_t seq = s->seq, op_end = s->op_end;
+	void *context = s->context;
+	const uint64_t comp_flags = s->comp_flags;
+	const size_t len = s->len;
+	const bool report = s->report;
+	Cntr *cntr = s->cntr;
+	const RdmTx kind = rdm_aux_kind(s->aux);
+	c->tx.retire_through(seq, [ep](TxSlot &t, uint64_t) {
+		if (const uint32_t b = rdm_aux_buf(t.aux))
+			ep->tx_free.push_back(b - 1);
+		ep->tx_wrs--;
+	});
+	const bool ok = wc.status == IBV_WC_SUCCESS;
+	if (!ok) {
+		if (wc.status != IBV_WC_WR_FLUSH_ERR) {
+			VRMA_WARN(FI_LOG_EP_DATA, "RDM: a send to a peer failed: %s\n",
+				  ibv_wc_status_str(wc.status));
+			rdm_conn_failed(peer, c, FI_EIO);
+		}
+	}
+	const int err = ok ? 0 : wc_status_to_fi(wc.status);
+	switch (kind) {
+	case RdmTx::App:
+		if (!ok) {
+			if (op_end == c->failed_op_end)
+				return;
+			c->failed_op_end = op_end;
+			rdm_report_tx(ep, context, comp_flags, len, report, cntr, err, wc.status);
+			return;
+		}
+		if (seq == op_end)
+			rdm_report_tx(ep, context, comp_flags, len, report, cntr, 0, 0);
+		return;
+	case RdmTx::RndvRead: {
+		auto *op = static_cast<RdmRxOp *>(context);
+		if (!ok && op_end != c->failed_op_end) {
+			c->failed_op_end = op_end;
+			finish_rndv(ep, op, wc.status == IBV_WC_REM_ACCESS_ERR ? FI_EACCES : err, wc.status);
+			return;
+		}
+		if (ok && seq == op_end)
+			finish_rndv(ep, op, 0, 0);
+		return;
+	}
+	case RdmTx::RndvReq:
+	case RdmTx::DcSend: {
+		if (ok)
+			return; // the peer's answer completes it
+		auto w = peer->waiting.find(static_cast<uint32_t>(reinterpret_cast<uintptr_t>(context)));
+		if (w != peer->waiting.end())
+			complete_tx_op(ep, w->second, err, wc.status);
+		return;
+	}
+	case RdmTx::Internal:
+		return;
+	}
+}
+
+ssize_t rdm_cancel(RdmEp *ep, void *context) noexcept
+{
+	std::lock_guard<std::mutex> guard(ep->lock);
+	RdmRecv *r = ep->matcher.cancel(context);
+	if (!r)
+		return -FI_ENOENT;
+	CqPending p;
+	p.is_error = true;
+	p.err.op_context = context;
+	p.err.flags = FI_RECV | (r->kind == MatchKind::kTagged ? FI_TAGGED : FI_MSG) |
+		      (r->multi ? FI_MULTI_RECV : 0);
+	p.err.buf = r->count ? r->iov[0].iov_base : nullptr;
+	p.err.err = FI_ECANCELED;
+	delete r;
+	rdm_report_rx(ep, p, false);
+	return 0;
+}
+
+namespace {
+
+// --- entry points -----------------------------------------------------------
+
+inline RdmEp *rdm(fid_ep *f) { return static_cast<RdmEp *>(f); }
+
+ssize_t m_recv(fid_ep *f, void *buf, size_t len, void *, fi_addr_t src, void *context) noexcept
+{
+	const iovec iov{buf, len};
+	return rdm_recv(rdm(f), &iov, 1, src, 0, 0, rdm(f)->rx_op_flags, context, MatchKind::kMsg);
+}
+ssize_t m_recvv(fid_ep *f, const iovec *iov, void **, size_t count, fi_addr_t src,
+		void *context) noexcept
+{
+	return rdm_recv(rdm(f), iov, count, src, 0, 0, rdm(f)->rx_op_flags, context, MatchKind::kMsg);
+}
+ssize_t m_recvmsg(fid_ep *f, const fi_msg *msg, uint64_t flags) noexcept
+{
+	if (!msg)
+		return -FI_EINVAL;
+	return rdm_recv(rdm(f), msg->msg_iov, msg->iov_count, msg->addr, 0, 0, flags, msg->context,
+			MatchKind::kMsg);
+}
+ssize_t m_send(fid_ep *f, const void *buf, size_t len, void *, fi_addr_t dest,
+	       void *context) noexcept
+{
+	const iovec iov{const_cast<void *>(buf), len};
+	return rdm_send(rdm(f), &iov, 1, dest, 0, 0, rdm(f)->tx_op_flags, context, false, false);
+}
+ssize_t m_sendv(fid_ep *f, const iovec *iov, void **, size_t count, fi_addr_t dest,
+		void *context) noexcept
+{
+	return rdm_send(rdm(f), iov, count, dest, 0, 0, rdm(f)->tx_op_flags, context, false, false);
+}
+ssize_t m_sendmsg(fid_ep *f, const fi_msg *msg, uint64_t flags) noexcept
+{
+	if (!msg)
+		return -FI_EINVAL;
+	return rdm_send(rdm(f), msg->msg_iov, msg->iov_count, msg->addr, 0, msg->data, flags,
+			msg->context, false, false);
+}
+ssize_t m_inject(fid_ep *f, const void *buf, size_t len, fi_addr_t dest) noexcept
+{
+	const iovec iov{const_cast<void *>(buf), len};
+	return rdm_send(rdm(f), &iov, 1, dest, 0, 0, FI_INJECT, nullptr, false, true);
+}
+ssize_t m_senddata(fid_ep *f, const void *buf, size_t len, void *, uint64_t data, fi_addr_t dest,
+		   void *context) noexcept
+{
+	const iovec iov{const_cast<void *>(buf), len};
+	return rdm_send(rdm(f), &iov, 1, dest, 0, data, rdm(f)->tx_op_flags | FI_REMOTE_CQ_DATA,
+			context, false, false);
+}
+ssize_t m_injectdata(fid_ep *f, const void *buf, size_t len, uint64_t data, fi_addr_t dest) noexcept
+{
+	const iovec iov{const_cast<void *>(buf), len};
+	return rdm_send(rdm(f), &iov, 1, dest, 0, data, FI_INJECT | FI_REMOTE_CQ_DATA, nullptr, false,
+			true);
+}
+
+ssize_t t_recv(fid_ep *f, void *buf, size_t len, void *, fi_addr_t src, uint64_t tag,
+	       uint64_t ignore, void *context) noexcept
+{
+	const iovec iov{buf, len};
+	return rdm_recv(rdm(f), &iov, 1, src, tag, ignore, rdm(f)->rx_op_flags, context,
+			MatchKind::kTagged);
+}
+ssize_t t_recvv(fid_ep *f, const iovec *iov, void **, size_t count, fi_addr_t src, uint64_t tag,
+		uint64_t ignore, void *context) noexcept
+{
+	return rdm_recv(rdm(f), iov, count, src, tag, ignore, rdm(f)->rx_op_flags, context,
+			MatchKind::kTagged);
+}
+ssize_t t_recvmsg(fid_ep *f, const fi_msg_tagged *msg, uint64_t flags) noexcept
+{
+	if (!msg)
+		return -FI_EINVAL;
+	return rdm_recv(rdm(f), msg->msg_iov, msg->iov_count, msg->addr, msg->tag, msg->ignore, flags,
+			msg->context, MatchKind::kTagged);
+}
+ssize_t t_send(fid_ep *f, const void *buf, size_t len, void *, fi_addr_t dest, uint64_t tag,
+	       void *context) noexcept
+{
+	const iovec iov{const_cast<void *>(buf), len};
+	return rdm_send(rdm(f), &iov, 1, dest, tag, 0, rdm(f)->tx_op_flags, context, true, false);
+}
+ssize_t t_sendv(fid_ep *f, const iovec *iov, void **, size_t count, fi_addr_t dest, uint64_t tag,
+		void *context) noexcept
+{
+	return rdm_send(rdm(f), iov, count, dest, tag, 0, rdm(f)->tx_op_flags, context, true, false);
+}
+ssize_t t_sendmsg(fid_ep *f, const fi_msg_tagged *msg, uint64_t flags) noexcept
+{
+	if (!msg)
+		return -FI_EINVAL;
+	return rdm_send(rdm(f), msg->msg_iov, msg->iov_count, msg->addr, msg->tag, msg->data, flags,
+			msg->context, true, false);
+}
+ssize_t t_inject(fid_ep *f, const void *buf, size_t len, fi_addr_t dest, uint64_t tag) noexcept
+{
+	const iovec iov{const_cast<void *>(buf), len};
+	return rdm_send(rdm(f), &iov, 1, dest, tag, 0, FI_INJECT, nullptr, true, true);
+}
+ssize_t t_senddata(fid_ep *f, const void *buf, size_t len, void *, uint64_t data, fi_addr_t dest,
+		   uint64_t tag, void *context) noexcept
+{
+	const iovec iov{const_cast<void *>(buf), len};
+	return rdm_send(rdm(f), &iov, 1, dest, tag, data, rdm(f)->tx_op_flags | FI_REMOTE_CQ_DATA,
+			context, true, false);
+}
+ssize_t t_injectdata(fid_ep *f, const void *buf, size_t len, uint64_t data, fi_addr_t dest,
+		     uint64_t tag) noexcept
+{
+	const iovec iov{const_cast<void *>(buf), len};
+	return rdm_send(rdm(f), &iov, 1, dest, tag, data, FI_INJECT | FI_REMOTE_CQ_DATA, nullptr, true,
+			true);
+}
+
+} // namespace
+
+const fi_ops_msg rdm_msg_ops = {
+	.size = sizeof(fi_ops_msg),
+	.recv = m_recv,
+	.recvv = m_recvv,
+	.recvmsg = m_recvmsg,
+	.send = m_send,
+	.sendv = m_sendv,
+	.sendmsg = m_sendmsg,
+	.inject = m_inject,
+	.senddata = m_senddata,
+	.injectdata = m_injectdata,
+};
+
+const fi_ops_tagged rdm_tagged_ops = {
+	.size = sizeof(fi_ops_tagged),
+	.recv = t_recv,
+	.recvv = t_recvv,
+	.recvmsg = t_recvmsg,
+	.send = t_send,
+	.sendv = t_sendv,
+	.sendmsg = t_sendmsg,
+	.inject = t_inject,
+	.senddata = t_senddata,
+	.injectdata = t_injectdata,
+};
+
+} // namespace vrma

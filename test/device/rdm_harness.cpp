@@ -1,0 +1,459 @@
+#include "rdm_harness.h"
+
+#include <arpa/inet.h>
+
+#include <cinttypes>
+#include <cstdio>
+
+namespace vt {
+
+namespace {
+
+// The live nodes, in creation order.
+std::vector<RdmNode *> &registry()
+{
+	static std::vector<RdmNode *> nodes;
+	return nodes;
+}
+
+const char *prov_name(const fi_info *i)
+{
+	return i->fabric_attr && i->fabric_attr->prov_name ? i->fabric_attr->prov_name : "(null)";
+}
+
+const char *ep_type_name(fi_ep_type t)
+{
+	switch (t) {
+	case FI_EP_MSG:
+		return "FI_EP_MSG";
+	case FI_EP_RDM:
+		return "FI_EP_RDM";
+	case FI_EP_DGRAM:
+		return "FI_EP_DGRAM";
+	default:
+		return "other";
+	}
+}
+
+} // namespace
+
+fi_info *rdm_hints(uint64_t caps, fi_av_type av_type)
+{
+	fi_info *h = fi_allocinfo();
+	ck_assert_ptr_nonnull(h);
+	h->ep_attr->type = FI_EP_RDM;
+	h->caps = caps;
+	h->mode = FI_CONTEXT;
+	h->domain_attr->mr_mode = FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
+	h->domain_attr->av_type = av_type;
+	h->fabric_attr->prov_name = strdup("vrma");
+	h->addr_format = FI_SOCKADDR_IN;
+	return h;
+}
+
+const fi_info *find_native_rdm(const fi_info *list)
+{
+	for (const fi_info *i = list; i; i = i->next)
+		if (!strcmp(prov_name(i), "vrma") && i->ep_attr && i->ep_attr->type == FI_EP_RDM)
+			return i;
+	return nullptr;
+}
+
+std::string info_names(const fi_info *list)
+{
+	std::string s;
+	for (const fi_info *i = list; i; i = i->next) {
+		if (!s.empty())
+			s += ", ";
+		s += prov_name(i);
+		s += "/";
+		s += i->ep_attr ? ep_type_name(i->ep_attr->type) : "?";
+	}
+	return s.empty() ? "(none)" : s;
+}
+
+fi_info *rdm_get_info(const fi_info *hints)
+{
+	fi_info *own = nullptr;
+	if (!hints)
+		hints = own = rdm_hints();
+	fi_info *list = get_info(const_cast<fi_info *>(hints), kRdmNodeAddr, nullptr, FI_SOURCE);
+	if (own)
+		fi_freeinfo(own);
+	const fi_info *native = find_native_rdm(list);
+	ck_assert_msg(native, "fi_getinfo gave no native vrma RDM entry: %s", info_names(list).c_str());
+	fi_info *info = fi_dupinfo(native);
+	fi_freeinfo(list);
+	ck_assert_ptr_nonnull(info);
+	return info;
+}
+
+RdmEnv::RdmEnv(const fi_info *hints)
+{
+	info = rdm_get_info(hints);
+	ck_assert_int_eq(fi_fabric(info->fabric_attr, &fabric, nullptr), 0);
+	ck_assert_int_eq(fi_domain(fabric, info, &domain, nullptr), 0);
+}
+
+RdmEnv::~RdmEnv()
+{
+	if (domain)
+		ck_assert_int_eq(fi_close(&domain->fid), 0);
+	if (fabric)
+		ck_assert_int_eq(fi_close(&fabric->fid), 0);
+	fi_freeinfo(info);
+}
+
+uint64_t RdmEnv::cq_data_mask() const
+{
+	const size_t n = info->domain_attr->cq_data_size;
+	return n >= 8 ? ~0ULL : (1ULL << (8 * n)) - 1;
+}
+
+std::string Completion::describe() const
+{
+	char buf[320];
+	if (ok)
+		snprintf(buf, sizeof buf,
+			 "completion ctx %p flags 0x%" PRIx64 " len %zu buf %p data 0x%" PRIx64
+			 " tag 0x%" PRIx64 " src %" PRIu64,
+			 e.op_context, e.flags, e.len, e.buf, e.data, e.tag, src);
+	else
+		snprintf(buf, sizeof buf,
+			 "error entry ctx %p flags 0x%" PRIx64 " err %d (%s) prov_errno %d len %zu olen %zu",
+			 err.op_context, err.flags, err.err, fi_strerror(err.err), err.prov_errno, err.len,
+			 err.olen);
+	return buf;
+}
+
+RdmNode::RdmNode(RdmEnv &e, const RdmNodeOptions &opt) : env(e)
+{
+	info = fi_dupinfo(env.info);
+	ck_assert_ptr_nonnull(info);
+	if (info->src_addr) {
+		ck_assert_uint_eq(info->src_addrlen, sizeof(sockaddr_in));
+		reinterpret_cast<sockaddr_in *>(info->src_addr)->sin_port = htons(opt.port);
+	} else {
+		ck_assert_msg(opt.port == 0, "the info has no src_addr to put port %u in", opt.port);
+	}
+	if (opt.tx_size)
+		info->tx_attr->size = opt.tx_size;
+	if (opt.rx_size)
+		info->rx_attr->size = opt.rx_size;
+
+	fi_av_attr av_attr{};
+	av_attr.type = opt.av_type != FI_AV_UNSPEC ? opt.av_type : env.info->domain_attr->av_type;
+	ck_assert_int_eq(fi_av_open(env.domain, &av_attr, &av, nullptr), 0);
+	fi_cq_attr cq_attr{};
+	cq_attr.format = FI_CQ_FORMAT_TAGGED;
+	cq_attr.wait_obj = FI_WAIT_NONE;
+	cq_attr.size = opt.cq_size;
+	ck_assert_int_eq(fi_cq_open(env.domain, &cq_attr, &cq, nullptr), 0);
+	ck_assert_int_eq(fi_endpoint(env.domain, info, &ep, nullptr), 0);
+	ck_assert_int_eq(fi_ep_bind(ep, &av->fid, 0), 0);
+	ck_assert_int_eq(fi_ep_bind(ep, &cq->fid, FI_TRANSMIT | FI_RECV | opt.cq_bind_flags), 0);
+	fi_cntr_attr cntr_attr{};
+	cntr_attr.events = FI_CNTR_EVENTS_COMP;
+	cntr_attr.wait_obj = FI_WAIT_UNSPEC;
+	if (opt.tx_cntr) {
+		ck_assert_int_eq(fi_cntr_open(env.domain, &cntr_attr, &tx_cntr, nullptr), 0);
+		ck_assert_int_eq(fi_ep_bind(ep, &tx_cntr->fid, FI_SEND), 0);
+	}
+	if (opt.rx_cntr) {
+		ck_assert_int_eq(fi_cntr_open(env.domain, &cntr_attr, &rx_cntr, nullptr), 0);
+		ck_assert_int_eq(fi_ep_bind(ep, &rx_cntr->fid, FI_RECV), 0);
+	}
+	if (opt.min_multi_recv) {
+		size_t min = opt.min_multi_recv;
+		ck_assert_int_eq(fi_setopt(&ep->fid, FI_OPT_ENDPOINT, FI_OPT_MIN_MULTI_RECV, &min, sizeof min), 0);
+	}
+	ck_assert_int_eq(fi_enable(ep), 0);
+
+	size_t len = sizeof name;
+	ck_assert_int_eq(fi_getname(&ep->fid, &name, &len), 0);
+	ck_assert_uint_eq(len, sizeof(sockaddr_in));
+	ck_assert_int_eq(name.sin_family, AF_INET);
+	ck_assert_uint_ne(name.sin_port, 0);
+	if (opt.port)
+		ck_assert_uint_eq(ntohs(name.sin_port), opt.port);
+	in_addr want{};
+	ck_assert_int_eq(inet_pton(AF_INET, kRdmNodeAddr, &want), 1);
+	ck_assert_msg(name.sin_addr.s_addr == want.s_addr, "fi_getname gave %s, not the device's %s",
+		      inet_ntoa(name.sin_addr), kRdmNodeAddr);
+	registry().push_back(this);
+}
+
+RdmNode::~RdmNode()
+{
+	auto &r = registry();
+	r.erase(std::remove(r.begin(), r.end(), this), r.end());
+	close_ep();
+	if (cq)
+		ck_assert_int_eq(fi_close(&cq->fid), 0);
+	if (av)
+		ck_assert_int_eq(fi_close(&av->fid), 0);
+	fi_freeinfo(info);
+}
+
+void RdmNode::close_ep()
+{
+	if (ep)
+		ck_assert_int_eq(fi_close(&ep->fid), 0);
+	ep = nullptr;
+	if (tx_cntr)
+		ck_assert_int_eq(fi_close(&tx_cntr->fid), 0);
+	tx_cntr = nullptr;
+	if (rx_cntr)
+		ck_assert_int_eq(fi_close(&rx_cntr->fid), 0);
+	rx_cntr = nullptr;
+}
+
+fi_addr_t RdmNode::insert_addr(const sockaddr_in &addr)
+{
+	fi_addr_t fa = FI_ADDR_NOTAVAIL;
+	ck_assert_int_eq(fi_av_insert(av, &addr, 1, &fa, 0, nullptr), 1);
+	ck_assert_uint_ne(fa, FI_ADDR_NOTAVAIL);
+	return fa;
+}
+
+fi_addr_t RdmNode::insert(const RdmNode &peer)
+{
+	const fi_addr_t fa = insert_addr(peer.name);
+	forget(peer);
+	peers.emplace_back(&peer, fa);
+	return fa;
+}
+
+fi_addr_t RdmNode::addr_of(const RdmNode &peer) const
+{
+	for (auto &[p, fa] : peers)
+		if (p == &peer)
+			return fa;
+	ck_abort_msg("peer (port %u) was not inserted into this node's AV", peer.port());
+	return FI_ADDR_NOTAVAIL;
+}
+
+void RdmNode::forget(const RdmNode &peer)
+{
+	std::erase_if(peers, [&](auto &p) { return p.first == &peer; });
+}
+
+size_t RdmNode::poll()
+{
+	const bool source = (info->caps & FI_SOURCE) != 0;
+	size_t got = 0;
+	for (;;) {
+		fi_cq_tagged_entry e[8];
+		fi_addr_t src[8];
+		ssize_t n = source ? fi_cq_readfrom(cq, e, 8, src) : fi_cq_read(cq, e, 8);
+		if (n > 0) {
+			for (ssize_t i = 0; i < n; i++) {
+				Completion c;
+				c.ok = true;
+				c.e = e[i];
+				c.src = source ? src[i] : FI_ADDR_NOTAVAIL;
+				backlog.push_back(c);
+			}
+			got += static_cast<size_t>(n);
+			continue;
+		}
+		if (n == -FI_EAVAIL) {
+			Completion c;
+			ssize_t r = fi_cq_readerr(cq, &c.err, 0);
+			ck_assert_msg(r == 1, "fi_cq_readerr after -FI_EAVAIL: %zd", r);
+			c.err.err_data = nullptr;
+			c.err.err_data_size = 0;
+			backlog.push_back(c);
+			got++;
+			continue;
+		}
+		ck_assert_msg(n == -FI_EAGAIN, "fi_cq_read%s: %zd (%s)", source ? "from" : "", n,
+			      fi_strerror(static_cast<int>(-n)));
+		return got;
+	}
+}
+
+void connect_all(std::initializer_list<RdmNode *> nodes)
+{
+	for (RdmNode *a : nodes)
+		for (RdmNode *b : nodes)
+			if (a != b)
+				a->insert(*b);
+}
+
+void progress_all()
+{
+	// A copy: nothing registers while we poll, but stay safe anyway.
+	std::vector<RdmNode *> nodes = registry();
+	for (RdmNode *n : nodes)
+		n->poll();
+}
+
+namespace {
+
+Completion next_impl(RdmNode &n, int timeout_ms, bool alone)
+{
+	Deadline d(timeout_ms);
+	for (;;) {
+		if (!n.backlog.empty()) {
+			Completion c = n.backlog.front();
+			n.backlog.pop_front();
+			return c;
+		}
+		if (alone)
+			n.poll();
+		else
+			progress_all();
+		if (n.backlog.empty() && d.expired())
+			break;
+	}
+	ck_abort_msg("no completion on the node at port %u within %d ms", n.port(), timeout_ms);
+	return {};
+}
+
+} // namespace
+
+Completion next(RdmNode &n, int timeout_ms)
+{
+	return next_impl(n, timeout_ms, false);
+}
+
+Completion next_alone(RdmNode &n, int timeout_ms)
+{
+	return next_impl(n, timeout_ms, true);
+}
+
+Completion expect_ok(RdmNode &n, const void *ctx, uint64_t flags, const char *what)
+{
+	Completion c = next(n);
+	ck_assert_msg(c.ok, "%s: expected a completion with ctx %p, got %s", what, ctx, c.describe().c_str());
+	ck_assert_msg(c.e.op_context == ctx, "%s: expected ctx %p, got %s", what, ctx, c.describe().c_str());
+	ck_assert_msg(c.e.flags == flags, "%s: expected flags 0x%" PRIx64 ", got %s", what, flags,
+		      c.describe().c_str());
+	return c;
+}
+
+fi_cq_err_entry expect_err(RdmNode &n, const void *ctx, int err, const char *what)
+{
+	Completion c = next(n);
+	ck_assert_msg(!c.ok, "%s: expected an error entry with ctx %p, got %s", what, ctx, c.describe().c_str());
+	ck_assert_msg(c.err.op_context == ctx, "%s: expected ctx %p, got %s", what, ctx, c.describe().c_str());
+	if (err)
+		ck_assert_msg(c.err.err == err, "%s: expected err %d (%s), got %s", what, err, fi_strerror(err),
+			      c.describe().c_str());
+	else
+		ck_assert_msg(c.err.err != 0, "%s: an error entry with err 0: %s", what, c.describe().c_str());
+	return c.err;
+}
+
+void expect_none(RdmNode &n, int ms, const char *what)
+{
+	settle(ms);
+	ck_assert_msg(n.backlog.empty(), "%s: unexpected %s (and %zu more)", what,
+		      n.backlog.empty() ? "" : n.backlog.front().describe().c_str(),
+		      n.backlog.empty() ? 0 : n.backlog.size() - 1);
+}
+
+void settle(int ms)
+{
+	Deadline d(ms);
+	do
+		progress_all();
+	while (!d.expired());
+}
+
+bool progress_until(const std::function<bool()> &done, int timeout_ms)
+{
+	Deadline d(timeout_ms);
+	for (;;) {
+		if (done())
+			return true;
+		if (d.expired())
+			return false;
+		progress_all();
+	}
+}
+
+ssize_t post_retry(const std::function<ssize_t()> &op, RdmNode *only, int timeout_ms)
+{
+	Deadline d(timeout_ms);
+	for (;;) {
+		ssize_t rc = op();
+		if (rc != -FI_EAGAIN)
+			return rc;
+		ck_assert_msg(!d.expired(), "still -FI_EAGAIN after %d ms", timeout_ms);
+		if (only)
+			only->poll();
+		else
+			progress_all();
+	}
+}
+
+void expect_cntr(fid_cntr *c, uint64_t value, const char *what)
+{
+	ck_assert_ptr_nonnull(c);
+	bool reached = progress_until([&] { return fi_cntr_read(c) >= value; });
+	ck_assert_msg(reached, "%s: counter at %" PRIu64 ", expected %" PRIu64, what, fi_cntr_read(c), value);
+	settle(50);
+	ck_assert_msg(fi_cntr_read(c) == value, "%s: counter at %" PRIu64 ", expected %" PRIu64, what,
+		      fi_cntr_read(c), value);
+	ck_assert_msg(fi_cntr_readerr(c) == 0, "%s: %" PRIu64 " errors counted", what, fi_cntr_readerr(c));
+}
+
+void rdm_reset()
+{
+	registry().clear();
+}
+
+void fill_pattern(void *p, size_t n, uint32_t seed, size_t from)
+{
+	auto *b = static_cast<uint8_t *>(p);
+	for (size_t i = 0; i < n; i++)
+		b[i] = pattern_byte(seed, from + i);
+}
+
+void expect_pattern(const void *p, size_t n, uint32_t seed, const char *what, size_t from)
+{
+	const auto *b = static_cast<const uint8_t *>(p);
+	for (size_t i = 0; i < n; i++)
+		if (b[i] != pattern_byte(seed, from + i))
+			ck_abort_msg("%s: byte %zu of %zu is 0x%02x, expected 0x%02x (seed %u)", what, i, n, b[i],
+				     pattern_byte(seed, from + i), seed);
+}
+
+void expect_filled(const void *p, size_t n, uint8_t v, const char *what)
+{
+	const auto *b = static_cast<const uint8_t *>(p);
+	for (size_t i = 0; i < n; i++)
+		if (b[i] != v)
+			ck_abort_msg("%s: byte %zu of %zu is 0x%02x, expected 0x%02x", what, i, n, b[i], v);
+}
+
+fi_msg make_msg(const iovec *iov, size_t count, fi_addr_t addr, void *ctx, uint64_t data)
+{
+	fi_msg m{};
+	m.msg_iov = iov;
+	m.desc = nullptr;
+	m.iov_count = count;
+	m.addr = addr;
+	m.context = ctx;
+	m.data = data;
+	return m;
+}
+
+fi_msg_tagged make_tmsg(const iovec *iov, size_t count, fi_addr_t addr, uint64_t tag, uint64_t ignore,
+			void *ctx, uint64_t data)
+{
+	fi_msg_tagged m{};
+	m.msg_iov = iov;
+	m.desc = nullptr;
+	m.iov_count = count;
+	m.addr = addr;
+	m.tag = tag;
+	m.ignore = ignore;
+	m.context = ctx;
+	m.data = data;
+	return m;
+}
+
+} // namespace vt

@@ -1,0 +1,174 @@
+// Device-test harness for vrma's native FI_EP_RDM endpoint: one fabric and
+// domain per RdmEnv, any number of endpoints (RdmNode) on it or on other
+// domains, all in one process over the device's address (10.99.0.1 in the
+// test bed).
+//
+// Progress is FI_PROGRESS_MANUAL: an endpoint moves only while its CQ is
+// read. Every RdmNode therefore registers itself, and the waiting helpers
+// (next, expect_ok, expect_err, expect_none, settle, progress_until,
+// post_retry) read the CQ of *every* live node while they wait, keeping what
+// they read for the other nodes in each node's backlog, in CQ order. The
+// helpers are for one thread: multi-threaded tests read their CQs by hand.
+//
+// No memory registration: the domain is opened without FI_MR_LOCAL, so
+// buffers are plain memory and every desc is NULL. The endpoint is opened
+// with mode FI_CONTEXT, so every operation context is a struct fi_context
+// that stays untouched until the operation completes.
+#pragma once
+
+#include "harness.h"
+
+#include <deque>
+#include <functional>
+#include <initializer_list>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <netinet/in.h>
+
+namespace vt {
+
+// The test bed's device address (rxe0 on veth0).
+inline constexpr const char *kRdmNodeAddr = "10.99.0.1";
+// What every RDM test asks for.
+inline constexpr uint64_t kRdmCaps = FI_MSG | FI_TAGGED | FI_DIRECTED_RECV | FI_SOURCE;
+
+// Hints for vrma's native RDM endpoint: ep_type FI_EP_RDM, the given caps,
+// mode FI_CONTEXT, mr_mode FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY
+// (no FI_MR_LOCAL), the given AV type, prov_name "vrma", FI_SOCKADDR_IN.
+fi_info *rdm_hints(uint64_t caps = kRdmCaps, fi_av_type av_type = FI_AV_MAP);
+// The entry for vrma's own RDM endpoint in a fi_getinfo list: prov_name
+// exactly "vrma" (not "vrma;ofi_rxm") and FI_EP_RDM; nullptr if none.
+const fi_info *find_native_rdm(const fi_info *list);
+// fi_getinfo(hints, "10.99.0.1", NULL, FI_SOURCE) and a copy of the native RDM
+// entry (caller frees); asserts there is one.
+fi_info *rdm_get_info(const fi_info *hints);
+// The names of a fi_getinfo list, for messages ("vrma/FI_EP_MSG, ...").
+std::string info_names(const fi_info *list);
+
+// A fabric and domain opened from the native RDM entry.
+struct RdmEnv {
+	fi_info *info = nullptr;
+	fid_fabric *fabric = nullptr;
+	fid_domain *domain = nullptr;
+	// hints stay the caller's; nullptr: rdm_hints().
+	explicit RdmEnv(const fi_info *hints = nullptr);
+	~RdmEnv();
+	RdmEnv(const RdmEnv &) = delete;
+	RdmEnv &operator=(const RdmEnv &) = delete;
+	// cq_data_size as a mask (all ones for 8 bytes).
+	uint64_t cq_data_mask() const;
+};
+
+// One CQ entry as the helpers keep it.
+struct Completion {
+	bool ok = false;
+	fi_cq_tagged_entry e{};           // ok
+	fi_cq_err_entry err{};            // !ok (err_data cleared: it dies with the next read)
+	fi_addr_t src = FI_ADDR_NOTAVAIL; // ok: fi_cq_readfrom's source
+	void *context() const { return ok ? e.op_context : err.op_context; }
+	uint64_t flags() const { return ok ? e.flags : err.flags; }
+	std::string describe() const;
+};
+
+struct RdmNodeOptions {
+	fi_av_type av_type = FI_AV_UNSPEC; // UNSPEC: the domain's type
+	uint64_t cq_bind_flags = 0;        // added to FI_TRANSMIT | FI_RECV (FI_SELECTIVE_COMPLETION)
+	size_t cq_size = 0;
+	bool tx_cntr = false; // a counter bound with FI_SEND
+	bool rx_cntr = false; // a counter bound with FI_RECV
+	uint16_t port = 0;    // listening port asked in src_addr before fi_enable (0: any)
+	size_t min_multi_recv = 0; // FI_OPT_MIN_MULTI_RECV set before fi_enable when not 0
+	size_t tx_size = 0, rx_size = 0; // 0: the info's
+};
+
+// An enabled RDM endpoint with its own AV and FI_CQ_FORMAT_TAGGED CQ (bound
+// for transmit and receive), and the fi_addr of every peer inserted with
+// insert().
+struct RdmNode {
+	RdmEnv &env;
+	fi_info *info = nullptr;
+	fid_av *av = nullptr;
+	fid_cq *cq = nullptr;
+	fid_ep *ep = nullptr;
+	fid_cntr *tx_cntr = nullptr;
+	fid_cntr *rx_cntr = nullptr;
+	sockaddr_in name{}; // fi_getname after fi_enable
+	std::deque<Completion> backlog;
+	std::vector<std::pair<const RdmNode *, fi_addr_t>> peers;
+
+	explicit RdmNode(RdmEnv &env, const RdmNodeOptions &opt = {});
+	~RdmNode();
+	RdmNode(const RdmNode &) = delete;
+	RdmNode &operator=(const RdmNode &) = delete;
+
+	// Inserts peer's name into this node's AV and remembers its handle.
+	fi_addr_t insert(const RdmNode &peer);
+	fi_addr_t insert_addr(const sockaddr_in &addr);
+	// The handle insert() returned for peer (asserts there is one).
+	fi_addr_t addr_of(const RdmNode &peer) const;
+	void forget(const RdmNode &peer); // drops peer from `peers` (not from the AV)
+	uint16_t port() const { return ntohs(name.sin_port); }
+	// Reads everything the CQ has now into the backlog; returns how many.
+	size_t poll();
+	// Closes the endpoint (and its counters); the CQ and AV stay, and are
+	// still read by the helpers.
+	void close_ep();
+};
+
+// Every node inserts every other one.
+void connect_all(std::initializer_list<RdmNode *> nodes);
+
+// Reads every live node's CQ once.
+void progress_all();
+// The next entry of n's CQ (backlog first), reading every node's CQ while
+// waiting; fails the test after timeout_ms.
+Completion next(RdmNode &n, int timeout_ms = kTimeoutMs);
+// The same, reading n's CQ only (the others make no progress).
+Completion next_alone(RdmNode &n, int timeout_ms = kTimeoutMs);
+// next(), which must be a success with this context and exactly these flags.
+Completion expect_ok(RdmNode &n, const void *ctx, uint64_t flags, const char *what = "");
+// next(), which must be an error entry with this context and, unless err is
+// 0, this error code.
+fi_cq_err_entry expect_err(RdmNode &n, const void *ctx, int err, const char *what = "");
+// Nothing reaches n's CQ for ms (every node progressing meanwhile).
+void expect_none(RdmNode &n, int ms = 300, const char *what = "");
+// Progresses every node for ms.
+void settle(int ms);
+// Progresses every node until done() (true) or the timeout (false).
+bool progress_until(const std::function<bool()> &done, int timeout_ms = kTimeoutMs);
+// Calls op until it returns something other than -FI_EAGAIN, progressing
+// every node (or only `only`) in between; returns that value. Fails the
+// test if it is still -FI_EAGAIN after timeout_ms.
+ssize_t post_retry(const std::function<ssize_t()> &op, RdmNode *only = nullptr,
+		   int timeout_ms = kTimeoutMs);
+// Waits until the counter reaches `value` (progressing every node); asserts
+// it does not go beyond and reports no error.
+void expect_cntr(fid_cntr *c, uint64_t value, const char *what = "");
+
+// Forgets every registered node (a checked fixture: a test that failed in a
+// CK_FORK=no run leaves its nodes registered).
+void rdm_reset();
+
+// Data patterns: seed s at offset i. Two seeds that differ by 1..255 mod 256
+// differ at every byte.
+inline uint8_t pattern_byte(uint32_t seed, size_t i)
+{
+	return static_cast<uint8_t>(seed * 131u + i * 7u + (i >> 8) * 3u + (i >> 16));
+}
+void fill_pattern(void *p, size_t n, uint32_t seed, size_t from = 0);
+// Asserts p[0, n) holds the pattern of seed from offset `from`; names the
+// first differing byte.
+void expect_pattern(const void *p, size_t n, uint32_t seed, const char *what, size_t from = 0);
+// Asserts p[0, n) are all v (sentinels around a buffer).
+void expect_filled(const void *p, size_t n, uint8_t v, const char *what);
+
+// fi_msg / fi_msg_tagged over the caller's iovecs (desc NULL).
+fi_msg make_msg(const iovec *iov, size_t count, fi_addr_t addr, void *ctx, uint64_t data = 0);
+fi_msg_tagged make_tmsg(const iovec *iov, size_t count, fi_addr_t addr, uint64_t tag,
+			uint64_t ignore, void *ctx, uint64_t data = 0);
+
+} // namespace vt
+
+Suite *rdm_suite();
