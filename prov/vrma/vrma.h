@@ -279,6 +279,29 @@ struct CqPending {
 
 struct RdmEp;
 
+// The RDM endpoints whose completions a CQ or a counter carries: their
+// progress runs in its reads and before its waits (FI_PROGRESS_MANUAL), and
+// its epoll set watches their completion channels. The lock is taken before
+// any endpoint's lock and never under the CQ's own lock
+// (vrma_rdm_ep.cpp).
+class RdmHooks {
+public:
+	bool any() const noexcept { return n_.load(std::memory_order_relaxed) != 0; }
+	// epoll_fd: the object's epoll set (-1: none); wait_fd: the endpoint's
+	// descriptor to watch there (-1: none). 0 or a negative FI_E* code.
+	int attach(RdmEp *ep, int epoll_fd, int wait_fd, const char *what) noexcept;
+	void detach(RdmEp *ep, int epoll_fd, int wait_fd) noexcept;
+	void progress() noexcept;
+	// Before a wait: 0 when every endpoint is armed, else what rdm_trywait
+	// said (-FI_EAGAIN: something is ready).
+	int trywait() noexcept;
+
+private:
+	std::mutex lock_;
+	std::atomic<size_t> n_{0};
+	std::vector<RdmEp *> eps_;
+};
+
 struct Cq final : fid_cq {
 	using FidType = fid_cq;
 	Domain *domain = nullptr;
@@ -298,12 +321,7 @@ struct Cq final : fid_cq {
 	// A reader may sleep on the wait object (fi_trywait succeeded): entries
 	// queued by cq_push must signal it. Set and read under `lock`.
 	bool armed = false;
-	// RDM endpoints bound to this CQ: their progress runs in fi_cq_read and
-	// before a wait (FI_PROGRESS_MANUAL). hooks_lock is taken before any
-	// endpoint's lock and never under `lock`.
-	std::mutex hooks_lock;
-	std::atomic<size_t> n_rdm{0};
-	std::vector<RdmEp *> rdm_eps;
+	RdmHooks rdm; // RDM endpoints whose completions come here
 };
 
 struct Cntr final : fid_cntr {
@@ -321,11 +339,7 @@ struct Cntr final : fid_cntr {
 	// event_fd: the waiter may sleep on a completion channel that another
 	// thread's CQ wait has already drained, or on no channel at all.
 	std::atomic<int> waiters{0};
-	// RDM endpoints whose completions this counter counts: progressed by
-	// fi_cntr_read and fi_cntr_wait (see Cq::rdm_eps).
-	std::mutex hooks_lock;
-	std::atomic<size_t> n_rdm{0};
-	std::vector<RdmEp *> rdm_eps;
+	RdmHooks rdm; // RDM endpoints whose completions it counts
 };
 
 // Work request bookkeeping; wr_id points to a slot.
@@ -706,10 +720,6 @@ void cq_progress(Cq *cq) noexcept;
 // Queues an entry produced outside the CQ's own polling and wakes waiters.
 // Never call it for the CQ whose lock the caller holds.
 void cq_push(Cq *cq, const CqPending &entry) noexcept;
-// An RDM endpoint's completions go to this CQ: its progress runs in the
-// CQ's reads and waits, which also watch wait_fd (-1: none).
-int cq_attach_rdm(Cq *cq, RdmEp *ep, int wait_fd) noexcept;
-void cq_detach_rdm(Cq *cq, RdmEp *ep, int wait_fd) noexcept;
 
 // vrma_rdm_ep.cpp: what CQs and counters call.
 // Progress of an RDM endpoint: connection events and completions.
@@ -739,9 +749,6 @@ inline void count_completion(Cntr *cntr, bool success) noexcept
 // The counter polls (and waits on) the CQs that carry its completions.
 int cntr_attach_cq(Cntr *cntr, Cq *cq) noexcept;
 void cntr_detach_cq(Cntr *cntr, Cq *cq) noexcept;
-// The counter counts an RDM endpoint's completions (see cq_attach_rdm).
-int cntr_attach_rdm(Cntr *cntr, RdmEp *ep, int wait_fd) noexcept;
-void cntr_detach_rdm(Cntr *cntr, RdmEp *ep, int wait_fd) noexcept;
 
 // vrma_eq.cpp
 int eq_open(fid_fabric *fabric, fi_eq_attr *attr, fid_eq **eq, void *context) noexcept;
@@ -771,6 +778,50 @@ rdma_cm_id *eq_handle_cm_event(Eq *eq, rdma_cm_event *event) noexcept;
 void ep_connection_failed(Ep *ep) noexcept;
 int ep_getopt(fid_t fid, int level, int optname, void *optval, size_t *optlen) noexcept;
 int ep_setopt(fid_t fid, int level, int optname, const void *optval, size_t optlen) noexcept;
+
+// fi_ep_bind of a CQ, the rules both endpoint kinds share (E has domain,
+// tx_cq, rx_cq, tx_selective and rx_selective).
+template <typename E> int bind_cq(E *ep, Cq *cq, uint64_t flags) noexcept
+{
+	if (flags & ~(FI_TRANSMIT | FI_RECV | FI_SELECTIVE_COMPLETION)) {
+		VRMA_WARN(FI_LOG_EP_CTRL, "fi_ep_bind(cq): unsupported flags 0x%llx\n",
+			  static_cast<unsigned long long>(flags));
+		return -FI_EBADFLAGS;
+	}
+	if (!(flags & (FI_TRANSMIT | FI_RECV))) {
+		VRMA_WARN(FI_LOG_EP_CTRL, "fi_ep_bind(cq): need FI_TRANSMIT and/or FI_RECV\n");
+		return -FI_EINVAL;
+	}
+	if (cq->domain != ep->domain) {
+		VRMA_WARN(FI_LOG_EP_CTRL, "fi_ep_bind(cq): CQ belongs to another domain\n");
+		return -FI_EINVAL;
+	}
+	if (((flags & FI_TRANSMIT) && ep->tx_cq) || ((flags & FI_RECV) && ep->rx_cq)) {
+		VRMA_WARN(FI_LOG_EP_CTRL, "fi_ep_bind(cq): a CQ is already bound for that direction\n");
+		return -FI_EINVAL;
+	}
+	if (flags & FI_TRANSMIT) {
+		ep->tx_cq = cq;
+		ep->tx_selective = flags & FI_SELECTIVE_COMPLETION;
+		cq->refs++;
+	}
+	if (flags & FI_RECV) {
+		ep->rx_cq = cq;
+		ep->rx_selective = flags & FI_SELECTIVE_COMPLETION;
+		cq->refs++;
+	}
+	return 0;
+}
+
+// One counter slot of an endpoint and the bind flag that fills it.
+struct CntrSlot {
+	Cntr **slot;
+	uint64_t flag;
+};
+// fi_ep_bind of a counter once the caller checked its flags: the counter is
+// the endpoint's domain's, no named slot is taken yet; then it fills them.
+int bind_cntr(Cntr *c, const Domain *domain, uint64_t flags,
+	      std::initializer_list<CntrSlot> slots) noexcept;
 
 // vrma_ep.cpp
 // What endpoints answer for the atomic and collective calls they do not offer.

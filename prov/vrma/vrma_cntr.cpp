@@ -40,24 +40,8 @@ void progress(Cntr *c)
 {
 	for (Cq *cq : feeding_cqs(c))
 		cq_progress(cq);
-	if (c->n_rdm.load(std::memory_order_relaxed)) {
-		std::lock_guard<std::mutex> guard(c->hooks_lock);
-		for (RdmEp *ep : c->rdm_eps)
-			rdm_progress(ep);
-	}
-}
-
-// Arms the RDM endpoints' completion channels; false when something is
-// ready already.
-bool arm_rdm(Cntr *c)
-{
-	if (!c->n_rdm.load(std::memory_order_relaxed))
-		return true;
-	std::lock_guard<std::mutex> guard(c->hooks_lock);
-	for (RdmEp *ep : c->rdm_eps)
-		if (rdm_trywait(ep))
-			return false;
-	return true;
+	if (c->rdm.any())
+		c->rdm.progress();
 }
 
 uint64_t cntr_read(fid_cntr *f) noexcept
@@ -133,7 +117,7 @@ int cntr_wait(fid_cntr *f, uint64_t threshold, int timeout) noexcept
 			else if (cq_trywait(cq))
 				armed = false;
 		}
-		if (!arm_rdm(c))
+		if (c->rdm.any() && c->rdm.trywait())
 			armed = false;
 		if (!armed)
 			continue;
@@ -153,39 +137,6 @@ int cntr_wait(fid_cntr *f, uint64_t threshold, int timeout) noexcept
 				eventfd_clear(c->event_fd.get());
 	}
 }
-
-} // namespace
-
-int cntr_attach_rdm(Cntr *c, RdmEp *ep, int wait_fd) noexcept
-try {
-	std::lock_guard<std::mutex> guard(c->hooks_lock);
-	if (wait_fd >= 0) {
-		epoll_event ev{};
-		ev.events = EPOLLIN;
-		ev.data.fd = wait_fd;
-		if (epoll_ctl(c->epoll_fd.get(), EPOLL_CTL_ADD, wait_fd, &ev) && errno != EEXIST) {
-			VRMA_WARN(FI_LOG_CNTR, "counter cannot wait for an RDM endpoint: %s\n",
-				  strerror(errno));
-			return -FI_EINVAL;
-		}
-	}
-	c->rdm_eps.push_back(ep);
-	c->n_rdm.store(c->rdm_eps.size());
-	return 0;
-} catch (...) {
-	return -FI_ENOMEM;
-}
-
-void cntr_detach_rdm(Cntr *c, RdmEp *ep, int wait_fd) noexcept
-{
-	std::lock_guard<std::mutex> guard(c->hooks_lock);
-	std::erase(c->rdm_eps, ep);
-	c->n_rdm.store(c->rdm_eps.size());
-	if (wait_fd >= 0)
-		epoll_ctl(c->epoll_fd.get(), EPOLL_CTL_DEL, wait_fd, nullptr);
-}
-
-namespace {
 
 int cntr_close(fid *f) noexcept
 {

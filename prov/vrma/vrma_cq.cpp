@@ -12,22 +12,11 @@
 
 #include <fcntl.h>
 #include <poll.h>
-#include <sys/epoll.h>
 #include <sys/eventfd.h>
 
 namespace vrma {
 
 namespace {
-
-// Progress of the RDM endpoints bound to the CQ (FI_PROGRESS_MANUAL): their
-// completions are converted into this CQ's queue by cq_push. Never under
-// cq->lock.
-void cq_progress_rdm(Cq *cq) noexcept
-{
-	std::lock_guard<std::mutex> guard(cq->hooks_lock);
-	for (RdmEp *ep : cq->rdm_eps)
-		rdm_progress(ep);
-}
 
 size_t format_size(fi_cq_format f)
 {
@@ -212,8 +201,10 @@ ssize_t cq_read_impl(Cq *cq, void *buf, size_t count, fi_addr_t *src_addr)
 		VRMA_WARN(FI_LOG_CQ, "fi_cq_read: NULL buffer for %zu entries\n", count);
 		return -FI_EINVAL;
 	}
-	if (cq->n_rdm.load(std::memory_order_relaxed)) [[unlikely]]
-		cq_progress_rdm(cq);
+	// RDM endpoints' completions reach this queue through cq_push; never
+	// under cq->lock.
+	if (cq->rdm.any()) [[unlikely]]
+		cq->rdm.progress();
 	auto *out = static_cast<uint8_t *>(buf);
 	size_t n = 0;
 	std::lock_guard<std::mutex> guard(cq->lock);
@@ -278,8 +269,10 @@ ssize_t cq_readerr(fid_cq *f, fi_cq_err_entry *buf, uint64_t flags) noexcept
 		return -FI_EINVAL;
 	}
 	(void)flags;
-	if (cq->n_rdm.load(std::memory_order_relaxed)) [[unlikely]]
-		cq_progress_rdm(cq);
+	// RDM endpoints' completions reach this queue through cq_push; never
+	// under cq->lock.
+	if (cq->rdm.any()) [[unlikely]]
+		cq->rdm.progress();
 	std::lock_guard<std::mutex> guard(cq->lock);
 	if (cq->pending.empty())
 		poll_to_pending(cq, 64);
@@ -418,11 +411,9 @@ int cq_trywait(Cq *cq) noexcept
 		VRMA_WARN(FI_LOG_CQ, "fi_trywait on a CQ without a wait object\n");
 		return -FI_EINVAL;
 	}
-	if (cq->n_rdm.load(std::memory_order_relaxed)) {
-		std::lock_guard<std::mutex> guard(cq->hooks_lock);
-		for (RdmEp *ep : cq->rdm_eps)
-			if (int rc = rdm_trywait(ep))
-				return rc;
+	if (cq->rdm.any()) {
+		if (int rc = cq->rdm.trywait())
+			return rc;
 	}
 	std::lock_guard<std::mutex> guard(cq->lock);
 	drain_channel(cq);
@@ -454,34 +445,6 @@ void cq_push(Cq *cq, const CqPending &entry) noexcept
 	// that has not armed it yet finds the entry when it does.
 	if (wake && cq->signal_fd.get() >= 0)
 		eventfd_signal(cq->signal_fd.get());
-}
-
-int cq_attach_rdm(Cq *cq, RdmEp *ep, int wait_fd) noexcept
-try {
-	std::lock_guard<std::mutex> guard(cq->hooks_lock);
-	if (wait_fd >= 0 && cq->epoll_fd.get() >= 0) {
-		epoll_event ev{};
-		ev.events = EPOLLIN;
-		ev.data.fd = wait_fd;
-		if (epoll_ctl(cq->epoll_fd.get(), EPOLL_CTL_ADD, wait_fd, &ev) && errno != EEXIST) {
-			VRMA_WARN(FI_LOG_CQ, "CQ cannot wait for an RDM endpoint: %s\n", strerror(errno));
-			return -FI_EINVAL;
-		}
-	}
-	cq->rdm_eps.push_back(ep);
-	cq->n_rdm.store(cq->rdm_eps.size());
-	return 0;
-} catch (...) {
-	return -FI_ENOMEM;
-}
-
-void cq_detach_rdm(Cq *cq, RdmEp *ep, int wait_fd) noexcept
-{
-	std::lock_guard<std::mutex> guard(cq->hooks_lock);
-	std::erase(cq->rdm_eps, ep);
-	cq->n_rdm.store(cq->rdm_eps.size());
-	if (wait_fd >= 0 && cq->epoll_fd.get() >= 0)
-		epoll_ctl(cq->epoll_fd.get(), EPOLL_CTL_DEL, wait_fd, nullptr);
 }
 
 void cq_progress(Cq *cq) noexcept

@@ -126,37 +126,8 @@ int ep_bind(fid *f, fid *bfid, uint64_t flags) noexcept
 		return -FI_EOPBADSTATE;
 	}
 	switch (bfid->fclass) {
-	case FI_CLASS_CQ: {
-		Cq *cq = from_fid<Cq>(bfid);
-		if (flags & ~(FI_TRANSMIT | FI_RECV | FI_SELECTIVE_COMPLETION)) {
-			VRMA_WARN(FI_LOG_EP_CTRL, "fi_ep_bind(cq): unsupported flags 0x%llx\n",
-				  static_cast<unsigned long long>(flags));
-			return -FI_EBADFLAGS;
-		}
-		if (!(flags & (FI_TRANSMIT | FI_RECV))) {
-			VRMA_WARN(FI_LOG_EP_CTRL, "fi_ep_bind(cq): need FI_TRANSMIT and/or FI_RECV\n");
-			return -FI_EINVAL;
-		}
-		if (cq->domain != ep->domain) {
-			VRMA_WARN(FI_LOG_EP_CTRL, "fi_ep_bind(cq): CQ belongs to another domain\n");
-			return -FI_EINVAL;
-		}
-		if (((flags & FI_TRANSMIT) && ep->tx_cq) || ((flags & FI_RECV) && ep->rx_cq)) {
-			VRMA_WARN(FI_LOG_EP_CTRL, "fi_ep_bind(cq): a CQ is already bound for that direction\n");
-			return -FI_EINVAL;
-		}
-		if (flags & FI_TRANSMIT) {
-			ep->tx_cq = cq;
-			ep->tx_selective = flags & FI_SELECTIVE_COMPLETION;
-			cq->refs++;
-		}
-		if (flags & FI_RECV) {
-			ep->rx_cq = cq;
-			ep->rx_selective = flags & FI_SELECTIVE_COMPLETION;
-			cq->refs++;
-		}
-		return 0;
-	}
+	case FI_CLASS_CQ:
+		return bind_cq(ep, from_fid<Cq>(bfid), flags);
 	case FI_CLASS_EQ: {
 		Eq *eq = from_fid<Eq>(bfid);
 		if (ep->eq) {
@@ -184,25 +155,13 @@ int ep_bind(fid *f, fid *bfid, uint64_t flags) noexcept
 			VRMA_WARN(FI_LOG_EP_CTRL, "fi_ep_bind(cntr): no event named\n");
 			return -FI_EINVAL;
 		}
-		if (c->domain != ep->domain) {
-			VRMA_WARN(FI_LOG_EP_CTRL, "fi_ep_bind(cntr): counter belongs to another domain\n");
-			return -FI_EINVAL;
-		}
-		Cntr **slots[] = {&ep->cntr_send, &ep->cntr_recv, &ep->cntr_read, &ep->cntr_write,
-				  &ep->cntr_remote_read, &ep->cntr_remote_write};
-		const uint64_t bits[] = {FI_SEND, FI_RECV, FI_READ, FI_WRITE, FI_REMOTE_READ,
-					 FI_REMOTE_WRITE};
-		for (int i = 0; i < 6; i++)
-			if ((flags & bits[i]) && *slots[i]) {
-				VRMA_WARN(FI_LOG_EP_CTRL, "fi_ep_bind(cntr): a counter is already bound for that event\n");
-				return -FI_EINVAL;
-			}
-		for (int i = 0; i < 6; i++)
-			if (flags & bits[i]) {
-				*slots[i] = c;
-				c->refs++;
-			}
-		return 0;
+		return bind_cntr(c, ep->domain, flags,
+				 {{&ep->cntr_send, FI_SEND},
+				  {&ep->cntr_recv, FI_RECV},
+				  {&ep->cntr_read, FI_READ},
+				  {&ep->cntr_write, FI_WRITE},
+				  {&ep->cntr_remote_read, FI_REMOTE_READ},
+				  {&ep->cntr_remote_write, FI_REMOTE_WRITE}});
 	}
 	default:
 		VRMA_WARN(FI_LOG_EP_CTRL, "fi_ep_bind: cannot bind fid class %zu\n", bfid->fclass);
@@ -364,6 +323,26 @@ int ep_post_provider_rx(Ep *ep) noexcept
 	return static_cast<int>(post_recv(ep, wr, nullptr, nullptr, 0, true, nullptr, true));
 }
 
+int bind_cntr(Cntr *c, const Domain *domain, uint64_t flags,
+	      std::initializer_list<CntrSlot> slots) noexcept
+{
+	if (c->domain != domain) {
+		VRMA_WARN(FI_LOG_EP_CTRL, "fi_ep_bind(cntr): counter belongs to another domain\n");
+		return -FI_EINVAL;
+	}
+	for (const CntrSlot &s : slots)
+		if ((flags & s.flag) && *s.slot) {
+			VRMA_WARN(FI_LOG_EP_CTRL, "fi_ep_bind(cntr): a counter is already bound for that event\n");
+			return -FI_EINVAL;
+		}
+	for (const CntrSlot &s : slots)
+		if (flags & s.flag) {
+			*s.slot = c;
+			c->refs++;
+		}
+	return 0;
+}
+
 bool conn_post_sentinel(Conn *conn) noexcept
 {
 	TxGuard guard(conn);
@@ -371,7 +350,7 @@ bool conn_post_sentinel(Conn *conn) noexcept
 		return false;
 	TxSlot &s = conn->tx.next();
 	s.fill(conn->tx.head(), conn->tx.head(), nullptr, 0, 0, false, nullptr, 0,
-	       conn->peer ? 1u << 24 : 0); // RDM: an internal request (RdmTx::Internal)
+	       conn->peer ? rdm_aux(RdmTx::Internal, 0) : 0); // RDM: no completion of its own
 	ibv_send_wr wr{};
 	wr.wr_id = reinterpret_cast<uintptr_t>(&s);
 	wr.opcode = IBV_WR_RDMA_WRITE;

@@ -24,8 +24,9 @@
 //
 // Locking: one mutex per endpoint (RdmEp::lock) covers everything of the
 // endpoint, peers and connections included: data calls, progress and the CM
-// thread take it. Lock order: Cq::hooks_lock, RdmEp::lock, Cq::lock. The
-// data path of a Conn is serialized by that lock (Conn::tx_serialized).
+// thread take it. Lock order: RdmHooks (a CQ's or counter's), RdmEp::lock,
+// Cq::lock. The data path of a Conn is serialized by that lock
+// (Conn::tx_serialized).
 #pragma once
 
 #include "vrma.h"
@@ -48,8 +49,6 @@ inline constexpr uint64_t kRdmRxOpFlags = FI_COMPLETION | FI_MULTI_RECV;
 inline constexpr uint64_t kRdmMsgOrder = FI_ORDER_SAS | FI_ORDER_SAW | FI_ORDER_WAS |
 					 FI_ORDER_WAW | FI_ORDER_RAW | FI_ORDER_RAR | FI_ORDER_RAS;
 inline constexpr size_t kRdmCqDataSize = 8; // the header carries 64 bits
-// The protocol's fi_ep_attr::protocol (a provider-specific value).
-inline constexpr uint32_t kRdmProtocol = FI_PROTO_UNSPEC;
 // Scatter entries of a send or receive: a rendezvous request names at most
 // this many of the sender's segments.
 inline constexpr size_t kRdmIovLimit = rdm::kMaxRndvSegments;
@@ -93,9 +92,6 @@ struct RdmTxOp {
 	bool report = false;
 	Cntr *cntr = nullptr;
 	MrPtr mrs[kRdmIovLimit]; // rendezvous: registrations of the sender's segments
-	bool req_sent = false; // the request's own send completed
-	bool answered = false; // the peer's answer arrived
-	int error = 0;         // first failure (FI_E*, positive), reported once
 };
 
 // A receive posted by the application.
@@ -187,7 +183,6 @@ struct RdmEp final : fid_ep {
 	uint64_t tx_op_flags = 0;
 	uint64_t rx_op_flags = 0;
 	bool directed = false;      // FI_DIRECTED_RECV
-	bool source = false;        // FI_SOURCE
 	bool auto_progress = false; // FI_PROGRESS_AUTO: a data progress thread
 	size_t min_multi_recv = 0;  // FI_OPT_MIN_MULTI_RECV
 	size_t eager_size = 0;

@@ -59,32 +59,23 @@ void drain_channel(RdmEp *ep)
 		ibv_ack_cq_events(cq, 1);
 }
 
-// Waits on `fds` (and the stop descriptor) and runs `step` under the lock
-// each time one is readable, until the endpoint closes.
-template <typename Step> void service_loop(RdmEp *ep, std::initializer_list<int> fds, Step step)
+// Waits on fd (and the stop descriptor) and runs `step` under the lock each
+// time it is readable, until the endpoint closes.
+template <typename Step> void service_loop(RdmEp *ep, int fd, Step step)
 {
-	Fd e2;
-	std::vector<int> all(fds);
-	all.push_back(ep->stop_fd.get());
-	int raw = epoll_create1(EPOLL_CLOEXEC);
-	if (raw < 0) {
-		VRMA_WARN(FI_LOG_EP_CTRL, "RDM: epoll_create1: %s\n", strerror(errno));
+	Fd epfd;
+	if (int rc = wait_epoll_create(epfd, {fd, ep->stop_fd.get()})) {
+		VRMA_WARN(FI_LOG_EP_CTRL, "RDM: a service thread cannot wait: %s\n", fi_strerror(-rc));
 		return;
 	}
-	e2.reset(raw);
-	for (int fd : all) {
-		epoll_event ev{};
-		ev.events = EPOLLIN;
-		ev.data.fd = fd;
-		epoll_ctl(raw, EPOLL_CTL_ADD, fd, &ev);
-	}
+	const Deadline forever(-1);
 	for (;;) {
-		epoll_event evs[4];
-		const int n = epoll_wait(raw, evs, 4, -1);
-		if (n < 0 && errno != EINTR)
+		int ready[2];
+		const int n = wait_epoll(epfd.get(), forever, ready, 2);
+		if (n < 0)
 			return;
 		for (int i = 0; i < n; i++)
-			if (evs[i].data.fd == ep->stop_fd.get())
+			if (ready[i] == ep->stop_fd.get())
 				return;
 		std::lock_guard<std::mutex> guard(ep->lock);
 		step();
@@ -99,12 +90,10 @@ void report_cntrs_attach(RdmEp *ep, bool attach)
 		if (!c || std::find(cs, cs + i, c) != cs + i)
 			continue;
 		const int fd = ep->auto_progress ? -1 : ep->channel->fd;
-		if (attach) {
-			if (cntr_attach_rdm(c, ep, fd))
-				VRMA_WARN(FI_LOG_EP_CTRL, "RDM: a counter cannot wait on the endpoint\n");
-		} else {
-			cntr_detach_rdm(c, ep, fd);
-		}
+		if (attach)
+			c->rdm.attach(ep, c->epoll_fd.get(), fd, "counter");
+		else
+			c->rdm.detach(ep, c->epoll_fd.get(), fd);
 	}
 }
 
@@ -116,12 +105,10 @@ void cqs_attach(RdmEp *ep, bool attach)
 		if (!cq || (i == 1 && cq == cqs[0]))
 			continue;
 		const int fd = ep->auto_progress ? -1 : ep->channel->fd;
-		if (attach) {
-			if (cq_attach_rdm(cq, ep, fd))
-				VRMA_WARN(FI_LOG_EP_CTRL, "RDM: a CQ cannot wait on the endpoint\n");
-		} else {
-			cq_detach_rdm(cq, ep, fd);
-		}
+		if (attach)
+			cq->rdm.attach(ep, cq->epoll_fd.get(), fd, "CQ");
+		else
+			cq->rdm.detach(ep, cq->epoll_fd.get(), fd);
 	}
 }
 
@@ -232,37 +219,8 @@ int rdm_ep_bind(fid *f, fid *bfid, uint64_t flags) noexcept
 		av->refs++;
 		return 0;
 	}
-	case FI_CLASS_CQ: {
-		Cq *cq = from_fid<Cq>(bfid);
-		if (flags & ~(FI_TRANSMIT | FI_RECV | FI_SELECTIVE_COMPLETION)) {
-			VRMA_WARN(FI_LOG_EP_CTRL, "fi_ep_bind(cq): unsupported flags 0x%llx\n",
-				  static_cast<unsigned long long>(flags));
-			return -FI_EBADFLAGS;
-		}
-		if (!(flags & (FI_TRANSMIT | FI_RECV))) {
-			VRMA_WARN(FI_LOG_EP_CTRL, "fi_ep_bind(cq): need FI_TRANSMIT and/or FI_RECV\n");
-			return -FI_EINVAL;
-		}
-		if (cq->domain != ep->domain) {
-			VRMA_WARN(FI_LOG_EP_CTRL, "fi_ep_bind(cq): CQ belongs to another domain\n");
-			return -FI_EINVAL;
-		}
-		if (((flags & FI_TRANSMIT) && ep->tx_cq) || ((flags & FI_RECV) && ep->rx_cq)) {
-			VRMA_WARN(FI_LOG_EP_CTRL, "fi_ep_bind(cq): a CQ is already bound for that direction\n");
-			return -FI_EINVAL;
-		}
-		if (flags & FI_TRANSMIT) {
-			ep->tx_cq = cq;
-			ep->tx_selective = flags & FI_SELECTIVE_COMPLETION;
-			cq->refs++;
-		}
-		if (flags & FI_RECV) {
-			ep->rx_cq = cq;
-			ep->rx_selective = flags & FI_SELECTIVE_COMPLETION;
-			cq->refs++;
-		}
-		return 0;
-	}
+	case FI_CLASS_CQ:
+		return bind_cq(ep, from_fid<Cq>(bfid), flags);
 	case FI_CLASS_CNTR: {
 		Cntr *c = from_fid<Cntr>(bfid);
 		if (flags & (FI_REMOTE_READ | FI_REMOTE_WRITE)) {
@@ -274,23 +232,11 @@ int rdm_ep_bind(fid *f, fid *bfid, uint64_t flags) noexcept
 				  static_cast<unsigned long long>(flags));
 			return flags ? -FI_EBADFLAGS : -FI_EINVAL;
 		}
-		if (c->domain != ep->domain) {
-			VRMA_WARN(FI_LOG_EP_CTRL, "fi_ep_bind(cntr): counter belongs to another domain\n");
-			return -FI_EINVAL;
-		}
-		Cntr **slots[] = {&ep->cntr_send, &ep->cntr_recv, &ep->cntr_read, &ep->cntr_write};
-		const uint64_t bits[] = {FI_SEND, FI_RECV, FI_READ, FI_WRITE};
-		for (int i = 0; i < 4; i++)
-			if ((flags & bits[i]) && *slots[i]) {
-				VRMA_WARN(FI_LOG_EP_CTRL, "fi_ep_bind(cntr): a counter is already bound for that event\n");
-				return -FI_EINVAL;
-			}
-		for (int i = 0; i < 4; i++)
-			if (flags & bits[i]) {
-				*slots[i] = c;
-				c->refs++;
-			}
-		return 0;
+		return bind_cntr(c, ep->domain, flags,
+				 {{&ep->cntr_send, FI_SEND},
+				  {&ep->cntr_recv, FI_RECV},
+				  {&ep->cntr_read, FI_READ},
+				  {&ep->cntr_write, FI_WRITE}});
 	}
 	case FI_CLASS_EQ:
 		// Nothing to report on an EQ: connections are invisible.
@@ -453,12 +399,12 @@ try {
 	cqs_attach(ep, true);
 	report_cntrs_attach(ep, true);
 	ep->cm_thread = std::thread([ep] {
-		service_loop(ep, {ep->cm_channel->fd}, [ep] { drain_cm_events(ep); });
+		service_loop(ep, ep->cm_channel->fd, [ep] { drain_cm_events(ep); });
 	});
 	if (ep->auto_progress) {
 		ibv_req_notify_cq(ep->cq.get(), 0);
 		ep->data_thread = std::thread([ep] {
-			service_loop(ep, {ep->channel->fd}, [ep] {
+			service_loop(ep, ep->channel->fd, [ep] {
 				drain_channel(ep);
 				rdm_progress_locked(ep);
 				ibv_req_notify_cq(ep->cq.get(), 0);
@@ -675,6 +621,52 @@ void rdm_progress_locked(RdmEp *ep) noexcept
 	ep->in_progress = false;
 }
 
+int RdmHooks::attach(RdmEp *ep, int epoll_fd, int wait_fd, const char *what) noexcept
+try {
+	std::lock_guard<std::mutex> guard(lock_);
+	if (wait_fd >= 0 && epoll_fd >= 0) {
+		epoll_event ev{};
+		ev.events = EPOLLIN;
+		ev.data.fd = wait_fd;
+		if (epoll_ctl(epoll_fd, EPOLL_CTL_ADD, wait_fd, &ev) && errno != EEXIST)
+			// It still progresses the endpoint; a blocking wait may
+			// sleep through its completions.
+			VRMA_WARN(FI_LOG_EP_CTRL, "RDM: a %s cannot wait on the endpoint: %s\n", what,
+				  strerror(errno));
+	}
+	eps_.push_back(ep);
+	n_.store(eps_.size());
+	return 0;
+} catch (...) {
+	VRMA_WARN(FI_LOG_EP_CTRL, "RDM: out of memory attaching the endpoint to a %s\n", what);
+	return -FI_ENOMEM;
+}
+
+void RdmHooks::detach(RdmEp *ep, int epoll_fd, int wait_fd) noexcept
+{
+	std::lock_guard<std::mutex> guard(lock_);
+	std::erase(eps_, ep);
+	n_.store(eps_.size());
+	if (wait_fd >= 0 && epoll_fd >= 0)
+		epoll_ctl(epoll_fd, EPOLL_CTL_DEL, wait_fd, nullptr);
+}
+
+void RdmHooks::progress() noexcept
+{
+	std::lock_guard<std::mutex> guard(lock_);
+	for (RdmEp *ep : eps_)
+		rdm_progress(ep);
+}
+
+int RdmHooks::trywait() noexcept
+{
+	std::lock_guard<std::mutex> guard(lock_);
+	for (RdmEp *ep : eps_)
+		if (int rc = rdm_trywait(ep))
+			return rc;
+	return 0;
+}
+
 void rdm_progress(RdmEp *ep) noexcept
 {
 	std::lock_guard<std::mutex> guard(ep->lock);
@@ -744,7 +736,6 @@ try {
 		return -FI_EINVAL;
 	}
 	ep->directed = caps & FI_DIRECTED_RECV;
-	ep->source = caps & FI_SOURCE;
 	ep->matcher.directed(ep->directed);
 	ep->tx_op_flags = info->tx_attr ? info->tx_attr->op_flags & kRdmTxOpFlags : 0;
 	ep->rx_op_flags = info->rx_attr ? info->rx_attr->op_flags & kRdmRxOpFlags : 0;

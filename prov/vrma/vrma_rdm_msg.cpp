@@ -652,6 +652,18 @@ ssize_t rdm_recv(RdmEp *ep, const iovec *iov, size_t count, fi_addr_t src, uint6
 		return -FI_EOPBADSTATE;
 	}
 	rdm_progress_locked(ep);
+	auto new_recv = [&]() -> RdmRecv * {
+		auto *r = new (std::nothrow) RdmRecv;
+		if (r) {
+			r->kind = kind;
+			r->context = context;
+			std::copy(iov, iov + count, r->iov);
+			r->count = count;
+			r->capacity = total;
+			r->report = rx_reports(ep, flags);
+		}
+		return r;
+	};
 	if (flags & FI_PEEK) {
 		RdmMsg *m = ep->matcher.find_unexpected(kind, key);
 		if (!m) {
@@ -679,28 +691,16 @@ ssize_t rdm_recv(RdmEp *ep, const iovec *iov, size_t count, fi_addr_t src, uint6
 			discard_msg(ep, m);
 			return 0;
 		}
-		auto *r = new (std::nothrow) RdmRecv;
+		RdmRecv *r = new_recv();
 		if (!r)
 			return -FI_ENOMEM;
-		r->kind = kind;
-		r->context = context;
-		std::copy(iov, iov + count, r->iov);
-		r->count = count;
-		r->capacity = total;
-		r->report = rx_reports(ep, flags);
 		deliver_unexpected(ep, r, m);
 		return 0;
 	}
-	auto *r = new (std::nothrow) RdmRecv;
+	RdmRecv *r = new_recv();
 	if (!r)
 		return -FI_ENOMEM;
-	r->kind = kind;
 	r->key = key;
-	r->context = context;
-	std::copy(iov, iov + count, r->iov);
-	r->count = count;
-	r->capacity = total;
-	r->report = rx_reports(ep, flags);
 	r->multi = multi;
 	if (multi)
 		r->space = {total, 0, ep->min_multi_recv};
