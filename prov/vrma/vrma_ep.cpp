@@ -366,6 +366,10 @@ bool conn_post_sentinel(Conn *conn) noexcept
 
 void report_unposted(Conn *conn, const ibv_send_wr *first, int err) noexcept
 {
+	if (conn->peer) {
+		rdm_report_unposted(conn, first, err);
+		return;
+	}
 	Ep *ep = conn->ep;
 	const int fi_err = -errno_to_fi(err);
 	for (const ibv_send_wr *w = first; w; w = w->next) {

@@ -275,6 +275,9 @@ extern const fi_ops_msg rdm_msg_ops;
 extern const fi_ops_tagged rdm_tagged_ops;
 // A completion of the internal CQ (lock held).
 void rdm_handle_wc(RdmEp *ep, const ibv_wc &wc) noexcept;
+// Requests of an RDM connection accepted but never posted (a held-back
+// FI_MORE chain whose post failed): one error per operation.
+void rdm_report_unposted(Conn *conn, const ibv_send_wr *first, int err) noexcept;
 // fi_cancel of a posted receive.
 ssize_t rdm_cancel(RdmEp *ep, void *context) noexcept;
 // Posts SRQ buffer i.

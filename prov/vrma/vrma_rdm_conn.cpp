@@ -19,6 +19,7 @@
 //    flushed: a failed connection moves to RdmEp::dying and is freed by
 //    rdm_reap once its ring drained.
 #include "vrma_rdm.h"
+#include "vrma_post.h"
 
 namespace vrma {
 
@@ -309,6 +310,10 @@ void rdm_conn_failed(RdmPeer *peer, Conn *conn, int err) noexcept
 	const bool was_connecting = conn->state.load() != EpState::Connected && slot == &peer->conn;
 	if (was_connecting && ep->connecting)
 		ep->connecting--;
+	// Sends held back by FI_MORE go out now, to complete or flush with
+	// the queue pair: nothing accepted ends without a completion.
+	if (conn->more_held)
+		flush_more(conn);
 	conn->state.store(EpState::Shutdown);
 	if (conn->qp) {
 		ibv_qp_attr attr{};

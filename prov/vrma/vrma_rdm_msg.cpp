@@ -946,6 +946,35 @@ void rdm_handle_wc(RdmEp *ep, const ibv_wc &wc) noexcept
 	}
 }
 
+void rdm_report_unposted(Conn *conn, const ibv_send_wr *first, int err) noexcept
+{
+	RdmPeer *peer = conn->peer;
+	RdmEp *ep = peer->ep;
+	const int fi_err = -errno_to_fi(err);
+	for (const ibv_send_wr *w = first; w; w = w->next) {
+		auto *s = reinterpret_cast<TxSlot *>(w->wr_id);
+		if (s->seq != s->op_end)
+			continue; // one report per operation, at its last request
+		// The slots stay in the ring: a later completion (the sentinel's
+		// flush when the connection goes) retires them, reporting nothing.
+		switch (rdm_aux_kind(s->aux)) {
+		case RdmTx::App:
+			rdm_report_tx(ep, s->context, s->comp_flags, s->len, true, s->cntr, fi_err,
+				      IBV_WC_GENERAL_ERR);
+			break;
+		case RdmTx::RndvReq:
+		case RdmTx::DcSend: {
+			auto w2 = peer->waiting.find(static_cast<uint32_t>(reinterpret_cast<uintptr_t>(s->context)));
+			if (w2 != peer->waiting.end())
+				complete_tx_op(ep, w2->second, fi_err, IBV_WC_GENERAL_ERR);
+			break;
+		}
+		default:
+			break;
+		}
+	}
+}
+
 ssize_t rdm_cancel(RdmEp *ep, void *context) noexcept
 {
 	std::lock_guard<std::mutex> guard(ep->lock);

@@ -1803,6 +1803,44 @@ END_TEST
 // A peer whose endpoint closed: sends to it fail within the deadline, other
 // peers are not affected, and a new endpoint at the same address is reached
 // after fi_av_remove + fi_av_insert.
+// Sends held back by FI_MORE when the endpoint closes: each still ends with
+// exactly one entry on the CQ (success or error), none is lost.
+START_TEST(rdm_conn_more_close)
+{
+	RdmEnv env;
+	RdmNode a(env), b(env);
+	connect_all({&a, &b});
+	// Connected first: the held sends go on the queue pair's chain.
+	std::vector<uint8_t> first = pattern(64, 70);
+	RecvBuf r0(64);
+	fi_context rctx, sctx;
+	ck_assert_int_eq(fi_recv(b.ep, r0.data(), r0.len, nullptr, FI_ADDR_UNSPEC, &rctx), 0);
+	ck_assert_int_eq(post_retry([&] { return fi_send(a.ep, first.data(), 64, nullptr, a.addr_of(b), &sctx); }), 0);
+	expect_ok(a, &sctx, kSendMsg, "the first send");
+	expect_ok(b, &rctx, kRecvMsg, "the first receive");
+	constexpr int N = 3;
+	std::vector<uint8_t> src = pattern(128, 71);
+	fi_context mctx[N];
+	for (int i = 0; i < N; i++) {
+		iovec iov{src.data(), src.size()};
+		fi_msg m = make_msg(&iov, 1, a.addr_of(b), &mctx[i]);
+		ck_assert_int_eq(fi_sendmsg(a.ep, &m, FI_MORE | FI_COMPLETION), 0);
+	}
+	a.close_ep();
+	int seen[N] = {};
+	for (int k = 0; k < N; k++) {
+		Completion c = next_alone(a);
+		int i = 0;
+		while (i < N && c.context() != &mctx[i])
+			i++;
+		ck_assert_msg(i < N, "an entry for an unknown context: %s", c.describe().c_str());
+		ck_assert_msg(!seen[i]++, "two entries for held send %d", i);
+		ck_assert_msg(c.flags() & FI_SEND, "held send %d: %s", i, c.describe().c_str());
+	}
+	expect_none(a, 300, "after the held sends");
+}
+END_TEST
+
 START_TEST(rdm_conn_peer_closed)
 {
 	RdmEnv env;
@@ -2245,7 +2283,7 @@ Suite *rdm_suite()
 	add("rdm_multi_recv", 60, {rdm_multi_recv_buffer});
 	add("rdm_conn", 120,
 	    {rdm_conn_crossing_interleaved, rdm_conn_crossing_threads, rdm_conn_unknown_sender, rdm_conn_peer_closed,
-	     rdm_conn_av_remove});
+	     rdm_conn_av_remove, rdm_conn_more_close});
 	add("rdm_rndv_cache", 60, {rdm_rndv_mmap_remap, rdm_rndv_mmap_fixed_replace, rdm_rndv_malloc_reuse});
 	add("rdm_threads", 120, {rdm_threads_tagged});
 	add("rdm_auto", 60, {rdm_auto_progress});
