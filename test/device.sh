@@ -12,6 +12,16 @@ if [ "${VRMA_DEVICE_TESTS:-}" = skip ]; then
 	echo "device.sh: skipped (VRMA_DEVICE_TESTS=skip)"
 	exit 77
 fi
+# The guest mounts its own tmpfs on /tmp, /run and /dev/shm: a source tree
+# there is invisible to it (its scripts would be "not found").
+host_device=
+[ -z "${VRMA_VM_FORCE:-}" ] && [ -n "$(ls /sys/class/infiniband 2>/dev/null)" ] && host_device=1
+[ -n "$host_device" ] || case $srcdir in
+/tmp/* | /run/* | /dev/shm/*)
+	echo "FAIL: device.sh: the source tree $srcdir is under /tmp, /run or /dev/shm, which the test VM replaces with its own tmpfs; clone it elsewhere"
+	exit 1
+	;;
+esac
 # fabtests are built on the host, once (util/vrma-fabtests caches them), and
 # run in the same boot as the device tests; without the tarball the build
 # step prints the one line that says it skips them.
@@ -28,7 +38,7 @@ if command -v mpicc >/dev/null 2>&1; then
 else
 	echo "device.sh: no mpicc (openmpi-bin, libopenmpi-dev): the MPI test is skipped"
 fi
-if [ -z "${VRMA_VM_FORCE:-}" ] && [ -n "$(ls /sys/class/infiniband 2>/dev/null)" ]; then
+if [ -n "$host_device" ]; then
 	echo "device.sh: RDMA device present, running on the host"
 	exec sh "$srcdir/test/device/run-in-vm.sh"
 fi

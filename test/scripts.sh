@@ -149,5 +149,15 @@ ft_skip() {
 }
 check "vrma-fabtests without the tarball says it skips, in one line" ft_skip
 
+# A source tree where the test VM mounts its own tmpfs: one line, before
+# anything is built or booted (on a host without an RDMA device).
+tmp_src() {
+	[[ -n $(ls /sys/class/infiniband 2>/dev/null) ]] && return 0
+	run "$tmp/t" env -u VRMA_DEVICE_TESTS VRMA_SRCDIR=/tmp/vrma-src VRMA_BUILDDIR="$tmp" sh "$srcdir/test/device.sh"
+	[[ $rc -eq 1 ]] && [[ $(wc -l <"$tmp/t.out") -eq 1 ]] &&
+		grep -q '^FAIL: device.sh: the source tree /tmp/vrma-src is under /tmp' "$tmp/t.out" || show "$tmp/t"
+}
+check "device.sh refuses a source tree under /tmp, in one line" tmp_src
+
 echo "$passed passed, $failed failed"
 [[ $failed -eq 0 ]]
