@@ -21,6 +21,7 @@
 //    what they are given must satisfy what decode checks.
 #pragma once
 
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -31,41 +32,38 @@
 
 namespace vrma::rdm {
 
-// Little-endian integers at any alignment.
+// Little-endian integers at any alignment. memcpy of the native value keeps
+// each to one load or store on a little-endian host (the byte loops they
+// replace cost ~30 instructions a field on the receive path).
 namespace le {
-inline void put16(uint8_t *p, uint16_t v) noexcept
+template <typename T> inline T to_le(T v) noexcept
 {
-	p[0] = static_cast<uint8_t>(v);
-	p[1] = static_cast<uint8_t>(v >> 8);
+	if constexpr (std::endian::native == std::endian::little)
+		return v;
+	else if constexpr (sizeof(T) == 2)
+		return __builtin_bswap16(v);
+	else if constexpr (sizeof(T) == 4)
+		return __builtin_bswap32(v);
+	else
+		return __builtin_bswap64(v);
 }
-inline void put32(uint8_t *p, uint32_t v) noexcept
+template <typename T> inline void put(uint8_t *p, T v) noexcept
 {
-	for (int i = 0; i < 4; i++)
-		p[i] = static_cast<uint8_t>(v >> (8 * i));
+	v = to_le(v);
+	memcpy(p, &v, sizeof v);
 }
-inline void put64(uint8_t *p, uint64_t v) noexcept
+template <typename T> inline T get(const uint8_t *p) noexcept
 {
-	for (int i = 0; i < 8; i++)
-		p[i] = static_cast<uint8_t>(v >> (8 * i));
+	T v;
+	memcpy(&v, p, sizeof v);
+	return to_le(v);
 }
-inline uint16_t get16(const uint8_t *p) noexcept
-{
-	return static_cast<uint16_t>(p[0] | p[1] << 8);
-}
-inline uint32_t get32(const uint8_t *p) noexcept
-{
-	uint32_t v = 0;
-	for (int i = 3; i >= 0; i--)
-		v = v << 8 | p[i];
-	return v;
-}
-inline uint64_t get64(const uint8_t *p) noexcept
-{
-	uint64_t v = 0;
-	for (int i = 7; i >= 0; i--)
-		v = v << 8 | p[i];
-	return v;
-}
+inline void put16(uint8_t *p, uint16_t v) noexcept { put(p, v); }
+inline void put32(uint8_t *p, uint32_t v) noexcept { put(p, v); }
+inline void put64(uint8_t *p, uint64_t v) noexcept { put(p, v); }
+inline uint16_t get16(const uint8_t *p) noexcept { return get<uint16_t>(p); }
+inline uint32_t get32(const uint8_t *p) noexcept { return get<uint32_t>(p); }
+inline uint64_t get64(const uint8_t *p) noexcept { return get<uint64_t>(p); }
 } // namespace le
 
 // ---------------------------------------------------------------------------

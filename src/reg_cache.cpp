@@ -95,6 +95,20 @@ void RegCache::List::remove(RegEntry *e) noexcept
 	count--;
 }
 
+// ---- RegPrepared ----
+
+RegPrepared &RegPrepared::operator=(RegPrepared &&o) noexcept
+{
+	if (this != &o) {
+		delete e_;
+		e_ = o.e_;
+		o.e_ = nullptr;
+	}
+	return *this;
+}
+
+RegPrepared::~RegPrepared() { delete e_; }
+
 // ---- RegCache ----
 
 RegCache::RegCache(size_t page, size_t max_entries, size_t max_bytes) noexcept
@@ -213,7 +227,9 @@ size_t RegCache::retire_range(uintptr_t start, uintptr_t end, RegRetired &out) n
 	auto it = first_touching(start, false);
 	while (it != live_.end() && it->second->start_ < end) {
 		RegEntry *e = it->second;
-		it = live_.erase(it);
+		const auto next = std::next(it);
+		e->node_ = live_.extract(it); // freed with the entry, not here
+		it = next;
 		retire(e, out);
 		n++;
 	}
@@ -223,7 +239,7 @@ size_t RegCache::retire_range(uintptr_t start, uintptr_t end, RegRetired &out) n
 void RegCache::evict_one(RegRetired &out) noexcept
 {
 	RegEntry *e = lru_.head;
-	live_.erase(e->pos_);
+	e->node_ = live_.extract(e->pos_);
 	retire(e, out);
 	counters_.evictions++;
 }
@@ -255,34 +271,55 @@ bool RegCache::raced(uint64_t since, uintptr_t start, uintptr_t end) const noexc
 	return false;
 }
 
+RegPrepared RegCache::prepare() noexcept
+{
+	RegPrepared p;
+	auto *e = new (std::nothrow) RegEntry(0, 0, 0, nullptr);
+	if (!e)
+		return p;
+	try {
+		Map one;
+		one.emplace(0, e);
+		e->node_ = one.extract(one.begin());
+	} catch (...) {
+		delete e;
+		return p;
+	}
+	p.e_ = e;
+	return p;
+}
+
 RegEntry *RegCache::insert(uintptr_t start, uintptr_t end, uint64_t access, void *handle,
 			   uint64_t since, RegRetired &out) noexcept
 {
-	if (!handle || start >= end || !aligned(start) || !aligned(end))
-		return nullptr;
 	// Both allocations come first: running out of memory changes nothing.
-	auto *e = new (std::nothrow) RegEntry(start, end, access, handle);
-	if (!e)
+	RegPrepared prep = prepare();
+	return insert(start, end, access, handle, since, out, prep);
+}
+
+RegEntry *RegCache::insert(uintptr_t start, uintptr_t end, uint64_t access, void *handle,
+			   uint64_t since, RegRetired &out, RegPrepared &prep) noexcept
+{
+	if (!handle || start >= end || !aligned(start) || !aligned(end) || !prep)
 		return nullptr;
-	Map::node_type node;
-	try {
-		Map one;
-		one.emplace(start, e);
-		node = one.extract(one.begin());
-	} catch (...) {
-		delete e;
-		return nullptr;
-	}
+	RegEntry *e = prep.e_;
+	prep.e_ = nullptr;
+	e->start_ = start;
+	e->end_ = end;
+	e->access_ = access;
+	e->handle_ = handle;
+	e->refs_ = 1;
+	e->node_.key() = start;
 
 	const RegEntry *have = covering(start, end);
 	if (raced(since, start, end) || (have && (have->access_ & access) == access)) {
-		make_stale(e); // the unused node goes, `e` stays
+		make_stale(e); // the unused node stays with `e`
 		counters_.stale_inserts++;
 	} else {
 		// Retiring the overlaps frees `start` in the map, so the node
 		// goes in (inserting a node does not allocate).
 		counters_.replaced += retire_range(start, end, out);
-		e->pos_ = live_.insert(std::move(node)).position;
+		e->pos_ = live_.insert(std::move(e->node_)).position;
 		live_bytes_ += e->len();
 	}
 	counters_.inserts++;
@@ -294,17 +331,23 @@ RegEntry *RegCache::insert(uintptr_t start, uintptr_t end, uint64_t access, void
 
 void *RegCache::release(RegEntry *e) noexcept
 {
+	RegRetired out;
+	release(e, out);
+	return out.pop();
+}
+
+bool RegCache::release(RegEntry *e, RegRetired &out) noexcept
+{
 	if (!e || e->refs_ == 0 || --e->refs_ > 0)
-		return nullptr;
+		return false;
 	if (!e->stale_) {
 		lru_.push_back(e);
-		return nullptr;
+		return false;
 	}
 	stale_.remove(e);
 	stale_bytes_ -= e->len();
-	void *handle = e->handle_;
-	delete e;
-	return handle;
+	out.push(e);
+	return true;
 }
 
 size_t RegCache::invalidate(uintptr_t addr, size_t len, RegRetired &out) noexcept

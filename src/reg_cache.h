@@ -80,9 +80,32 @@ private:
 	// entry in use is on none.
 	RegEntry *prev_ = nullptr;
 	RegEntry *next_ = nullptr;
-	// Its node in the map while live: eviction and invalidation erase it
-	// without another search.
+	// Its node in the map while live: eviction and invalidation take it
+	// out without another search.
 	std::map<uintptr_t, RegEntry *>::iterator pos_;
+	// The map node while the entry is out of the map (stale, retired, or
+	// prepared and not inserted): it is freed with the entry, never when the
+	// entry leaves the map, so no call under the caller's lock frees memory.
+	std::map<uintptr_t, RegEntry *>::node_type node_;
+};
+
+// The allocations insert() needs (an entry and its map node), made by
+// RegCache::prepare() before the caller takes its lock. An unused or
+// leftover one frees them when destroyed: destroy it after the lock is
+// dropped.
+class RegPrepared {
+public:
+	RegPrepared() = default;
+	RegPrepared(RegPrepared &&o) noexcept : e_(o.e_) { o.e_ = nullptr; }
+	RegPrepared &operator=(RegPrepared &&o) noexcept;
+	RegPrepared(const RegPrepared &) = delete;
+	RegPrepared &operator=(const RegPrepared &) = delete;
+	~RegPrepared();
+	explicit operator bool() const noexcept { return e_ != nullptr; }
+
+private:
+	friend class RegCache;
+	RegEntry *e_ = nullptr;
 };
 
 // Registrations the cache gave up, for the caller to deregister: filled by
@@ -213,6 +236,15 @@ public:
 	// Never throws.
 	RegEntry *insert(uintptr_t start, uintptr_t end, uint64_t access, void *handle,
 			 uint64_t since, RegRetired &out) noexcept;
+	// The allocations of an insert(), made outside the lock (empty when out
+	// of memory). Static: it touches no cache state.
+	static RegPrepared prepare() noexcept;
+	// insert() with allocations made beforehand: neither allocates nor
+	// frees. `prep` is consumed when the entry is cached (live or stale);
+	// nullptr and `prep` left as it was on the argument errors above or an
+	// empty `prep`.
+	RegEntry *insert(uintptr_t start, uintptr_t end, uint64_t access, void *handle,
+			 uint64_t since, RegRetired &out, RegPrepared &prep) noexcept;
 
 	// Drops a reference, one that lookup() or insert() gave. Returns the
 	// handle to deregister when the entry is stale and this was its last
@@ -223,6 +255,10 @@ public:
 	// use is never an eviction candidate). Does not evict, even when the
 	// cache is over its limits.
 	void *release(RegEntry *e) noexcept;
+	// release() that frees nothing: a stale entry whose last reference this
+	// was goes into `out` (whose pop() gives its handle and frees it).
+	// Returns whether it did.
+	bool release(RegEntry *e, RegRetired &out) noexcept;
 
 	// Retires every live entry overlapping the pages of [addr, addr+len)
 	// (clamped at the top of the address space): unused ones into `out`,

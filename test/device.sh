@@ -35,6 +35,8 @@ if command -v mpicc >/dev/null 2>&1; then
 	mkdir -p "$builddir/test/mpi"
 	mpicc -O2 -Wall -Wextra -Werror -o "$builddir/test/mpi/vrma_mpi_test" \
 		"$srcdir/test/mpi/vrma_mpi_test.c" || { echo "FAIL: building test/mpi/vrma_mpi_test"; exit 1; }
+	mpicc -O2 -Wall -Wextra -Werror -o "$builddir/test/mpi/vrma_mpi_latency" \
+		"$srcdir/test/mpi/vrma_mpi_latency.c" || { echo "FAIL: building test/mpi/vrma_mpi_latency"; exit 1; }
 else
 	echo "device.sh: no mpicc (openmpi-bin, libopenmpi-dev): the MPI test is skipped"
 fi

@@ -77,6 +77,22 @@ struct fi_vrma_commit_stats {
 	const char *cache_flush; /* "clwb", "clflushopt", "clflush" or "none" */
 };
 
+/* A domain's registration cache of application buffers (RDM rendezvous
+ * transfers with desc NULL; FI_VRMA_MR_CACHE*). */
+struct fi_vrma_mr_cache_stats {
+	int active;             /* 1: caching, with a userfaultfd memory monitor;
+				 * 0: off or not started yet (FI_LOG_LEVEL=info says why) */
+	uint64_t hits;          /* transfers served by a cached registration */
+	uint64_t misses;        /* lookups that registered */
+	uint64_t invalidations; /* cached registrations dropped because their
+				 * memory was unmapped, released or remapped */
+	uint64_t evictions;     /* unused registrations dropped for the limits */
+	uint64_t entries;       /* registrations cached now */
+	uint64_t bytes;         /* bytes they cover */
+	uint64_t uncached;      /* registrations made for one transfer only (cache
+				 * off, or memory the monitor cannot watch) */
+};
+
 /* fi_open_ops(&domain->fid, FI_VRMA_DOMAIN_OPS, 0, (void **)&ops, NULL) */
 #define FI_VRMA_DOMAIN_OPS "vrma_domain_ops_v1"
 
@@ -90,6 +106,9 @@ struct fi_vrma_domain_ops {
 	int (*set_direct_write_to_pmem)(struct fid_domain *domain, int enable);
 	/* Copies the domain's commit-service counters. */
 	int (*commit_stats)(struct fid_domain *domain, struct fi_vrma_commit_stats *stats);
+	/* Copies the domain's registration-cache counters. Present when size
+	 * covers it (added in vrma 0.1 after commit_stats). */
+	int (*mr_cache_stats)(struct fid_domain *domain, struct fi_vrma_mr_cache_stats *stats);
 };
 
 #ifdef __cplusplus

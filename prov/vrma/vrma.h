@@ -35,8 +35,10 @@
 #include <rdma/rdma_cma.h>
 
 #include "av_table.h"
+#include "ring_queue.h"
 #include "slot_ring.h"
 #include "vrma_errno.h"
+#include "vrma_mr_cache.h"
 #include "vrma_verbs.h"
 #include "vrma_wire.h"
 
@@ -242,6 +244,12 @@ struct Domain final : fid_domain {
 	std::mutex pmem_lock;
 	PmemServicePtr pmem;
 	CommitStats commit_stats;
+	// Registrations of application buffers (vrma_mr_cache.h): made at the
+	// first rendezvous; state 0 not yet, 1 caching, 2 off.
+	std::mutex mr_cache_open_lock;
+	std::atomic<int> mr_cache_state{0};
+	std::unique_ptr<MrCache, MrCacheDeleter> mr_cache;
+	std::atomic<uint64_t> mr_uncached{0}; // registrations for one transfer only
 };
 
 struct Mr final : fid_mr {
@@ -314,7 +322,7 @@ struct Cq final : fid_cq {
 	Fd signal_fd; // eventfd written by fi_cq_signal and cq_push
 	std::atomic<bool> user_signal{false}; // fi_cq_signal was called
 	std::mutex lock;
-	std::deque<CqPending> pending;
+	RingQueue<CqPending> pending;
 	size_t cqe = 0;      // entries the ibv CQ holds
 	size_t reserved = 0; // entries promised to bound queues
 	std::atomic<int> refs{0};
@@ -626,6 +634,9 @@ struct Pep final : fid_pep {
 	socklen_t src_len = 0;
 	bool listening = false;
 };
+
+// f as a vrma passive endpoint, or nullptr (another class or provider).
+const Pep *as_vrma_pep(const fid *f) noexcept;
 
 // The handle of a connection request (fi_info::handle of FI_CONNREQ).
 struct ConnReq final : fid {

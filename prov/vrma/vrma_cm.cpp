@@ -617,6 +617,13 @@ ssize_t pep_cancel(fid_t, void *) noexcept { return -FI_ENOENT; }
 
 } // namespace
 
+const Pep *as_vrma_pep(const fid *f) noexcept
+{
+	if (!f || f->fclass != FI_CLASS_PEP || f->ops != &pep_fi_ops)
+		return nullptr;
+	return from_fid<Pep>(const_cast<fid *>(f));
+}
+
 int ep_getopt(fid_t f, int level, int optname, void *optval, size_t *optlen) noexcept
 {
 	if (level != FI_OPT_ENDPOINT)

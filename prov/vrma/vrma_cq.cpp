@@ -219,7 +219,10 @@ ssize_t cq_read_impl(Cq *cq, void *buf, size_t count, fi_addr_t *src_addr)
 		emit(cq->pending.front().comp, cq->pending.front().src);
 		cq->pending.pop_front();
 	}
-	if (cq->pending.empty()) {
+	// The device CQ has completions only while a queue pair uses it
+	// (reserved entries: MSG endpoints); a CQ of RDM endpoints alone skips
+	// the empty poll.
+	if (cq->pending.empty() && cq->reserved) {
 		ibv_wc wcs[16];
 		while (n < count) {
 			int want = static_cast<int>(std::min<size_t>(16, count - n));

@@ -12,6 +12,8 @@ int domain_close(fid *f) noexcept
 		VRMA_WARN(FI_LOG_DOMAIN, "domain still has %d open objects\n", dom->refs.load());
 		return -FI_EBUSY;
 	}
+	// Cached registrations go before the protection domain they are in.
+	mr_cache_close(dom);
 	ibv_pd *pd = dom->pd.release();
 	if (int rc = ibv_dealloc_pd(pd)) {
 		VRMA_WARN(FI_LOG_DOMAIN, "ibv_dealloc_pd: %s\n", strerror(rc));

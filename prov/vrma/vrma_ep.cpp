@@ -604,7 +604,25 @@ try {
 		return -FI_EINVAL;
 	}
 
-	if (info->handle) {
+	// A passive endpoint as the handle (fi_getinfo's hints->handle): the
+	// active endpoint takes over its address (fi_endpoint(3)). vrma's
+	// passive endpoint binds only when it listens, so the address is free
+	// to take; a listening one keeps it.
+	const sockaddr *pep_src = nullptr;
+	if (info->handle && info->handle->fclass == FI_CLASS_PEP) {
+		const Pep *pep = as_vrma_pep(info->handle);
+		if (!pep) {
+			VRMA_WARN(FI_LOG_EP_CTRL, "fi_endpoint: info->handle is another provider's passive endpoint\n");
+			return -FI_EINVAL;
+		}
+		if (pep->listening) {
+			VRMA_WARN(FI_LOG_EP_CTRL, "fi_endpoint: info->handle is a listening passive endpoint: its address stays with it\n");
+			return -FI_EOPBADSTATE;
+		}
+		if (pep->src_len)
+			pep_src = reinterpret_cast<const sockaddr *>(&pep->src);
+	}
+	if (info->handle && info->handle->fclass != FI_CLASS_PEP) {
 		if (info->handle->fclass != FI_CLASS_CONNREQ) {
 			VRMA_WARN(FI_LOG_EP_CTRL, "fi_endpoint: info->handle is not a connection request\n");
 			return -FI_EINVAL;
@@ -635,7 +653,7 @@ try {
 			return errno_to_fi(err);
 		}
 		ep->conn.id.reset(raw);
-		auto *src = static_cast<sockaddr *>(info->src_addr);
+		auto *src = pep_src ? const_cast<sockaddr *>(pep_src) : static_cast<sockaddr *>(info->src_addr);
 		auto *dst = static_cast<sockaddr *>(info->dest_addr);
 		if (dst) {
 			if (rdma_resolve_addr(ep->conn.id.get(), src, dst, params.cm_timeout_ms)) {

@@ -11,6 +11,7 @@
 #include <ifaddrs.h>
 #include <net/if.h>
 #include <netdb.h>
+#include <sys/resource.h>
 
 #include <cstdio>
 #include <map>
@@ -18,6 +19,19 @@
 namespace vrma {
 
 namespace {
+
+// Descriptors left for CQs and counters: the soft RLIMIT_NOFILE less a
+// reserve for the rest of the process (sockets, files, endpoints' rdma_cm
+// channels).
+size_t descriptor_budget() noexcept
+{
+	constexpr size_t kReserve = 128;
+	rlimit rl{};
+	if (getrlimit(RLIMIT_NOFILE, &rl) || rl.rlim_cur == RLIM_INFINITY)
+		return SIZE_MAX;
+	const auto cur = static_cast<size_t>(rl.rlim_cur);
+	return cur > 2 * kReserve ? cur - kReserve : cur / 2;
+}
 
 struct PortAddr {
 	ibv_context *ctx = nullptr;
@@ -235,7 +249,13 @@ fi_info *build_cap_info(const Port &p, const PortAddr &a, int inline_size)
 	dom.mr_mode = kMrMode;
 	dom.mr_key_size = sizeof(uint32_t);
 	dom.cq_data_size = kCqDataSize;
-	dom.cq_cnt = static_cast<size_t>(d.max_cq);
+	// A CQ with a wait object holds three descriptors (completion channel,
+	// eventfd, epoll) and a counter two: the process's descriptor limit
+	// bounds them long before the device does (rxe: max_cq 16384 against
+	// a usual 1024 descriptors), so cq_cnt and cntr_cnt, "the optimal
+	// number" (fi_domain(3)), are what that limit leaves.
+	const size_t fds = descriptor_budget();
+	dom.cq_cnt = std::min(static_cast<size_t>(d.max_cq), std::max<size_t>(fds / 3, 1));
 	dom.ep_cnt = static_cast<size_t>(d.max_qp);
 	dom.tx_ctx_cnt = static_cast<size_t>(d.max_qp);
 	dom.rx_ctx_cnt = static_cast<size_t>(d.max_qp);
@@ -243,8 +263,8 @@ fi_info *build_cap_info(const Port &p, const PortAddr &a, int inline_size)
 	dom.max_ep_rx_ctx = 1;
 	dom.max_ep_stx_ctx = 0;
 	dom.max_ep_srx_ctx = 0;
-	// Counters are software objects: as many as memory allows.
-	dom.cntr_cnt = static_cast<size_t>(d.max_cq);
+	// Counters are software objects: as many as descriptors allow.
+	dom.cntr_cnt = std::min(static_cast<size_t>(d.max_cq), std::max<size_t>(fds / 2, 1));
 	dom.mr_iov_limit = 1;
 	dom.caps = kDomainCaps;
 	dom.mode = 0;
@@ -688,6 +708,13 @@ try {
 	}
 	if (!head)
 		return -FI_ENODATA;
+	// A passive endpoint in the hints: MSG endpoints opened from these
+	// infos take over its address (fi_endpoint). RDM endpoints listen on
+	// their own.
+	if (hints && hints->handle && as_vrma_pep(hints->handle))
+		for (fi_info *i = head.get(); i; i = i->next)
+			if (i->ep_attr && i->ep_attr->type == FI_EP_MSG)
+				i->handle = hints->handle;
 	*info = head.release();
 	return 0;
 } catch (...) {

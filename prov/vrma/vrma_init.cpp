@@ -99,6 +99,17 @@ void params_init() noexcept
 	rdm_params.tx_buffers = std::clamp<size_t>(rdm_params.tx_buffers, 16, 65536);
 	rdm_params.peer_tx_size = std::clamp<size_t>(rdm_params.peer_tx_size, 8, 16384);
 	{
+		int on = 1;
+		fi_param_define(&provider, "mr_cache", FI_PARAM_BOOL,
+				"RDM endpoints: keep the registrations of application buffers that rendezvous transfers make, invalidated through userfaultfd when the memory is unmapped (needs CAP_SYS_PTRACE, vm.unprivileged_userfaultfd=1 or /dev/userfaultfd; without it each transfer registers its buffer) (default: true)");
+		if (fi_param_get_bool(&provider, "mr_cache", &on) == 0)
+			mr_cache_params.enabled = on != 0;
+	}
+	define_size("mr_cache_max_size", "RDM endpoints: bytes of cached registrations a domain keeps at most (default: 1073741824)",
+		    &mr_cache_params.max_size);
+	define_size("mr_cache_max_count", "RDM endpoints: cached registrations a domain keeps at most (default: 1024)",
+		    &mr_cache_params.max_count);
+	{
 		int layering = 0;
 		fi_param_define(&provider, "util_layering", FI_PARAM_BOOL,
 				"Offer vrma's MSG endpoints to utility providers, so that the core lists \"vrma;ofi_rxm\" RDM endpoints (listed before vrma's own RDM endpoint, which -p vrma then no longer selects) (default: false)");

@@ -91,7 +91,7 @@ struct RdmTxOp {
 	size_t len = 0;
 	bool report = false;
 	Cntr *cntr = nullptr;
-	MrPtr mrs[kRdmIovLimit]; // rendezvous: registrations of the sender's segments
+	UserReg regs[kRdmIovLimit]; // rendezvous: registrations of the sender's segments
 };
 
 // A receive posted by the application.
@@ -138,7 +138,8 @@ struct RdmRxOp {
 	size_t nsegs = 0;
 	iovec dst[kRdmIovLimit];
 	size_t count = 0;
-	MrPtr mrs[kRdmIovLimit];
+	UserReg regs[kRdmIovLimit];
+	bool registered = false;
 };
 
 // One peer: the connection and what waits for it.
@@ -218,8 +219,24 @@ struct RdmEp final : fid_ep {
 	size_t tx_credit = 0;
 
 	TagMatcher<RdmRecv, RdmMsg> matcher;
+	// Receives done with, kept for the next fi_recv (malloc and free cost
+	// as much as the rest of a posted receive). Its capacity, kRecvPoolMax,
+	// is reserved at open, so putting one back never allocates.
+	static constexpr size_t kRecvPoolMax = 256;
+	std::vector<std::unique_ptr<RdmRecv>> recv_pool;
 	std::unordered_map<rdm::RdmAddr, std::unique_ptr<RdmPeer>, rdm::RdmAddrHash> peers;
 	std::unordered_map<uint32_t, RdmPeer *> by_qp; // qp_num -> peer
+	// fi_addr_t -> peer for sends, indexed by the handle's slot (its low
+	// 32 bits). Valid while the AV's epoch is peer_cache_epoch: an insert
+	// or a remove empties it, so a removed handle is looked up again (and
+	// fails). Peers live as long as the endpoint, so the pointers do too.
+	struct PeerCacheEntry {
+		fi_addr_t addr = FI_ADDR_NOTAVAIL;
+		RdmPeer *peer = nullptr;
+	};
+	static constexpr size_t kPeerCacheMax = size_t(1) << 16;
+	std::vector<PeerCacheEntry> peer_cache;
+	uint64_t peer_cache_epoch = ~0ULL;
 	// Connections replaced or failed, freed once their send rings drained.
 	std::vector<std::unique_ptr<Conn>> dying;
 	size_t connecting = 0;
@@ -263,6 +280,12 @@ void rdm_cm_event(RdmEp *ep, rdma_cm_event *ev, rdma_cm_id *&destroy) noexcept;
 // The connection broke: its waiting operations fail, it is replaced by the
 // next send. Safe to call more than once.
 void rdm_conn_failed(RdmPeer *peer, Conn *conn, int err) noexcept;
+// The connection is up: its ESTABLISHED event, or a first message that
+// arrived on it before that event was handled (the accepting side's queue
+// pair can send once rdma_accept returned, so the peer's first message can
+// overtake the event; a rendezvous read or an answer to it must not find
+// the connection still "connecting"). Idempotent.
+void rdm_conn_established(RdmPeer *peer, Conn *c) noexcept;
 // Frees connections whose send rings drained.
 void rdm_reap(RdmEp *ep) noexcept;
 // fi_cq_readfrom's address of a peer (FI_ADDR_NOTAVAIL when not in the AV).
@@ -272,6 +295,11 @@ void rdm_close_peers(RdmEp *ep) noexcept;
 
 // vrma_rdm_msg.cpp
 extern const fi_ops_msg rdm_msg_ops;
+// A receive from the endpoint's pool (or the heap), default-initialised;
+// nullptr when out of memory. rdm_put_recv takes it back (lock held for
+// both).
+RdmRecv *rdm_get_recv(RdmEp *ep) noexcept;
+void rdm_put_recv(RdmEp *ep, RdmRecv *r) noexcept;
 extern const fi_ops_tagged rdm_tagged_ops;
 // A completion of the internal CQ (lock held).
 void rdm_handle_wc(RdmEp *ep, const ibv_wc &wc) noexcept;

@@ -261,6 +261,17 @@ fi_addr_t rdm_peer_fi_addr(RdmPeer *peer) noexcept
 
 RdmPeer *rdm_peer_of(RdmEp *ep, fi_addr_t fi_addr, int &err) noexcept
 {
+	// The epoch is read before the AV is: a change in between leaves an
+	// entry under the old epoch, which the next call drops.
+	const uint64_t epoch = ep->av->epoch.load(std::memory_order_acquire);
+	const size_t slot = static_cast<uint32_t>(fi_addr);
+	if (epoch == ep->peer_cache_epoch) [[likely]] {
+		if (slot < ep->peer_cache.size() && ep->peer_cache[slot].addr == fi_addr) [[likely]]
+			return ep->peer_cache[slot].peer;
+	} else {
+		std::fill(ep->peer_cache.begin(), ep->peer_cache.end(), RdmEp::PeerCacheEntry{});
+		ep->peer_cache_epoch = epoch;
+	}
 	rdm::RdmAddr addr;
 	if (!av_lookup_addr(ep->av, fi_addr, addr)) {
 		VRMA_WARN(FI_LOG_EP_DATA, "RDM: address %#llx is not in the AV (never inserted or removed)\n",
@@ -268,12 +279,23 @@ RdmPeer *rdm_peer_of(RdmEp *ep, fi_addr_t fi_addr, int &err) noexcept
 		err = FI_EADDRNOTAVAIL;
 		return nullptr;
 	}
+	RdmPeer *peer;
 	try {
-		return find_or_add_peer(ep, addr);
+		peer = find_or_add_peer(ep, addr);
 	} catch (...) {
 		err = FI_ENOMEM;
 		return nullptr;
 	}
+	try {
+		if (slot < RdmEp::kPeerCacheMax) {
+			if (slot >= ep->peer_cache.size())
+				ep->peer_cache.resize(std::max(slot + 1, 2 * ep->peer_cache.size()));
+			ep->peer_cache[slot] = {fi_addr, peer};
+		}
+	} catch (...) {
+		// Uncached: the next send looks it up again.
+	}
+	return peer;
 }
 
 int rdm_conn_ready(RdmPeer *peer, Conn *&conn) noexcept
@@ -399,11 +421,8 @@ void rdm_cm_event(RdmEp *ep, rdma_cm_event *ev, rdma_cm_id *&destroy) noexcept
 				    (h.flags & rdm::kConnFlagAccept))
 					peer->nonce = h.nonce;
 			}
-			if (ep->connecting)
-				ep->connecting--;
-			peer->error = 0;
 		}
-		c->state.store(EpState::Connected, std::memory_order_release);
+		rdm_conn_established(peer, c);
 		break;
 	case RDMA_CM_EVENT_REJECTED: {
 		rdm::RdmConnHeader h;
@@ -433,6 +452,18 @@ void rdm_cm_event(RdmEp *ep, rdma_cm_event *ev, rdma_cm_id *&destroy) noexcept
 	default:
 		break;
 	}
+}
+
+void rdm_conn_established(RdmPeer *peer, Conn *c) noexcept
+{
+	if (c->state.load() != EpState::Connecting)
+		return; // seen already (the event after a first message), or failed
+	if (peer->conn.get() == c) {
+		if (peer->ep->connecting)
+			peer->ep->connecting--;
+		peer->error = 0;
+	}
+	c->state.store(EpState::Connected, std::memory_order_release);
 }
 
 void rdm_close_peers(RdmEp *ep) noexcept

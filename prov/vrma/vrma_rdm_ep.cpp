@@ -162,7 +162,7 @@ int rdm_ep_close(fid *f) noexcept
 			for (MatchKind k : {MatchKind::kMsg, MatchKind::kTagged})
 				while (RdmRecv *r = ep->matcher.posted_front(k)) {
 					(void)ep->matcher.remove(*r);
-					delete r;
+					rdm_put_recv(ep, r);
 				}
 			for (auto &[addr, peer] : ep->peers)
 				rdm_fail_waiting(peer.get(), FI_ECANCELED);
@@ -749,6 +749,7 @@ try {
 	ep->peer_tx_depth = std::min<size_t>(rdm_params.peer_tx_size,
 					     static_cast<size_t>(dom->dev_attr.max_qp_wr - 1));
 	ep->min_multi_recv = ep->eager_size;
+	ep->recv_pool.reserve(RdmEp::kRecvPoolMax);
 	ep->fid.fclass = FI_CLASS_EP;
 	ep->fid.context = context;
 	ep->fid.ops = const_cast<fi_ops *>(&rdm_fi_ops);

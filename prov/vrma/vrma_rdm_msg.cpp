@@ -228,7 +228,7 @@ bool place_eager(RdmEp *ep, RdmRecv *r, RdmPeer *peer, const rdm::RdmHeader &h,
 	else
 		count_completion(ep->cntr_recv, true);
 	if (done)
-		delete r;
+		rdm_put_recv(ep, r);
 	if (h.flags & rdm::kFlagDeliveryComplete) {
 		uint8_t a[kHdr];
 		rdm::encode_delivery_ack(a, h.msg_id);
@@ -292,7 +292,7 @@ bool start_rndv(RdmEp *ep, RdmRecv *r, RdmPeer *peer, const rdm::RdmHeader &h,
 		p.err.err = FI_ENOMEM;
 		rdm_report_rx(ep, p, false);
 		if (done)
-			delete r;
+			rdm_put_recv(ep, r);
 		uint8_t a[kHdr];
 		rdm::encode_rndv_done(a, h.msg_id, rdm::RndvStatus::Failed);
 		send_answer(ep, peer, a);
@@ -312,7 +312,7 @@ bool start_rndv(RdmEp *ep, RdmRecv *r, RdmPeer *peer, const rdm::RdmHeader &h,
 	op->report = r->report;
 	op->multi_release = release;
 	if (done)
-		delete r;
+		rdm_put_recv(ep, r);
 	// The reads cover what fits, from the start of the sender's data.
 	size_t left = fits;
 	for (size_t i = 0; i < nsegs && left; i++) {
@@ -356,18 +356,17 @@ bool post_reads(RdmEp *ep, RdmRxOp *op)
 		finish_rndv(ep, op, FI_ECONNRESET, 0);
 		return true;
 	}
-	if (!op->mrs[0]) {
+	if (!op->registered) {
 		for (size_t i = 0; i < op->count; i++) {
-			ibv_mr *mr = ibv_reg_mr(ep->domain->pd.get(), op->dst[i].iov_base,
-						op->dst[i].iov_len, IBV_ACCESS_LOCAL_WRITE);
-			if (!mr) {
-				VRMA_WARN(FI_LOG_EP_DATA, "RDM: registering a %zu-byte receive buffer: %s\n",
-					  op->dst[i].iov_len, strerror(errno));
-				finish_rndv(ep, op, FI_ENOMEM, 0);
+			if (!op->dst[i].iov_len)
+				continue; // nothing lands there (its base may be NULL)
+			if (int rc = op->regs[i].acquire(ep->domain, op->dst[i].iov_base,
+							 op->dst[i].iov_len, IBV_ACCESS_LOCAL_WRITE)) {
+				finish_rndv(ep, op, rc == -FI_EAGAIN ? FI_ENOMEM : -rc, 0);
 				return true;
 			}
-			op->mrs[i].reset(mr);
 		}
+		op->registered = true;
 	}
 	// One READ per remote piece, each at most max_wr_bytes, carving the
 	// local pieces in order.
@@ -378,7 +377,7 @@ bool post_reads(RdmEp *ep, RdmRxOp *op)
 	size_t local_len[kRdmIovLimit];
 	for (size_t i = 0; i < op->count; i++) {
 		local[i] = {reinterpret_cast<uintptr_t>(op->dst[i].iov_base),
-			    static_cast<uint32_t>(op->dst[i].iov_len), op->mrs[i]->lkey};
+			    static_cast<uint32_t>(op->dst[i].iov_len), op->regs[i] ? op->regs[i].lkey() : 0};
 		local_len[i] = op->dst[i].iov_len;
 	}
 	SgeCursor cursor{local, local_len};
@@ -547,16 +546,12 @@ ssize_t rdm_send(RdmEp *ep, const iovec *iov, size_t count, fi_addr_t dest, uint
 	for (size_t i = 0; i < count; i++) {
 		if (!iov[i].iov_len)
 			continue;
-		ibv_mr *mr = ibv_reg_mr(ep->domain->pd.get(), iov[i].iov_base, iov[i].iov_len,
-					IBV_ACCESS_REMOTE_READ);
-		if (!mr) {
-			const int e = errno;
-			VRMA_WARN(FI_LOG_EP_DATA, "RDM: registering a %zu-byte send buffer: %s\n",
-				  iov[i].iov_len, strerror(e));
-			return e == ENOMEM || e == EAGAIN ? -FI_EAGAIN : errno_to_fi(e);
-		}
-		op->mrs[nsegs].reset(mr);
-		segs[nsegs++] = {reinterpret_cast<uintptr_t>(iov[i].iov_base), iov[i].iov_len, mr->rkey};
+		if (int rc = op->regs[nsegs].acquire(ep->domain, iov[i].iov_base, iov[i].iov_len,
+						     IBV_ACCESS_REMOTE_READ))
+			return rc;
+		segs[nsegs] = {reinterpret_cast<uintptr_t>(iov[i].iov_base), iov[i].iov_len,
+			       op->regs[nsegs].rkey()};
+		nsegs++;
 	}
 	h.type = tagged ? rdm::MsgType::RndvRequestTagged : rdm::MsgType::RndvRequest;
 	if (dc)
@@ -651,9 +646,13 @@ ssize_t rdm_recv(RdmEp *ep, const iovec *iov, size_t count, fi_addr_t src, uint6
 		VRMA_WARN(FI_LOG_EP_DATA, "RDM recv before fi_enable\n");
 		return -FI_EOPBADSTATE;
 	}
-	rdm_progress_locked(ep);
+	// A peek must see what has arrived. A plain receive needs no progress:
+	// a message still in the internal CQ meets it when the next CQ read
+	// progresses (matching is in arrival order either way).
+	if (flags & (FI_PEEK | FI_CLAIM)) [[unlikely]]
+		rdm_progress_locked(ep);
 	auto new_recv = [&]() -> RdmRecv * {
-		auto *r = new (std::nothrow) RdmRecv;
+		RdmRecv *r = rdm_get_recv(ep);
 		if (r) {
 			r->kind = kind;
 			r->context = context;
@@ -725,6 +724,10 @@ void handle_message(RdmEp *ep, const ibv_wc &wc, const uint8_t *buf)
 		return;
 	}
 	RdmPeer *peer = it->second;
+	if (Conn *pc = peer->conn.get();
+	    pc && pc->state.load(std::memory_order_relaxed) != EpState::Connected && pc->qp &&
+	    pc->qp->qp_num == wc.qp_num) [[unlikely]]
+		rdm_conn_established(peer, pc);
 	rdm::RdmHeader h;
 	if (!rdm::decode_header(buf, wc.byte_len, h)) {
 		VRMA_WARN(FI_LOG_EP_DATA, "RDM: a malformed message from a peer: dropping its connection\n");
@@ -817,6 +820,24 @@ void handle_message(RdmEp *ep, const ibv_wc &wc, const uint8_t *buf)
 }
 
 } // namespace
+
+RdmRecv *rdm_get_recv(RdmEp *ep) noexcept
+{
+	if (ep->recv_pool.empty()) [[unlikely]]
+		return new (std::nothrow) RdmRecv;
+	RdmRecv *r = ep->recv_pool.back().release();
+	ep->recv_pool.pop_back();
+	*r = RdmRecv{}; // unlinked: the hook's assignment copies no links
+	return r;
+}
+
+void rdm_put_recv(RdmEp *ep, RdmRecv *r) noexcept
+{
+	if (ep->recv_pool.size() < ep->recv_pool.capacity()) [[likely]]
+		ep->recv_pool.emplace_back(r); // within the reserved capacity
+	else
+		delete r;
+}
 
 void rdm_fail_waiting(RdmPeer *peer, int err) noexcept
 {
@@ -988,7 +1009,7 @@ ssize_t rdm_cancel(RdmEp *ep, void *context) noexcept
 		      (r->multi ? FI_MULTI_RECV : 0);
 	p.err.buf = r->count ? r->iov[0].iov_base : nullptr;
 	p.err.err = FI_ECANCELED;
-	delete r;
+	rdm_put_recv(ep, r);
 	rdm_report_rx(ep, p, false);
 	return 0;
 }

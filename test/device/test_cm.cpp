@@ -160,6 +160,54 @@ START_TEST(pep_setname_then_listen)
 }
 END_TEST
 
+// An active endpoint takes over the address of a passive endpoint named in
+// fi_getinfo's hints->handle (what fabtests' fi_msg_sockets does): the
+// infos carry the handle, fi_endpoint binds the passive endpoint's address,
+// and it stays after the passive endpoint is closed. A listening passive
+// endpoint keeps its address (-FI_EOPBADSTATE).
+START_TEST(ep_takes_pep_address)
+{
+	Env env;
+	fid_eq *eq = open_eq(env);
+	fid_pep *pep = nullptr;
+	ck_assert_int_eq(fi_passive_ep(env.fabric, env.info, &pep, nullptr), 0);
+	sockaddr_in addr = *static_cast<sockaddr_in *>(env.info->src_addr);
+	addr.sin_port = htons(47781);
+	ck_assert_int_eq(fi_setname(&pep->fid, &addr, sizeof addr), 0);
+	fi_info *hints = base_hints();
+	hints->handle = &pep->fid;
+	fi_info *info = get_info(hints, nullptr, nullptr, 0);
+	hints->handle = nullptr;
+	fi_freeinfo(hints);
+	ck_assert_ptr_eq(info->handle, &pep->fid);
+	fid_ep *ep = nullptr;
+	ck_assert_int_eq(fi_endpoint(env.domain, info, &ep, nullptr), 0);
+	sockaddr_in got{};
+	size_t len = sizeof got;
+	ck_assert_int_eq(fi_getname(&ep->fid, &got, &len), 0);
+	ck_assert_uint_eq(ntohs(got.sin_port), 47781);
+	ck_assert_uint_eq(got.sin_addr.s_addr, addr.sin_addr.s_addr);
+	ck_assert_int_eq(fi_close(&pep->fid), 0);
+	len = sizeof got;
+	ck_assert_int_eq(fi_getname(&ep->fid, &got, &len), 0);
+	ck_assert_uint_eq(ntohs(got.sin_port), 47781);
+	ck_assert_int_eq(fi_close(&ep->fid), 0);
+
+	// A listening one.
+	ck_assert_int_eq(fi_passive_ep(env.fabric, env.info, &pep, nullptr), 0);
+	ck_assert_int_eq(fi_pep_bind(pep, &eq->fid, 0), 0);
+	addr.sin_port = htons(47782);
+	ck_assert_int_eq(fi_setname(&pep->fid, &addr, sizeof addr), 0);
+	ck_assert_int_eq(fi_listen(pep), 0);
+	info->handle = &pep->fid;
+	ck_assert_int_eq(fi_endpoint(env.domain, info, &ep, nullptr), -FI_EOPBADSTATE);
+	info->handle = nullptr;
+	fi_freeinfo(info);
+	ck_assert_int_eq(fi_close(&pep->fid), 0);
+	ck_assert_int_eq(fi_close(&eq->fid), 0);
+}
+END_TEST
+
 START_TEST(cm_bad_arguments)
 {
 	Env env;
@@ -197,6 +245,7 @@ Suite *cm_suite()
 	tcase_add_test(tc, connect_without_listener);
 	tcase_add_test(tc, shutdown_reaches_peer);
 	tcase_add_test(tc, pep_setname_then_listen);
+	tcase_add_test(tc, ep_takes_pep_address);
 	tcase_add_test(tc, cm_bad_arguments);
 	suite_add_tcase(s, tc);
 	return s;

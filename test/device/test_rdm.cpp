@@ -14,7 +14,9 @@
 #include "rdm_harness.h"
 
 #include <arpa/inet.h>
+#include <rdma/fi_ext_vrma.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cinttypes>
@@ -557,6 +559,24 @@ START_TEST(rdm_sendv_recvv)
 		expect_pattern(q1.data(), q1.size(), 6, "recvv piece 1", q0.size());
 		expect_pattern(q2.data(), 100 * KiB, 6, "recvv piece 2", q0.size() + q1.size());
 		expect_filled(q2.data() + 100 * KiB, kSlack, kSentinel, "after recvv piece 2");
+	}
+	// Rendezvous with empty NULL pieces on both sides (nothing to register
+	// there): 64 + 0 + 64 KiB into 0 + 128 KiB.
+	{
+		std::vector<uint8_t> src = pattern(128 * KiB, 7);
+		iovec siov[3] = {{src.data(), 64 * KiB}, {nullptr, 0}, {src.data() + 64 * KiB, 64 * KiB}};
+		RecvBuf dst(128 * KiB);
+		iovec riov[2] = {{nullptr, 0}, {dst.data(), 128 * KiB}};
+		fi_context rctx, sctx;
+		ck_assert_int_eq(fi_recvv(b.ep, riov, nullptr, 2, FI_ADDR_UNSPEC, &rctx), 0);
+		ck_assert_int_eq(post_retry([&] { return fi_sendv(a.ep, siov, nullptr, 3, a.addr_of(b), &sctx); }), 0);
+		Tracker ta, tb;
+		ta.expect(&sctx, 1, kSendMsg, "sendv with an empty piece");
+		tb.expect(&rctx, 1, kRecvMsg, "recvv with an empty piece");
+		tb.wait(b);
+		ta.wait(a);
+		ck_assert_uint_eq(tb.get(&rctx).e.len, 128 * KiB);
+		dst.check(128 * KiB, 7, "rendezvous around empty pieces");
 	}
 }
 END_TEST
@@ -1877,6 +1897,79 @@ START_TEST(rdm_conn_peer_closed)
 }
 END_TEST
 
+// A rendezvous whose receiver goes away before it read the data: the send
+// ends with an error entry (not a hang, not a success), and the sender still
+// reaches other peers.
+START_TEST(rdm_rndv_receiver_closes)
+{
+	RdmEnv env;
+	RdmNode a(env), c(env);
+	auto b = std::make_unique<RdmNode>(env);
+	connect_all({&a, b.get(), &c});
+	send_recv_one(a, *b, 64, 1610); // connected
+	const size_t len = 256 * KiB;
+	std::vector<uint8_t> src = pattern(len, 1611);
+	fi_context sctx;
+	const fi_addr_t to_b = a.addr_of(*b);
+	ck_assert_int_eq(post_retry([&] {
+		return fi_tsend(a.ep, src.data(), len, nullptr, to_b, 0x77, &sctx);
+	}), 0);
+	// b holds the request as an unexpected message, never matched.
+	settle(200);
+	a.forget(*b);
+	c.forget(*b);
+	b.reset();
+	fi_cq_err_entry e = expect_err(a, &sctx, 0, "rendezvous send to a receiver that closed");
+	ck_assert_uint_eq(e.flags & (FI_SEND | FI_TAGGED), FI_SEND | FI_TAGGED);
+	send_recv_one(a, c, 300 * KiB, 1612);
+	expect_none(a);
+	expect_none(c);
+}
+END_TEST
+
+// A rendezvous whose sender closes its endpoint after the request went out
+// but before the receiver read the data: the sender's send ends with
+// FI_ECANCELED at close, the receive with an error entry (the data is gone),
+// and the receiver keeps working with others.
+START_TEST(rdm_rndv_sender_closes)
+{
+	RdmEnv env;
+	RdmNode b(env), c(env);
+	auto a = std::make_unique<RdmNode>(env);
+	connect_all({a.get(), &b, &c});
+	send_recv_one(*a, b, 64, 1620);
+	send_recv_one(b, *a, 64, 1621);
+	const size_t len = 256 * KiB;
+	std::vector<uint8_t> src = pattern(len, 1622);
+	RecvBuf dst(len);
+	fi_context sctx, rctx;
+	ck_assert_int_eq(fi_trecv(b.ep, dst.data(), len, nullptr, FI_ADDR_UNSPEC, 0x78, 0, &rctx), 0);
+	const fi_addr_t to_b = a->addr_of(b);
+	// Only a progresses: the request reaches b's queue, b does not read it.
+	ck_assert_int_eq(post_retry([&] {
+		return fi_tsend(a->ep, src.data(), len, nullptr, to_b, 0x78, &sctx);
+	}, a.get()), 0);
+	const Deadline d(200);
+	while (!d.expired())
+		a->poll();
+	ck_assert_msg(a->backlog.empty(), "the rendezvous send completed before the receiver read it: %s",
+		      a->backlog.front().describe().c_str());
+	a->close_ep();
+	fi_cq_err_entry se = expect_err(*a, &sctx, FI_ECANCELED, "rendezvous send at its endpoint's close");
+	ck_assert_uint_eq(se.flags & (FI_SEND | FI_TAGGED), FI_SEND | FI_TAGGED);
+	fi_cq_err_entry re = expect_err(b, &rctx, 0, "rendezvous receive from a sender that closed");
+	ck_assert_uint_eq(re.flags & (FI_RECV | FI_TAGGED), FI_RECV | FI_TAGGED);
+	a->forget(b);
+	b.forget(*a);
+	c.forget(*a);
+	a.reset();
+	send_recv_one(c, b, 300 * KiB, 1623);
+	send_recv_one(b, c, 64, 1624);
+	expect_none(b);
+	expect_none(c);
+}
+END_TEST
+
 // After fi_av_remove, the old handle sends nowhere (an error, not a success),
 // in FI_AV_MAP and FI_AV_TABLE; a new insert gives a new handle that works.
 START_TEST(rdm_conn_av_remove)
@@ -1947,6 +2040,99 @@ START_TEST(rdm_rndv_mmap_remap)
 	fill_pattern(p, len, 3);
 	memset(q, 0, len);
 	transfer(a, b, p, len, q, len, 3, "same mapping, new contents");
+	ck_assert_int_eq(munmap(p, len), 0);
+	ck_assert_int_eq(munmap(q, len), 0);
+}
+END_TEST
+
+namespace {
+
+// The domain's registration-cache counters (fi_ext_vrma.h).
+fi_vrma_mr_cache_stats cache_stats(RdmEnv &env)
+{
+	fi_vrma_domain_ops *ops = nullptr;
+	ck_assert_int_eq(fi_open_ops(&env.domain->fid, FI_VRMA_DOMAIN_OPS, 0,
+				     reinterpret_cast<void **>(&ops), nullptr), 0);
+	ck_assert_uint_ge(ops->size, offsetof(fi_vrma_domain_ops, mr_cache_stats) + sizeof(void *));
+	fi_vrma_mr_cache_stats st{};
+	ck_assert_int_eq(ops->mr_cache_stats(env.domain, &st), 0);
+	return st;
+}
+
+// Whether this process may open a full userfaultfd, which the cache needs
+// (root, as in the test bed, or vm.unprivileged_userfaultfd=1).
+bool full_userfaultfd_allowed()
+{
+	if (geteuid() == 0)
+		return true;
+	FILE *f = fopen("/proc/sys/vm/unprivileged_userfaultfd", "r");
+	int v = 0;
+	if (f) {
+		if (fscanf(f, "%d", &v) != 1)
+			v = 0;
+		fclose(f);
+	}
+	return v == 1;
+}
+
+} // namespace
+
+// The cache at work, seen through its counters: repeated rendezvous from
+// and into the same buffers hit; munmap invalidates before it returns (the
+// next lookup cannot find the old pages); the remapped buffers miss and
+// carry their new contents. Without a full userfaultfd, every transfer
+// registers its own pages (uncached) and the data is still right.
+START_TEST(rdm_rndv_cache_counters)
+{
+	RdmEnv env;
+	RdmNode a(env), b(env);
+	connect_all({&a, &b});
+	const size_t len = 256 * KiB;
+	const int prot = PROT_READ | PROT_WRITE, flags = MAP_PRIVATE | MAP_ANONYMOUS;
+	auto *p = static_cast<uint8_t *>(mmap(nullptr, len, prot, flags, -1, 0));
+	auto *q = static_cast<uint8_t *>(mmap(nullptr, len, prot, flags, -1, 0));
+	ck_assert(p != MAP_FAILED && q != MAP_FAILED);
+	const fi_vrma_mr_cache_stats s0 = cache_stats(env);
+	for (uint32_t i = 0; i < 4; i++) {
+		fill_pattern(p, len, 20 + i);
+		memset(q, 0, len);
+		transfer(a, b, p, len, q, len, 20 + i, "same buffers again");
+	}
+	const fi_vrma_mr_cache_stats s1 = cache_stats(env);
+	if (!full_userfaultfd_allowed()) {
+		ck_assert_int_eq(s1.active, 0);
+		ck_assert_uint_ge(s1.uncached - s0.uncached, 8); // a send and a receive each time
+		munmap(p, len);
+		munmap(q, len);
+		return;
+	}
+	ck_assert_msg(s1.active == 1, "no registration cache although userfaultfd is allowed (FI_LOG_LEVEL=info says why)");
+	// Two misses (the sender's and the receiver's buffer), then hits.
+	ck_assert_uint_eq(s1.misses - s0.misses, 2);
+	ck_assert_uint_ge(s1.hits - s0.hits, 6);
+	ck_assert_uint_ge(s1.entries, 1); // one when the two mappings touch (merged)
+	ck_assert_uint_eq(s1.uncached, s0.uncached);
+	// munmap returns only after the monitor invalidated (mem_monitor.h).
+	ck_assert_int_eq(munmap(p, len), 0);
+	const fi_vrma_mr_cache_stats s2 = cache_stats(env);
+	ck_assert_uint_ge(s2.invalidations - s1.invalidations, 1);
+	ck_assert_int_eq(munmap(q, len), 0);
+	const fi_vrma_mr_cache_stats s3 = cache_stats(env);
+	auto *p2 = static_cast<uint8_t *>(mmap(p, len, prot, flags | MAP_FIXED_NOREPLACE, -1, 0));
+	auto *q2 = static_cast<uint8_t *>(mmap(q, len, prot, flags | MAP_FIXED_NOREPLACE, -1, 0));
+	ck_assert_msg(p2 == p && q2 == q, "could not map the same addresses again");
+	fill_pattern(p, len, 30);
+	transfer(a, b, p, len, q, len, 30, "remapped at the same addresses");
+	const fi_vrma_mr_cache_stats s4 = cache_stats(env);
+	ck_assert_uint_eq(s4.misses - s3.misses, 2);
+	// madvise(MADV_DONTNEED) zaps the pages in place: the next send must
+	// not read the old ones (they are zero now, then written anew).
+	ck_assert_int_eq(madvise(p, len, MADV_DONTNEED), 0);
+	fill_pattern(p, len, 31);
+	memset(q, 0, len);
+	transfer(a, b, p, len, q, len, 31, "after MADV_DONTNEED");
+	const fi_vrma_mr_cache_stats s5 = cache_stats(env);
+	ck_assert_uint_ge(s5.invalidations - s4.invalidations, 1);
 	ck_assert_int_eq(munmap(p, len), 0);
 	ck_assert_int_eq(munmap(q, len), 0);
 }
@@ -2283,8 +2469,9 @@ Suite *rdm_suite()
 	add("rdm_multi_recv", 60, {rdm_multi_recv_buffer});
 	add("rdm_conn", 120,
 	    {rdm_conn_crossing_interleaved, rdm_conn_crossing_threads, rdm_conn_unknown_sender, rdm_conn_peer_closed,
-	     rdm_conn_av_remove, rdm_conn_more_close});
-	add("rdm_rndv_cache", 60, {rdm_rndv_mmap_remap, rdm_rndv_mmap_fixed_replace, rdm_rndv_malloc_reuse});
+	     rdm_conn_av_remove, rdm_conn_more_close, rdm_rndv_receiver_closes, rdm_rndv_sender_closes});
+	add("rdm_rndv_cache", 60, {rdm_rndv_mmap_remap, rdm_rndv_mmap_fixed_replace, rdm_rndv_malloc_reuse,
+				   rdm_rndv_cache_counters});
 	add("rdm_threads", 120, {rdm_threads_tagged});
 	add("rdm_auto", 60, {rdm_auto_progress});
 	return s;

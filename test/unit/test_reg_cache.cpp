@@ -16,6 +16,7 @@
 using vrma::RegCache;
 using vrma::RegCacheStats;
 using vrma::RegEntry;
+using vrma::RegPrepared;
 using vrma::RegRange;
 using vrma::RegRetired;
 
@@ -25,6 +26,7 @@ using vrma::RegRetired;
 // disarmed it only counts.
 namespace {
 size_t g_allocs = 0;
+size_t g_frees = 0; // operator delete of a non-null pointer
 long g_fail_in = -1; // allocations before one throws; -1 for never
 } // namespace
 
@@ -52,8 +54,16 @@ __attribute__((noinline)) void *operator new(size_t n, const std::nothrow_t &) n
 		return nullptr;
 	}
 }
-__attribute__((noinline)) void operator delete(void *p) noexcept { std::free(p); }
-__attribute__((noinline)) void operator delete(void *p, size_t) noexcept { std::free(p); }
+__attribute__((noinline)) void operator delete(void *p) noexcept
+{
+	g_frees += p != nullptr;
+	std::free(p);
+}
+__attribute__((noinline)) void operator delete(void *p, size_t) noexcept
+{
+	g_frees += p != nullptr;
+	std::free(p);
+}
 
 namespace {
 
@@ -1221,6 +1231,101 @@ START_TEST(reg_random_vs_model)
 }
 END_TEST
 
+// What a provider calls under the lock its memory monitor also takes
+// (mem_monitor.h: no allocation, no free there, or a heap trim can wait for
+// the monitor while the monitor waits for the lock) neither allocates nor
+// frees: insert() with prepared allocations, lookup, release into a
+// RegRetired, invalidate, eviction, make_room and flush. The memory goes
+// when the caller drains the RegRetired and drops leftover RegPrepared,
+// outside the lock.
+START_TEST(reg_locked_calls_neither_allocate_nor_free)
+{
+	RegCache c(P, 3, 0);
+	std::vector<RegPrepared> preps;
+	for (int i = 0; i < 8; i++) {
+		preps.push_back(RegCache::prepare());
+		ck_assert(preps.back());
+	}
+	RegRetired out;
+	const size_t allocs = g_allocs, frees = g_frees;
+	// "Locked" from here.
+	RegEntry *a = c.insert(A, A + 2 * P, R, H(0x10), c.epoch(), out, preps[0]);
+	RegEntry *b = c.insert(A + 8 * P, A + 9 * P, R, H(0x20), c.epoch(), out, preps[1]);
+	ck_assert_ptr_nonnull(a);
+	ck_assert_ptr_nonnull(b);
+	ck_assert(!preps[0]);
+	ck_assert(!c.release(a, out)); // live: to the LRU, nothing retired
+	ck_assert_ptr_eq(c.lookup(A + 100, 10, R), a);
+	ck_assert_ptr_null(c.lookup(A + 20 * P, 10, R)); // a miss
+	// A stale insert (covered already): its unused node stays with it.
+	RegEntry *dup = c.insert(A, A + P, R, H(0x30), c.epoch(), out, preps[2]);
+	ck_assert_ptr_nonnull(dup);
+	ck_assert(dup->stale());
+	ck_assert(c.release(dup, out)); // its last reference: into out
+	// An overlapping insert retires `a`, which is in use: stale.
+	RegEntry *wide = c.insert(A, A + 4 * P, R | W, H(0x40), c.epoch(), out, preps[3]);
+	ck_assert_ptr_nonnull(wide);
+	ck_assert(a->stale());
+	ck_assert(c.release(a, out));
+	const uint64_t since = c.epoch();
+	ck_assert_uint_eq(c.invalidate(A + 8 * P, P, out), 1); // b, in use: stale
+	ck_assert(c.release(b, out));
+	// Raced with that invalidation: stale on arrival.
+	RegEntry *raced = c.insert(A + 8 * P, A + 9 * P, R, H(0x50), since, out, preps[4]);
+	ck_assert(raced->stale());
+	ck_assert(c.release(raced, out));
+	ck_assert(!c.release(wide, out));
+	for (int i = 0; i < 3; i++) {
+		const uintptr_t at = A + (100 + 10 * i) * P;
+		RegEntry *e = c.insert(at, at + P, R, H(0x60 + 0x10 * i), c.epoch(), out, preps[5 + i]);
+		ck_assert(!c.release(e, out));
+	}
+	ck_assert(c.make_room(P, out));
+	ck_assert_uint_gt(c.evict_unused(out), 0);
+	(void)c.flush(out);
+	ck_assert_uint_eq(g_allocs, allocs);
+	ck_assert_uint_eq(g_frees, frees);
+	// "Unlocked": every handle comes back once, and now memory is freed.
+	std::vector<uintptr_t> got = drain(out);
+	std::sort(got.begin(), got.end());
+	const std::vector<uintptr_t> want = {0x10, 0x20, 0x30, 0x40, 0x50, 0x60, 0x70, 0x80};
+	ck_assert_uint_eq(got.size(), want.size());
+	for (size_t i = 0; i < want.size(); i++)
+		ck_assert_uint_eq(got[i], want[i]);
+	ck_assert_uint_gt(g_frees, frees);
+	ck_assert_uint_eq(c.stats().entries, 0);
+}
+END_TEST
+
+// An empty RegPrepared (out of memory at prepare()) caches nothing and
+// changes nothing; a used one is emptied, an unused one kept.
+START_TEST(reg_prepared_empty_and_leftover)
+{
+	RegCache c(P);
+	RegRetired out;
+	RegPrepared none;
+	ck_assert(!none);
+	ck_assert_ptr_null(c.insert(A, A + P, R, H(0x1), c.epoch(), out, none));
+	ck_assert_uint_eq(c.stats().entries, 0);
+	RegPrepared p = RegCache::prepare();
+	ck_assert_ptr_null(c.insert(A + 1, A + P, R, H(0x1), c.epoch(), out, p)); // unaligned
+	ck_assert(p); // kept for the caller
+	g_fail_in = 0;
+	RegPrepared failed = RegCache::prepare();
+	g_fail_in = -1;
+	ck_assert(!failed);
+	RegEntry *e = c.insert(A, A + P, R, H(0x2), c.epoch(), out, p);
+	ck_assert_ptr_nonnull(e);
+	ck_assert(!p);
+	ck_assert_ptr_eq(c.lookup(A, P, R), e);
+	ck_assert(!c.release(e, out));
+	ck_assert(!c.release(e, out));
+	ck_assert(out.empty());
+	(void)c.flush(out);
+	ck_assert_uint_eq(drain(out).size(), 1);
+}
+END_TEST
+
 Suite *reg_cache_suite()
 {
 	Suite *s = suite_create("reg_cache");
@@ -1243,6 +1348,8 @@ Suite *reg_cache_suite()
 	tcase_add_test(tc, reg_stats);
 	tcase_add_test(tc, reg_retired_moves);
 	tcase_add_test(tc, reg_no_alloc_no_throw);
+	tcase_add_test(tc, reg_locked_calls_neither_allocate_nor_free);
+	tcase_add_test(tc, reg_prepared_empty_and_leftover);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("random");

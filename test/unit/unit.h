@@ -18,3 +18,4 @@ Suite *reg_cache_suite();
 Suite *rdm_wire_suite();
 Suite *av_table_suite();
 Suite *mem_monitor_suite();
+Suite *ring_queue_suite();

@@ -1,0 +1,993 @@
+// vrma_bench: RMA bandwidth, latency and message-rate benchmark for any
+// libfabric provider offering FI_EP_MSG endpoints with FI_RMA (vrma, verbs,
+// tcp). It uses the public libfabric API only.
+//
+// Protocol between client and server (both ends are this program, on hosts
+// of the same byte order):
+//  - fi_connect and fi_accept carry a CmData each way: the region's remote
+//    address (0 without FI_MR_VIRT_ADDR: addresses are then offsets), its
+//    key and the size of its data areas; the client adds the operation, the
+//    mode and the flags, which the server takes over for its own writes.
+//  - Each side registers one region: a tx area and an rx area of data_size
+//    bytes each, then a control area. Writes go from the local tx area to
+//    the peer's rx area; reads from the peer's tx area into the local rx
+//    area.
+//  - The client drives the server with Command records written into the
+//    server's control area. The server polls the record's last 8 bytes
+//    (seq) and answers by writing seq into the client's ack slot. Like the
+//    latency ping-pong's last-byte polling, this relies on the last bytes
+//    of a write being placed last, which RC devices and tcp do.
+
+#include "vrma_bench.h"
+
+#include <rdma/fi_cm.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_eq.h>
+#include <rdma/fi_rma.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+
+namespace vrma_bench {
+namespace {
+
+uint64_t completion_op_flags(uint8_t flags)
+{
+	return ((flags & kFlagDelivery) ? FI_DELIVERY_COMPLETE : 0) |
+	       ((flags & kFlagCommit) ? FI_COMMIT_COMPLETE : 0);
+}
+
+InfoPtr make_hints(const Options &opt)
+{
+	InfoPtr hints = alloc_hints();
+	hints->ep_attr->type = FI_EP_MSG;
+	hints->caps = FI_RMA;
+	if (opt.flags & kFlagCommit)
+		hints->caps |= FI_RMA_PMEM;
+	if (opt.flags & kFlagFence)
+		hints->caps |= FI_FENCE;
+	hints->mode = FI_CONTEXT | FI_RX_CQ_DATA;
+	hints->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
+	// Each side is one thread with a domain of its own (as MPI asks for).
+	hints->domain_attr->threading = FI_THREAD_DOMAIN;
+	hints->tx_attr->op_flags = completion_op_flags(opt.flags);
+	if (!opt.provider.empty())
+		hints->fabric_attr->prov_name = strdup(opt.provider.c_str());
+	if (!opt.domain.empty())
+		hints->domain_attr->name = strdup(opt.domain.c_str());
+	return hints;
+}
+
+std::string hints_text(const Options &opt)
+{
+	std::string caps = "FI_RMA";
+	if (opt.flags & kFlagCommit)
+		caps += "|FI_RMA_PMEM";
+	if (opt.flags & kFlagFence)
+		caps += "|FI_FENCE";
+	std::string op_flags;
+	if (opt.flags & kFlagDelivery)
+		op_flags = "FI_DELIVERY_COMPLETE";
+	if (opt.flags & kFlagCommit)
+		op_flags += op_flags.empty() ? "FI_COMMIT_COMPLETE" : "|FI_COMMIT_COMPLETE";
+	return "FI_EP_MSG, FI_THREAD_DOMAIN, caps " + caps + ", tx op_flags " +
+	       (op_flags.empty() ? "0" : op_flags);
+}
+
+// The first fi_info the provider offers for the options; a refusal is "not
+// supported" (exit status 2).
+InfoPtr get_info(const Options &opt, const char *node, const char *service, uint64_t flags)
+{
+	InfoPtr hints = make_hints(opt);
+	return first_info(opt, hints.get(), hints_text(opt), node, service, flags);
+}
+
+// ---------------------------------------------------------------- wire formats
+
+constexpr uint32_t kCmMagic = 0x76626e63; // "vbnc"
+constexpr uint8_t kCmVersion = 1;
+
+struct CmData {
+	uint32_t magic;
+	uint8_t version;
+	uint8_t op;
+	uint8_t mode;
+	uint8_t flags;
+	uint64_t base; // remote address of the region (0 without FI_MR_VIRT_ADDR)
+	uint64_t key;
+	uint64_t data_size; // bytes of the tx area and of the rx area
+};
+static_assert(sizeof(CmData) == 32, "CmData is sent as is");
+
+// Control area, after the two data areas; offsets keep every slot 8-byte
+// aligned (they are read through atomic_ref).
+constexpr size_t kCtrlCmdIn = 0;     // Command written by the client
+constexpr size_t kCtrlAckIn = 64;    // seq written back by the server
+constexpr size_t kCtrlCmdOut = 128;  // staging of the outgoing Command
+constexpr size_t kCtrlAckOut = 192;  // staging of the outgoing ack
+constexpr size_t kCtrlCheck = 256;   // 16 bytes read back from the peer
+constexpr size_t kCtrlScratch = 320; // buffer of the receives that remote CQ data consumes
+constexpr size_t kCtrlBytes = 384;
+
+constexpr uint64_t kCmdLat = 1;  // ping-pong `count` times with `size` bytes
+constexpr uint64_t kCmdQuit = 2; // the client is done
+
+struct Command {
+	uint64_t kind;
+	uint64_t size;
+	uint64_t count;
+	uint64_t seq; // last: its arrival means the whole record arrived
+};
+
+constexpr uint8_t kServerSalt = 0xa5;
+
+// ---------------------------------------------------------------- one endpoint
+
+// One side of a connection: the Endpoint's fabric objects, region and
+// slots, and the RMA bookkeeping (the peer's region, remote CQ data).
+class Side : public Endpoint {
+public:
+	Side(const Options &opt, bool is_client) : Endpoint(opt, is_client) {}
+
+protected:
+	size_t data_size_ = 0;
+	bool virt_addr_ = false;
+	uint64_t peer_base_ = 0;
+	uint64_t peer_key_ = 0;
+
+	Op op_ = Op::write;
+	Mode mode_ = Mode::bw;
+	uint8_t flags_ = 0;
+	uint64_t perop_ = 0;    // flags every data operation carries
+	bool use_msg_ = false;  // data operations go through fi_writemsg/fi_readmsg
+	bool selective_ = false; // injects through fi_writemsg must not complete
+
+	bool rx_posts_ = false; // remote CQ data consumes receives we post (FI_RX_CQ_DATA)
+	size_t rx_repost_pending_ = 0;
+	size_t rx_next_ = 0;
+	uint64_t remote_data_count_ = 0;
+	uint64_t data_posts_ = 0; // calls of post_once
+	uint64_t remote_data_last_ = 0;
+
+	size_t tx_off() const { return 0; }
+	size_t rx_off() const { return data_size_; }
+	size_t ctrl_off() const { return 2 * data_size_; }
+
+	void check_cm_data_size(fid_t fid)
+	{
+		size_t max = 0;
+		size_t len = sizeof max;
+		int rc = fi_getopt(fid, FI_OPT_ENDPOINT, FI_OPT_CM_DATA_SIZE, &max, &len);
+		if (rc == 0 && max < sizeof(CmData))
+			fail(kExitUnsupported,
+			     "the provider carries %zu bytes of connection data (FI_OPT_CM_DATA_SIZE), vrma_bench needs %zu: not supported",
+			     max, sizeof(CmData));
+	}
+
+	void set_operation(Op op, Mode mode, uint8_t flags)
+	{
+		op_ = op;
+		mode_ = mode;
+		flags_ = flags;
+		perop_ = completion_op_flags(flags) | ((flags & kFlagFence) ? FI_FENCE : 0) |
+			 ((flags & kFlagInject) ? FI_INJECT : 0);
+		use_msg_ = perop_ != 0 || (is_client_ && (flags & kFlagMore));
+		selective_ = is_client_ && op == Op::inject_write && use_msg_;
+	}
+
+	// Completion queue, counter, region, MR and the enabled endpoint.
+	void setup_endpoint(fi_info *info, size_t tx_slots, uint64_t requested_key)
+	{
+		inject_size_ = info->tx_attr->inject_size;
+		max_msg_size_ = info->ep_attr->max_msg_size;
+		rx_posts_ = op_ == Op::writedata &&
+			    ((info->mode | info->rx_attr->mode) & FI_RX_CQ_DATA);
+		const size_t rx_depth = rx_posts_ ? std::clamp<size_t>(info->rx_attr->size, 1, 256) : 0;
+
+		fi_cq_attr cq_attr{};
+		cq_attr.size = tx_slots + rx_depth + 64;
+		cq_attr.format = FI_CQ_FORMAT_DATA;
+		cq_attr.wait_obj = FI_WAIT_NONE;
+		int rc = fi_cq_open(domain_.get(), &cq_attr, cq_.out(), nullptr);
+		if (rc)
+			fail_call("fi_cq_open", rc);
+
+		if (is_client_ && op_ == Op::inject_write && info->domain_attr->cntr_cnt > 0) {
+			fi_cntr_attr cntr_attr{};
+			cntr_attr.events = FI_CNTR_EVENTS_COMP;
+			cntr_attr.wait_obj = FI_WAIT_NONE;
+			if (fi_cntr_open(domain_.get(), &cntr_attr, cntr_.out(), nullptr))
+				cntr_.reset(); // injects are then flushed with a read
+		}
+
+		const size_t len = alloc_region(2 * data_size_ + kCtrlBytes);
+		rc = fi_mr_reg(domain_.get(), base_, len,
+			       FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE, 0, requested_key,
+			       0, mr_.out(), nullptr);
+		if (rc)
+			fail_call("fi_mr_reg", rc);
+		desc_ = fi_mr_desc(mr_.get());
+		if (fi_mr_key(mr_.get()) == FI_KEY_NOTAVAIL)
+			fail(kExitUnsupported, "fi_mr_key: the key is not available (FI_MR_RAW): not supported");
+		virt_addr_ = info->domain_attr->mr_mode & FI_MR_VIRT_ADDR;
+
+		init_slots(tx_slots, rx_depth);
+
+		rc = fi_endpoint(domain_.get(), info, ep_.out(), nullptr);
+		if (rc)
+			fail_call("fi_endpoint", rc);
+		rc = fi_ep_bind(ep_.get(), &eq_.get()->fid, 0);
+		if (rc)
+			fail_call("fi_ep_bind(eq)", rc);
+		rc = fi_ep_bind(ep_.get(), &cq_.get()->fid,
+				FI_TRANSMIT | FI_RECV | (selective_ ? FI_SELECTIVE_COMPLETION : 0));
+		if (rc)
+			fail_call("fi_ep_bind(cq)", rc);
+		if (cntr_) {
+			rc = fi_ep_bind(ep_.get(), &cntr_.get()->fid, FI_WRITE);
+			if (rc)
+				fail_call("fi_ep_bind(cntr, FI_WRITE)", rc);
+		}
+		rc = fi_enable(ep_.get());
+		if (rc)
+			fail_call("fi_enable", rc);
+		if (rx_posts_) {
+			rx_repost_pending_ = rx_depth;
+			repost_rx();
+			if (rx_repost_pending_)
+				fail(kExitError, "fi_recv: the endpoint took only %zu of %zu receives",
+				     rx_depth - rx_repost_pending_, rx_depth);
+		}
+	}
+
+	CmData my_cm_data() const
+	{
+		CmData d{};
+		d.magic = kCmMagic;
+		d.version = kCmVersion;
+		d.op = static_cast<uint8_t>(op_);
+		d.mode = static_cast<uint8_t>(mode_);
+		d.flags = flags_;
+		d.base = virt_addr_ ? reinterpret_cast<uintptr_t>(base_) : 0;
+		d.key = fi_mr_key(mr_.get());
+		d.data_size = data_size_;
+		return d;
+	}
+
+	static std::optional<CmData> parse_cm_data(const uint8_t *entry_buf, ssize_t len)
+	{
+		if (len < static_cast<ssize_t>(sizeof(fi_eq_cm_entry) + sizeof(CmData)))
+			return std::nullopt;
+		CmData d;
+		memcpy(&d, entry_buf + sizeof(fi_eq_cm_entry), sizeof d);
+		if (d.magic != kCmMagic || d.version != kCmVersion)
+			return std::nullopt;
+		return d;
+	}
+
+	[[noreturn]] void report_eq_error(const char *what)
+	{
+		fi_eq_err_entry err{};
+		ssize_t rc = fi_eq_readerr(eq_.get(), &err, 0);
+		if (rc < 0)
+			fail_call("fi_eq_readerr", rc);
+		if (err.err == FI_ECONNREFUSED)
+			fail(kExitError,
+			     "%s: connection refused while waiting for %s: no server listening there, or it runs with other --delivery-complete/--commit-complete/--fence flags",
+			     who(), what);
+		char buf[256] = "";
+		const char *prov = fi_eq_strerror(eq_.get(), err.prov_errno, err.err_data, buf, sizeof buf);
+		fail(kExitError, "%s: event queue error while waiting for %s: %s (%d), provider: %s", who(),
+		     what, fi_strerror(err.err), err.err, prov ? prov : "-");
+	}
+
+	// Waits for event `want` (from `want_fid` when given); returns the bytes
+	// fi_eq_read stored in buf.
+	ssize_t wait_eq(uint32_t want, fid_t want_fid, uint8_t *buf, size_t len, const char *what,
+			double limit)
+	{
+		Watchdog wd(limit, what);
+		for (;;) {
+			uint32_t event = 0;
+			ssize_t rc = fi_eq_read(eq_.get(), &event, buf, len, 0);
+			if (rc == -FI_EAGAIN) {
+				usleep(50);
+				wd.poll();
+				continue;
+			}
+			if (rc == -FI_EAVAIL)
+				report_eq_error(what);
+			if (rc < 0)
+				fail_call("fi_eq_read", rc);
+			const auto *entry = reinterpret_cast<const fi_eq_entry *>(buf);
+			if (event == want && (!want_fid || entry->fid == want_fid))
+				return rc;
+			if (event == FI_SHUTDOWN)
+				fail(kExitError, "%s: the peer closed the connection while we waited for %s", who(), what);
+			fail(kExitError, "%s: unexpected event %u while waiting for %s", who(), event, what);
+		}
+	}
+
+	// Non-blocking: fails when the peer went away.
+	void check_connection()
+	{
+		uint8_t buf[sizeof(fi_eq_cm_entry) + 256];
+		uint32_t event = 0;
+		ssize_t rc = fi_eq_read(eq_.get(), &event, buf, sizeof buf, 0);
+		if (rc == -FI_EAGAIN)
+			return;
+		if (rc == -FI_EAVAIL)
+			report_eq_error("the peer's next request");
+		if (rc < 0)
+			fail_call("fi_eq_read", rc);
+		if (event == FI_SHUTDOWN)
+			fail(kExitError, "%s: the peer closed the connection before it finished", who());
+		fail(kExitError, "%s: unexpected event %u on a connected endpoint", who(), event);
+	}
+
+	[[noreturn]] void report_cq_error()
+	{
+		fi_cq_err_entry err;
+		const std::string prov = read_cq_error(err);
+		fail(kExitError,
+		     "%s: %s operation failed: completion error %s (%d), flags 0x%" PRIx64 ", provider: %s",
+		     who(), op_name(op_), fi_strerror(err.err), err.err, err.flags, prov.c_str());
+	}
+
+	void repost_rx()
+	{
+		while (rx_repost_pending_) {
+			// Remote CQ data consumes receives in order: the next one to
+			// repost is the oldest consumed.
+			Slot &slot = rx_slots_[rx_next_ % rx_slots_.size()];
+			ssize_t rc = fi_recv(ep_.get(), base_ + ctrl_off() + kCtrlScratch, 8, desc_, 0,
+					     &slot.ctx);
+			if (rc == -FI_EAGAIN)
+				return;
+			if (rc)
+				fail_call("fi_recv", rc);
+			++rx_next_;
+			--rx_repost_pending_;
+		}
+	}
+
+	// Reads what the completion queue holds; returns the number of entries.
+	size_t progress()
+	{
+		if (rx_repost_pending_)
+			repost_rx();
+		fi_cq_data_entry entries[32];
+		const size_t n = read_cq(entries, [this] { report_cq_error(); });
+		for (size_t i = 0; i < n; ++i) {
+			const fi_cq_data_entry &e = entries[i];
+			if (e.flags & FI_REMOTE_CQ_DATA) {
+				++remote_data_count_;
+				remote_data_last_ = e.data;
+				if (rx_posts_)
+					++rx_repost_pending_;
+				continue;
+			}
+			if (e.flags & (FI_REMOTE_WRITE | FI_REMOTE_READ))
+				continue;
+			const std::optional<size_t> index = slot_index(tx_slots_, e.op_context);
+			if (!index)
+				fail(kExitError, "%s: completion with unknown context %p, flags 0x%" PRIx64, who(),
+				     e.op_context, e.flags);
+			if (!tx_slots_[*index].busy)
+				fail(kExitError, "%s: second completion for context %p", who(), e.op_context);
+			tx_slots_[*index].busy = false;
+			free_tx_.push_back(*index);
+			++tx_done_;
+		}
+		return n;
+	}
+
+	void *acquire_tx()
+	{
+		return &tx_slots_[take_tx("a completion to free an operation context", [this] { progress(); })].ctx;
+	}
+
+	void wait_slot(void *ctx, const char *what)
+	{
+		const Slot *slot = reinterpret_cast<const Slot *>(ctx);
+		progress_until(what, [slot] { return !slot->busy; }, [this] { progress(); });
+	}
+
+	bool op_completes(Op op) const { return !(op == Op::inject_write && (!use_msg_ || selective_)); }
+
+	// One call of the operation under test. Kept out of line: util/
+	// vrma-compare counts its instructions with callgrind
+	// (--toggle-collect=*post_once*).
+	[[gnu::noinline]] ssize_t post_once(Op op, size_t size, uint64_t extra, uint64_t data,
+					    void *ctx, const char *&call)
+	{
+		++data_posts_;
+		const bool is_read = op == Op::read;
+		uint8_t *local = base_ + (is_read ? rx_off() : tx_off());
+		const uint64_t remote = peer_base_ + (is_read ? tx_off() : rx_off());
+		if (!use_msg_) {
+			switch (op) {
+			case Op::write:
+				call = "fi_write";
+				return fi_write(ep_.get(), local, size, desc_, 0, remote, peer_key_, ctx);
+			case Op::read:
+				call = "fi_read";
+				return fi_read(ep_.get(), local, size, desc_, 0, remote, peer_key_, ctx);
+			case Op::writedata:
+				call = "fi_writedata";
+				return fi_writedata(ep_.get(), local, size, desc_, data, 0, remote, peer_key_,
+						    ctx);
+			case Op::inject_write:
+				call = "fi_inject_write";
+				return fi_inject_write(ep_.get(), local, size, 0, remote, peer_key_);
+			case Op::send:
+			case Op::tagged:
+				break; // two-sided: never here (vrma_bench_rdm.cpp)
+			}
+		}
+		uint64_t flags = perop_ | extra;
+		if (op == Op::inject_write)
+			flags |= FI_INJECT | (selective_ ? 0 : FI_COMPLETION);
+		else
+			flags |= FI_COMPLETION;
+		if (op == Op::writedata)
+			flags |= FI_REMOTE_CQ_DATA;
+		call = is_read ? "fi_readmsg" : "fi_writemsg";
+		return rma_msg(is_read, local, size, remote, data, ctx, flags);
+	}
+
+	// fi_readmsg or fi_writemsg of len bytes between `local` and the peer's
+	// `remote`. Inlined into post_once, whose instructions vrma-compare counts.
+	[[gnu::always_inline]] ssize_t rma_msg(bool is_read, uint8_t *local, size_t len, uint64_t remote,
+					       uint64_t data, void *ctx, uint64_t flags)
+	{
+		iovec iov{local, len};
+		void *desc = desc_;
+		fi_rma_iov rma{remote, len, peer_key_};
+		fi_msg_rma msg{};
+		msg.msg_iov = &iov;
+		msg.desc = &desc;
+		msg.iov_count = 1;
+		msg.rma_iov = &rma;
+		msg.rma_iov_count = 1;
+		msg.context = ctx;
+		msg.data = data;
+		return is_read ? fi_readmsg(ep_.get(), &msg, flags) : fi_writemsg(ep_.get(), &msg, flags);
+	}
+
+	// Posts one data operation; a full queue (-FI_EAGAIN) is retried after
+	// progressing the CQ, without FI_MORE so that held operations go out.
+	void post_data(Op op, size_t size, uint64_t extra, uint64_t data, void *ctx)
+	{
+		post_retry(
+			"room in the transmit queue",
+			[&](const char *&call) {
+				const ssize_t rc = post_once(op, size, extra, data, ctx, call);
+				extra &= ~FI_MORE; // for a retry
+				return rc;
+			},
+			[this] { progress(); });
+	}
+
+	// A control write or read of the region's own bytes, waited for.
+	void rma_ctrl(bool write, size_t local_off, size_t remote_off, size_t len, const char *what)
+	{
+		wait_slot(post_ctrl(write, local_off, remote_off, len, what), what);
+	}
+
+	// The same, posted only: returns the context that wait_slot waits on.
+	void *post_ctrl(bool write, size_t local_off, size_t remote_off, size_t len, const char *what)
+	{
+		void *ctx = acquire_tx();
+		post_retry(
+			what,
+			[&](const char *&call) {
+				call = write ? "fi_writemsg" : "fi_readmsg";
+				return rma_msg(!write, base_ + local_off, len, peer_base_ + remote_off, 0, ctx,
+					       FI_COMPLETION);
+			},
+			[this] { progress(); });
+		return ctx;
+	}
+
+	uint64_t load_u64(size_t off) const
+	{
+		return std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t *>(base_ + off))
+			.load(std::memory_order_acquire);
+	}
+	uint8_t load_u8(size_t off) const
+	{
+		return std::atomic_ref<uint8_t>(base_[off]).load(std::memory_order_acquire);
+	}
+	void store_u8(size_t off, uint8_t value)
+	{
+		std::atomic_ref<uint8_t>(base_[off]).store(value, std::memory_order_release);
+	}
+
+	void wait_byte(size_t off, uint8_t value, const char *what)
+	{
+		Watchdog wd(opt_.timeout, what);
+		while (load_u8(off) != value) {
+			// The byte decides the latency: look at it often, and reap
+			// completions (which cost a provider call) between looks.
+			for (int i = 0; i < 64 && load_u8(off) != value; ++i)
+				cpu_relax();
+			if (load_u8(off) == value)
+				break;
+			progress();
+			wd.poll();
+		}
+	}
+
+	// Waits for the next remote CQ data entry and checks its value.
+	void wait_remote_data(uint64_t &seen, uint64_t value, const char *what)
+	{
+		progress_until(what, [&] { return remote_data_count_ != seen; }, [this] { progress(); });
+		++seen;
+		if (remote_data_count_ != seen)
+			fail(kExitError, "%s: %" PRIu64 " remote CQ data entries where 1 was expected", who(),
+			     remote_data_count_ - seen + 1);
+		if (remote_data_last_ != value)
+			fail(kExitError, "%s: remote CQ data %" PRIu64 ", expected %" PRIu64, who(),
+			     remote_data_last_, value);
+	}
+};
+
+// ---------------------------------------------------------------- server
+
+class Server : public Side, public BenchServer {
+public:
+	explicit Server(const Options &opt) : Side(opt, false) {}
+
+	ListenAddress listen() override
+	{
+		// Port 0: the loopback server takes a free port and tells the client.
+		const bool ephemeral = opt_.role == Role::loopback && !opt_.port_given;
+		const std::string port = std::to_string(ephemeral ? 0 : opt_.port);
+		std::string node = opt_.bind_addr;
+		if (node.empty() && opt_.role == Role::loopback) {
+			// The client needs an address to connect to, not a wildcard:
+			// the provider's first local address.
+			InfoPtr local = get_info(opt_, nullptr, nullptr, 0);
+			if (local->src_addr && local->src_addrlen >= sizeof(sockaddr_in))
+				node = sockaddr_host(static_cast<const sockaddr *>(local->src_addr));
+		}
+		info_ = get_info(opt_, node.empty() ? nullptr : node.c_str(), port.c_str(), FI_SOURCE);
+		open_fabric(info_.get(), true);
+		open_passive();
+		check_cm_data_size(&pep_.get()->fid);
+		int rc = fi_listen(pep_.get());
+		if (rc)
+			fail_call("fi_listen", rc);
+
+		sockaddr_storage name{};
+		size_t len = sizeof name;
+		rc = fi_getname(&pep_.get()->fid, &name, &len);
+		if (rc)
+			fail_call("fi_getname", rc);
+		const auto *sa = reinterpret_cast<const sockaddr *>(&name);
+		ListenAddress addr;
+		if (sa->sa_family == AF_INET)
+			addr.port = std::to_string(ntohs(reinterpret_cast<const sockaddr_in *>(sa)->sin_port));
+		else if (sa->sa_family == AF_INET6)
+			addr.port = std::to_string(ntohs(reinterpret_cast<const sockaddr_in6 *>(sa)->sin6_port));
+		else
+			fail(kExitUnsupported, "the provider's addresses are not IP addresses (format %u): use --server and -s",
+			     info_->addr_format);
+		addr.host = sockaddr_host(sa);
+		if (addr.host.empty() && info_->src_addr && info_->src_addrlen >= sizeof(sockaddr_in))
+			addr.host = sockaddr_host(static_cast<const sockaddr *>(info_->src_addr));
+		if (addr.host.empty() && opt_.role == Role::loopback)
+			fail(kExitError, "the provider gives no local address to connect to: give one with --addr");
+		addr.ok = true;
+		return addr;
+	}
+
+	std::string describe() const override
+	{
+		return std::string("provider ") + info_->fabric_attr->prov_name + ", domain " +
+		       info_->domain_attr->name;
+	}
+
+	void accept() override
+	{
+		uint8_t buf[sizeof(fi_eq_cm_entry) + 256];
+		ssize_t len = wait_eq(FI_CONNREQ, nullptr, buf, sizeof buf, "a client", 0);
+		auto *entry = reinterpret_cast<fi_eq_cm_entry *>(buf);
+		conn_info_.reset(entry->info);
+		const std::optional<CmData> peer = parse_cm_data(buf, len);
+		if (!peer) {
+			reject();
+			fail(kExitError, "server: the connection request does not come from vrma_bench %u", kCmVersion);
+		}
+		if ((peer->flags & kHintFlags) != (opt_.flags & kHintFlags)) {
+			reject();
+			fail(kExitError,
+			     "server: the client runs with flags %s, the server with %s: give both the same --delivery-complete/--commit-complete/--fence",
+			     flags_name(peer->flags & kHintFlags).c_str(),
+			     flags_name(opt_.flags & kHintFlags).c_str());
+		}
+		if (peer->op > static_cast<uint8_t>(Op::inject_write) ||
+		    peer->mode > static_cast<uint8_t>(Mode::rate) || peer->data_size == 0 ||
+		    peer->data_size > kLargestSize || peer->data_size % 64) {
+			reject();
+			fail(kExitError, "server: malformed connection request");
+		}
+		set_operation(static_cast<Op>(peer->op), static_cast<Mode>(peer->mode),
+			      peer->flags & ~kFlagMore);
+		data_size_ = peer->data_size;
+		peer_base_ = peer->base;
+		peer_key_ = peer->key;
+
+		int rc = fi_domain(fabric_.get(), conn_info_.get(), domain_.out(), nullptr);
+		if (rc)
+			fail_call("fi_domain", rc);
+		setup_endpoint(conn_info_.get(), 16, 0x5e5e);
+		for (size_t i = 0; i < data_size_; ++i)
+			base_[tx_off() + i] = pattern_byte(i, kServerSalt);
+		const CmData mine = my_cm_data();
+		rc = fi_accept(ep_.get(), &mine, sizeof mine);
+		if (rc)
+			fail_call("fi_accept", rc);
+		wait_eq(FI_CONNECTED, &ep_.get()->fid, buf, sizeof buf, "the connection to complete",
+			opt_.timeout);
+		if (opt_.role == Role::server)
+			fprintf(stderr, "vrma_bench: client connected: op %s, mode %s, flags %s\n",
+				op_name(op_), mode_name(mode_), flags_name(peer->flags).c_str());
+	}
+
+	// Answers commands until the client quits.
+	void serve() override
+	{
+		uint64_t last_seq = 0;
+		unsigned spins = 0;
+		const size_t cmd_off = ctrl_off() + kCtrlCmdIn;
+		for (;;) {
+			progress();
+			const uint64_t seq = load_u64(cmd_off + offsetof(Command, seq));
+			if (seq != last_seq) {
+				last_seq = seq;
+				Command cmd;
+				memcpy(&cmd, base_ + cmd_off, sizeof cmd);
+				if (cmd.kind == kCmdQuit) {
+					ack(seq);
+					finish();
+					return;
+				}
+				if (cmd.kind != kCmdLat || cmd.size == 0 || cmd.size > data_size_)
+					fail(kExitError, "server: malformed command (kind %" PRIu64 ", size %" PRIu64 ")",
+					     cmd.kind, cmd.size);
+				store_u8(rx_off() + cmd.size - 1, 0);
+				// Counted before the ack: the client's first write may
+				// arrive, and be counted, while the ack is waited for.
+				const uint64_t seen = remote_data_count_;
+				ack(seq);
+				pong(cmd.size, cmd.count, seen);
+				continue;
+			}
+			if ((++spins & 4095) == 0) {
+				check_connection();
+				if (g_abort.load(std::memory_order_relaxed))
+					stop_quietly();
+			}
+		}
+	}
+
+private:
+	// The client shuts down after our last answer; closing first could make
+	// it miss that answer.
+	void finish()
+	{
+		uint8_t buf[sizeof(fi_eq_cm_entry) + 256];
+		const auto start = Clock::now();
+		while (seconds_since(start) < 2.0) {
+			uint32_t event = 0;
+			ssize_t rc = fi_eq_read(eq_.get(), &event, buf, sizeof buf, 0);
+			if (rc == -FI_EAGAIN) {
+				usleep(1000);
+				continue;
+			}
+			if (rc < 0 || event == FI_SHUTDOWN)
+				return;
+		}
+	}
+
+	void reject()
+	{
+		int rc = fi_reject(pep_.get(), conn_info_->handle, nullptr, 0);
+		if (rc)
+			fprintf(stderr, "vrma_bench: fi_reject: %s (%d)\n", fi_strerror(-rc), rc);
+	}
+
+	void ack(uint64_t seq)
+	{
+		memcpy(base_ + ctrl_off() + kCtrlAckOut, &seq, sizeof seq);
+		rma_ctrl(true, ctrl_off() + kCtrlAckOut, ctrl_off() + kCtrlAckIn, sizeof seq,
+			 "the answer to the client");
+	}
+
+	// `seen`: remote CQ data entries counted before the command was acked.
+	void pong(size_t size, uint64_t count, uint64_t seen)
+	{
+		const size_t last = rx_off() + size - 1;
+		for (uint64_t i = 0; i < count; ++i) {
+			const uint8_t value = static_cast<uint8_t>(i % 255 + 1);
+			if (op_ == Op::writedata)
+				wait_remote_data(seen, value, "the client's write (remote CQ data)");
+			else
+				wait_byte(last, value, "the client's write");
+			base_[tx_off() + size - 1] = value;
+			post_data(op_, size, 0, value, op_completes(op_) ? acquire_tx() : nullptr);
+		}
+	}
+};
+
+// ---------------------------------------------------------------- client
+
+class Client : public Side, public ClientRunner {
+public:
+	explicit Client(const Options &opt) : Side(opt, true), ClientRunner(opt) {}
+
+	void connect(const std::string &host, const std::string &port, size_t max_size) override
+	{
+		info_ = get_info(opt_, host.c_str(), port.c_str(), 0);
+		open_fabric(info_.get(), true);
+		int rc = fi_domain(fabric_.get(), info_.get(), domain_.out(), nullptr);
+		if (rc)
+			fail_call("fi_domain", rc);
+		set_operation(opt_.op, opt_.mode, opt_.flags);
+		data_size_ = (max_size + 63) / 64 * 64;
+		set_window(info_->tx_attr->size);
+		setup_endpoint(info_.get(), window_ + 16, 0xc1c1);
+		check_cm_data_size(&ep_.get()->fid);
+		const CmData mine = my_cm_data();
+		rc = fi_connect(ep_.get(), info_->dest_addr, &mine, sizeof mine);
+		if (rc)
+			fail_call("fi_connect", rc);
+		uint8_t buf[sizeof(fi_eq_cm_entry) + 256];
+		ssize_t len = wait_eq(FI_CONNECTED, &ep_.get()->fid, buf, sizeof buf,
+				      "the connection to the server", opt_.timeout);
+		const std::optional<CmData> peer = parse_cm_data(buf, len);
+		if (!peer)
+			fail(kExitError, "client: the server's answer carries no vrma_bench %u connection data",
+			     kCmVersion);
+		if (peer->data_size < data_size_)
+			fail(kExitError, "client: the server offers %" PRIu64 " bytes, %zu needed",
+			     peer->data_size, data_size_);
+		peer_base_ = peer->base;
+		peer_key_ = peer->key;
+	}
+
+	RunInfo run_info() const override
+	{
+		RunInfo ri = common_run_info(info_.get(), op_, mode_);
+		ri.flags = flags_;
+		if (op_ == Op::inject_write && mode_ != Mode::lat)
+			ri.inject_flush = cntr_ ? "counter" : "read";
+		return ri;
+	}
+
+	void quit() override
+	{
+		send_command(kCmdQuit, 0, 0);
+		int rc = fi_shutdown(ep_.get(), 0);
+		if (rc)
+			fprintf(stderr, "vrma_bench: fi_shutdown: %s (%d)\n", fi_strerror(-rc), rc);
+	}
+
+protected:
+	std::optional<std::string> skip_reason(size_t size) const override
+	{
+		const bool injects = op_ == Op::inject_write || (flags_ & kFlagInject);
+		if (injects && size > inject_size_)
+			return too_large("inject_size", inject_size_);
+		if (size > max_msg_size_)
+			return too_large("max_msg_size", max_msg_size_);
+		return std::nullopt;
+	}
+
+	void prepare(size_t size, uint8_t salt) override
+	{
+		for (size_t i = 0; i < size; ++i)
+			base_[tx_off() + i] = pattern_byte(i, salt);
+	}
+
+	// A read's check bytes must come from the measured run.
+	void before_measured(size_t size) override
+	{
+		if (op_ != Op::read)
+			return;
+		const size_t check = std::min<size_t>(8, size);
+		memset(base_ + rx_off(), 0, check);
+		memset(base_ + rx_off() + size - check, 0, check);
+	}
+
+	void after_measured(size_t size, uint8_t salt) override
+	{
+		if (mode_ != Mode::lat)
+			verify(size, salt);
+	}
+
+	double timed_run(size_t size, uint64_t n, std::vector<double> *samples, bool show) override
+	{
+		if (mode_ == Mode::lat)
+			return lat_run(size, n, samples, show);
+		if (op_ == Op::inject_write)
+			return inject_run(size, n, samples, show);
+		return bw_run(size, n, samples, show);
+	}
+
+	uint64_t posts() const override { return data_posts_; }
+
+	// A read's latency is its completion time; the others' half a round trip.
+	unsigned trips_per_iteration() const override { return op_ == Op::read ? 1 : 2; }
+
+private:
+	uint64_t cmd_seq_ = 0;
+
+	double bw_run(size_t size, uint64_t n, std::vector<double> *samples, bool show)
+	{
+		const auto post = [&](uint64_t posted, uint64_t burst) {
+			for (uint64_t j = 0; j < burst; ++j) {
+				const uint64_t more = ((flags_ & kFlagMore) && j + 1 < burst) ? FI_MORE : 0;
+				post_data(op_, size, more, (posted + j) & 0xffffffff, acquire_tx());
+			}
+		};
+		return seconds_since(windowed_run(n, tx_done_, post, [this] { return progress(); }, samples, show,
+						  "completions"));
+	}
+
+	// Injects have no completions: each window is flushed with the write
+	// counter or, without counters, with a read that RC orders after them.
+	// Two windows are in flight, as an application keeps its queue busy:
+	// the next window is posted before waiting for the one before it.
+	double inject_run(size_t size, uint64_t n, std::vector<double> *samples, bool show)
+	{
+		const uint64_t cntr_base = cntr_ ? fi_cntr_read(cntr_.get()) : 0;
+		const uint64_t err_base = cntr_ ? fi_cntr_readerr(cntr_.get()) : 0;
+		uint64_t posted = 0;
+		uint64_t last_burst = 0;
+		void *flush_ctx = nullptr; // the read after the previous window
+		const auto start = Clock::now();
+		Stamp mark = sample_clock_.now();
+		// Waits until the first `upto` injects have completed.
+		auto wait_flushed = [&](uint64_t upto, void *ctx) {
+			if (cntr_) {
+				Watchdog wd(opt_.timeout, "the write counter");
+				while (fi_cntr_read(cntr_.get()) < cntr_base + upto) {
+					if (fi_cntr_readerr(cntr_.get()) > err_base) {
+						progress();
+						fail(kExitError, "client: %" PRIu64 " injected write(s) failed (write counter errors)",
+						     fi_cntr_readerr(cntr_.get()) - err_base);
+					}
+					progress();
+					wd.poll();
+				}
+			} else if (ctx) {
+				wait_slot(ctx, "the read after a window of injects");
+			}
+			const Stamp now = sample_clock_.now();
+			if (samples && last_burst == window_)
+				add_sample(*samples, mark, now, static_cast<double>(window_));
+			mark = now;
+		};
+		while (posted < n) {
+			const uint64_t burst = std::min<uint64_t>(window_, n - posted);
+			for (uint64_t j = 0; j < burst; ++j) {
+				const uint64_t more = ((flags_ & kFlagMore) && j + 1 < burst) ? FI_MORE : 0;
+				post_data(op_, size, more, 0, nullptr);
+			}
+			void *ctx = cntr_ ? nullptr
+					  : post_ctrl(false, ctrl_off() + kCtrlCheck, rx_off(), 8,
+						      "the read after a window of injects");
+			if (posted) // the windows before this one
+				wait_flushed(posted, flush_ctx);
+			posted += burst;
+			flush_ctx = ctx;
+			last_burst = burst;
+			if (show)
+				progress_line_.update(posted);
+		}
+		if (posted)
+			wait_flushed(posted, flush_ctx);
+		return seconds_since(start);
+	}
+
+	double lat_run(size_t size, uint64_t n, std::vector<double> *samples, bool show)
+	{
+		if (op_ == Op::read) {
+			const auto start = Clock::now();
+			for (uint64_t i = 0; i < n; ++i) {
+				const Stamp t0 = sample_clock_.now();
+				void *ctx = acquire_tx();
+				post_data(op_, size, 0, 0, ctx);
+				wait_slot(ctx, "a read's completion");
+				lap(samples, t0, 1, show, i + 1);
+			}
+			return seconds_since(start);
+		}
+		const size_t last = rx_off() + size - 1;
+		store_u8(last, 0);
+		send_command(kCmdLat, size, n);
+		uint64_t seen = remote_data_count_;
+		const auto start = Clock::now();
+		for (uint64_t i = 0; i < n; ++i) {
+			const uint8_t value = static_cast<uint8_t>(i % 255 + 1);
+			base_[tx_off() + size - 1] = value;
+			const Stamp t0 = sample_clock_.now();
+			post_data(op_, size, 0, value, op_completes(op_) ? acquire_tx() : nullptr);
+			if (op_ == Op::writedata)
+				wait_remote_data(seen, value, "the server's write (remote CQ data)");
+			else
+				wait_byte(last, value, "the server's write");
+			lap(samples, t0, 2, show, i + 1);
+		}
+		return seconds_since(start);
+	}
+
+	void send_command(uint64_t kind, size_t size, uint64_t count)
+	{
+		const Command cmd{kind, size, count, ++cmd_seq_};
+		memcpy(base_ + ctrl_off() + kCtrlCmdOut, &cmd, sizeof cmd);
+		rma_ctrl(true, ctrl_off() + kCtrlCmdOut, ctrl_off() + kCtrlCmdIn, sizeof cmd,
+			 "the command to the server");
+		progress_until(
+			"the server's answer", [&] { return load_u64(ctrl_off() + kCtrlAckIn) == cmd.seq; },
+			[this] { progress(); });
+	}
+
+	static std::string hex(const uint8_t *p, size_t len)
+	{
+		std::string out;
+		char byte[4];
+		for (size_t i = 0; i < len; ++i) {
+			snprintf(byte, sizeof byte, "%02x", p[i]);
+			out += byte;
+		}
+		return out;
+	}
+
+	// Checks the first and last bytes that the last operation of a size
+	// moved: read back from the target (writes) or against the server's
+	// pattern (reads).
+	void verify(size_t size, uint8_t salt)
+	{
+		const size_t k = std::min<size_t>(8, size);
+		const size_t offsets[2] = {0, size - k};
+		uint8_t expected[2][8];
+		const uint8_t *got[2];
+		for (int part = 0; part < 2; ++part) {
+			const size_t off = offsets[part];
+			for (size_t i = 0; i < k; ++i)
+				expected[part][i] = pattern_byte(off + i, op_ == Op::read ? kServerSalt : salt);
+			if (op_ == Op::read) {
+				got[part] = base_ + rx_off() + off;
+			} else {
+				const size_t local = ctrl_off() + kCtrlCheck + 8 * static_cast<size_t>(part);
+				rma_ctrl(false, local, rx_off() + off, k, "the read-back of the written data");
+				got[part] = base_ + local;
+			}
+		}
+		for (int part = 0; part < 2; ++part)
+			if (memcmp(got[part], expected[part], k) != 0)
+				fail(kExitError,
+				     "data check failed after %s of %zu bytes: bytes [%zu, %zu) at the %s are %s, expected %s",
+				     op_name(op_), size, offsets[part], offsets[part] + k,
+				     op_ == Op::read ? "client" : "server", hex(got[part], k).c_str(),
+				     hex(expected[part], k).c_str());
+	}
+};
+
+} // namespace
+
+int run_msg(const Options &opt)
+{
+	return run_roles<Server, Client>(opt);
+}
+
+} // namespace vrma_bench
