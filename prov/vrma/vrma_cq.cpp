@@ -157,10 +157,17 @@ Outcome handle_wc(Cq *cq, const ibv_wc &wc, Completion &c, fi_cq_err_entry &e)
 	return Outcome::Success;
 }
 
+// The device CQ gets completions only while a queue pair uses it (entries
+// reserved: MSG endpoints); a CQ of RDM endpoints alone never polls it
+// (lock held).
+bool device_cq_used(const Cq *cq) { return cq->reserved != 0; }
+
 // Polls up to `max` work completions into the pending queue (lock held).
 // Returns the number of work completions polled, or a negative FI_E* code.
 int poll_to_pending(Cq *cq, size_t max)
 {
+	if (!device_cq_used(cq))
+		return 0;
 	ibv_wc wcs[16];
 	size_t total = 0;
 	while (total < max) {
@@ -219,10 +226,7 @@ ssize_t cq_read_impl(Cq *cq, void *buf, size_t count, fi_addr_t *src_addr)
 		emit(cq->pending.front().comp, cq->pending.front().src);
 		cq->pending.pop_front();
 	}
-	// The device CQ has completions only while a queue pair uses it
-	// (reserved entries: MSG endpoints); a CQ of RDM endpoints alone skips
-	// the empty poll.
-	if (cq->pending.empty() && cq->reserved) {
+	if (cq->pending.empty() && device_cq_used(cq)) {
 		ibv_wc wcs[16];
 		while (n < count) {
 			int want = static_cast<int>(std::min<size_t>(16, count - n));

@@ -16,7 +16,6 @@ struct UserRegHandle {
 };
 
 struct MrCache {
-	Domain *dom = nullptr;
 	// The monitor's cache_lock: RegCache calls only (nothing that
 	// allocates, frees, registers or touches user memory).
 	std::mutex lock;
@@ -26,8 +25,8 @@ struct MrCache {
 	RegRetired deferred;
 	MemMonitor monitor; // last member: closed (joined) first
 
-	MrCache(Domain *d, size_t max_count, size_t max_size) noexcept
-		: dom(d), cache(RegCache::kDefaultPage, max_count, max_size)
+	MrCache(size_t max_count, size_t max_size) noexcept
+		: cache(RegCache::kDefaultPage, max_count, max_size)
 	{
 	}
 };
@@ -76,7 +75,7 @@ MrCache *cache_of(Domain *dom) noexcept
 		return nullptr;
 	}
 	std::unique_ptr<MrCache, MrCacheDeleter> c(
-		new (std::nothrow) MrCache(dom, mr_cache_params.max_count, mr_cache_params.max_size));
+		new (std::nothrow) MrCache(mr_cache_params.max_count, mr_cache_params.max_size));
 	if (!c) {
 		dom->mr_cache_state.store(kOff, std::memory_order_release);
 		return nullptr;
@@ -107,6 +106,54 @@ MrCache *cache_of(Domain *dom) noexcept
 ibv_mr *reg(Domain *dom, uintptr_t start, size_t len, int access) noexcept
 {
 	return ibv_reg_mr(dom->pd.get(), reinterpret_cast<void *>(start), len, access);
+}
+
+// A miss: watches and registers the merged range rr into h and caches it.
+// The entry (one reference), or nullptr with h unwatched: unregistered when
+// the range cannot be watched or registered (the caller registers the
+// request's own pages instead), registered when insert() refused it (the
+// caller keeps it as this transfer's own).
+RegEntry *cache_miss(MrCache *c, Domain *dom, const RegRange &rr, uint64_t since,
+		     UserRegHandle *h) noexcept
+{
+	RegPrepared prep = RegCache::prepare();
+	// Watch before registering (mem_monitor.h): an unmap in between would
+	// otherwise go unseen.
+	if (!prep || c->monitor.watch(rr.start, rr.end - rr.start, h->watch) != 0)
+		return nullptr;
+	const int access = static_cast<int>(rr.access);
+	ibv_mr *mr = reg(dom, rr.start, rr.end - rr.start, access);
+	if (!mr && errno == ENOMEM) {
+		// The cache's own pins may be what is short.
+		RegRetired out;
+		{
+			std::lock_guard<std::mutex> guard(c->lock);
+			(void)c->cache.evict_unused(out);
+		}
+		drain(c, out);
+		mr = reg(dom, rr.start, rr.end - rr.start, access);
+	}
+	if (!mr) {
+		// The merged range may need more than its pages allow (a
+		// read-only page joined to a writable range).
+		c->monitor.unwatch(h->watch);
+		h->watch = {};
+		return nullptr;
+	}
+	h->mr.reset(mr);
+	RegRetired out;
+	RegEntry *e;
+	{
+		std::lock_guard<std::mutex> guard(c->lock);
+		e = c->cache.insert(rr.start, rr.end, rr.access, h, since, out, prep);
+	}
+	drain(c, out);
+	if (!e) {
+		// Not cached: nothing will unwatch it with the entry.
+		c->monitor.unwatch(h->watch);
+		h->watch = {};
+	}
+	return e;
 }
 
 } // namespace
@@ -204,61 +251,27 @@ int UserReg::acquire(Domain *dom, void *addr, size_t len, int access) noexcept
 		VRMA_WARN(FI_LOG_MR, "out of memory registering a %zu-byte buffer\n", len);
 		return -FI_ENOMEM;
 	}
+	dom_ = dom;
 	if (cacheable) {
-		// Watch before registering (mem_monitor.h): an unmap in between
-		// would otherwise go unseen.
-		RegPrepared prep = RegCache::prepare();
-		if (prep && c->monitor.watch(rr.start, rr.end - rr.start, h->watch) == 0) {
-			ibv_mr *mr = reg(dom, rr.start, rr.end - rr.start, static_cast<int>(rr.access));
-			if (!mr && errno == ENOMEM) {
-				// The cache's own pins may be what is short.
-				RegRetired out;
-				{
-					std::lock_guard<std::mutex> guard(c->lock);
-					(void)c->cache.evict_unused(out);
-				}
-				drain(c, out);
-				mr = reg(dom, rr.start, rr.end - rr.start, static_cast<int>(rr.access));
-			}
-			if (mr) {
-				h->mr.reset(mr);
-				RegRetired out;
-				RegEntry *e;
-				{
-					std::lock_guard<std::mutex> guard(c->lock);
-					e = c->cache.insert(rr.start, rr.end, rr.access, h, since, out, prep);
-				}
-				drain(c, out);
-				if (e) {
-					dom_ = dom;
-					entry_ = e;
-					mr_ = mr;
-					return 0;
-				}
-				mr_ = mr; // not cached after all: this transfer's own
-				dom->mr_uncached.fetch_add(1, std::memory_order_relaxed);
-				dom_ = dom;
-				own_ = h;
-				return 0;
-			}
-			// The merged range may need more than these pages allow
-			// (a read-only page joined to a writable range): fall back
-			// to the request's own pages, uncached.
-			c->monitor.unwatch(h->watch);
-			h->watch = {};
+		if (RegEntry *e = cache_miss(c, dom, rr, since, h)) {
+			entry_ = e;
+			mr_ = h->mr.get();
+			return 0;
 		}
 	}
-	ibv_mr *mr = ibv_reg_mr(dom->pd.get(), addr, len ? len : 1, access);
-	if (!mr) {
-		const int e = errno;
-		VRMA_WARN(FI_LOG_MR, "registering a %zu-byte buffer: %s\n", len, strerror(e));
-		delete h;
-		return e == ENOMEM || e == EAGAIN ? -FI_EAGAIN : errno_to_fi(e);
+	if (!h->mr) {
+		// This transfer's own pages, uncached.
+		h->mr.reset(reg(dom, a, len ? len : 1, access));
+		if (!h->mr) {
+			const int e = errno;
+			VRMA_WARN(FI_LOG_MR, "registering a %zu-byte buffer: %s\n", len, strerror(e));
+			delete h;
+			dom_ = nullptr;
+			return e == ENOMEM || e == EAGAIN ? -FI_EAGAIN : errno_to_fi(e);
+		}
 	}
-	h->mr.reset(mr);
 	dom->mr_uncached.fetch_add(1, std::memory_order_relaxed);
-	dom_ = dom;
-	mr_ = mr;
+	mr_ = h->mr.get();
 	own_ = h;
 	return 0;
 }

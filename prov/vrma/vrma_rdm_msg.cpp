@@ -136,6 +136,15 @@ void complete_tx_op(RdmEp *ep, RdmTxOp *op, int err, int prov_errno)
 	delete op;
 }
 
+// A request of a waiting send (RndvReq, DcSend: its slot's context is the
+// msg_id) failed: the send ends with err, if it still waits.
+void fail_waiting_send(RdmEp *ep, RdmPeer *peer, void *slot_context, int err, int prov_errno)
+{
+	auto w = peer->waiting.find(static_cast<uint32_t>(reinterpret_cast<uintptr_t>(slot_context)));
+	if (w != peer->waiting.end())
+		complete_tx_op(ep, w->second, err, prov_errno);
+}
+
 // Copies `len` bytes of src into the iov from byte `off`; returns how many fit.
 size_t copy_to_iov(const iovec *iov, size_t count, size_t off, const uint8_t *src, size_t len)
 {
@@ -955,11 +964,8 @@ void rdm_handle_wc(RdmEp *ep, const ibv_wc &wc) noexcept
 	}
 	case RdmTx::RndvReq:
 	case RdmTx::DcSend: {
-		if (ok)
-			return; // the peer's answer completes it
-		auto w = peer->waiting.find(static_cast<uint32_t>(reinterpret_cast<uintptr_t>(context)));
-		if (w != peer->waiting.end())
-			complete_tx_op(ep, w->second, err, wc.status);
+		if (!ok) // else the peer's answer completes it
+			fail_waiting_send(ep, peer, context, err, wc.status);
 		return;
 	}
 	case RdmTx::Internal:
@@ -984,12 +990,9 @@ void rdm_report_unposted(Conn *conn, const ibv_send_wr *first, int err) noexcept
 				      IBV_WC_GENERAL_ERR);
 			break;
 		case RdmTx::RndvReq:
-		case RdmTx::DcSend: {
-			auto w2 = peer->waiting.find(static_cast<uint32_t>(reinterpret_cast<uintptr_t>(s->context)));
-			if (w2 != peer->waiting.end())
-				complete_tx_op(ep, w2->second, fi_err, IBV_WC_GENERAL_ERR);
+		case RdmTx::DcSend:
+			fail_waiting_send(ep, peer, s->context, fi_err, IBV_WC_GENERAL_ERR);
 			break;
-		}
 		default:
 			break;
 		}
