@@ -178,6 +178,12 @@ struct RdmPeer;
 struct Mr;
 struct Cntr;
 struct PmemService;
+struct MsgProgress;
+// Defined where MsgProgress is (vrma_progress.cpp).
+struct MsgProgressDeleter {
+	void operator()(MsgProgress *mp) const noexcept;
+};
+using MsgProgressPtr = std::unique_ptr<MsgProgress, MsgProgressDeleter>;
 // Defined where PmemService is (vrma_pmem.cpp).
 struct PmemServiceDeleter {
 	void operator()(PmemService *svc) const noexcept;
@@ -250,6 +256,10 @@ struct Domain final : fid_domain {
 	std::atomic<int> mr_cache_state{0};
 	std::unique_ptr<MrCache, MrCacheDeleter> mr_cache;
 	std::atomic<uint64_t> mr_uncached{0}; // registrations for one transfer only
+	// FI_PROGRESS_AUTO data progress of MSG endpoints (vrma_progress.cpp):
+	// set at fi_domain when the info asks for it (not for FI_EP_RDM, whose
+	// endpoints run their own thread); its thread starts with the first CQ.
+	MsgProgressPtr progress;
 };
 
 struct Mr final : fid_mr {
@@ -322,14 +332,22 @@ struct Cq final : fid_cq {
 	Fd signal_fd; // eventfd written by fi_cq_signal and cq_push
 	std::atomic<bool> user_signal{false}; // fi_cq_signal was called
 	std::mutex lock;
-	RingQueue<CqPending> pending;
+	RingQueue<CqPending> pending; // change it through cq_enqueue/cq_dequeue only
+	// pending.size(), readable without the lock: a reader's direct delivery
+	// (CqSink) must not overtake an entry queued before it.
+	std::atomic<size_t> queued{0};
 	size_t cqe = 0;      // entries the ibv CQ holds
-	size_t reserved = 0; // entries promised to bound queues
+	// Entries promised to bound queues; written under `lock`, read without
+	// it by a reader deciding whether the device queue matters.
+	std::atomic<size_t> reserved{0};
 	std::atomic<int> refs{0};
 	// A reader may sleep on the wait object (fi_trywait succeeded): entries
 	// queued by cq_push must signal it. Set and read under `lock`.
 	bool armed = false;
 	RdmHooks rdm; // RDM endpoints whose completions come here
+	// The key of this CQ in its domain's MsgProgress (0: not progressed by
+	// it). The thread finds CQs by key, never by a pointer it kept.
+	uint64_t progress_key = 0;
 };
 
 struct Cntr final : fid_cntr {
@@ -728,9 +746,49 @@ void cq_unreserve(Cq *cq, size_t entries) noexcept;
 bool cq_drain_endpoint(Cq *cq, Ep *ep, bool tx_side, int timeout_ms) noexcept;
 // Polls what the device has completed into the CQ's queue (counting it).
 void cq_progress(Cq *cq) noexcept;
+// FI_PROGRESS_AUTO: the domain's progress thread saw the CQ's completion
+// channel readable. Under the CQ lock: drains the channel, re-arms it, polls
+// the device queue empty into the pending queue, and wakes a reader armed by
+// fi_trywait when entries wait.
+void cq_progress_event(Cq *cq) noexcept;
+// A CQ the domain's progress thread leaves alone (the commit service polls
+// its own CQ, under its own lock).
+int cq_open_unprogressed(fid_domain *domain, fi_cq_attr *attr, fid_cq **cq) noexcept;
 // Queues an entry produced outside the CQ's own polling and wakes waiters.
 // Never call it for the CQ whose lock the caller holds.
 void cq_push(Cq *cq, const CqPending &entry) noexcept;
+// The CQ's software queue (lock held).
+inline void cq_enqueue(Cq *cq, const CqPending &entry)
+{
+	cq->pending.push_back(entry); // may throw std::bad_alloc
+	cq->queued.store(cq->pending.size(), std::memory_order_relaxed);
+}
+inline void cq_dequeue(Cq *cq) noexcept
+{
+	cq->pending.pop_front();
+	cq->queued.store(cq->pending.size(), std::memory_order_relaxed);
+}
+// A successful completion produced outside the CQ's own polling (RDM
+// endpoints): written straight into the buffer of a fi_cq_read that this
+// thread runs on that CQ (CqSink, vrma_cq.cpp) when nothing is queued
+// before it, else queued as cq_push does. Never call it for the CQ whose
+// lock the caller holds.
+void cq_complete(Cq *cq, const Completion &c, fi_addr_t src) noexcept;
+
+// vrma_progress.cpp: the data progress thread of an FI_PROGRESS_AUTO domain
+// (MSG endpoints). One per domain, sleeping on an epoll set of its CQs'
+// completion channels; it handles an event under MsgProgress::lock, so CQ
+// close, which unregisters under that lock, never races it. Lock order:
+// MsgProgress::lock, then the CQ lock (and what the CQ poller takes).
+// Never call these with a CQ, endpoint or EQ lock held.
+// The domain's state (fi_domain of an FI_PROGRESS_AUTO info); no thread yet.
+int msg_progress_create(Domain *dom) noexcept;
+// Registers a CQ with a completion channel (cq_open); starts the thread at
+// the first. 0 or a negative FI_E* code.
+int msg_progress_attach(Domain *dom, Cq *cq) noexcept;
+// Unregisters it (cq_close, before the channel is drained): once this
+// returns the thread no longer touches the CQ.
+void msg_progress_detach(Domain *dom, Cq *cq) noexcept;
 
 // vrma_rdm_ep.cpp: what CQs and counters call.
 // Progress of an RDM endpoint: connection events and completions.

@@ -160,7 +160,7 @@ Outcome handle_wc(Cq *cq, const ibv_wc &wc, Completion &c, fi_cq_err_entry &e)
 // The device CQ gets completions only while a queue pair uses it (entries
 // reserved: MSG endpoints); a CQ of RDM endpoints alone never polls it
 // (lock held).
-bool device_cq_used(const Cq *cq) { return cq->reserved != 0; }
+bool device_cq_used(const Cq *cq) { return cq->reserved.load(std::memory_order_relaxed) != 0; }
 
 // Polls up to `max` work completions into the pending queue (lock held).
 // Returns the number of work completions polled, or a negative FI_E* code.
@@ -183,13 +183,22 @@ int poll_to_pending(Cq *cq, size_t max)
 			if (o == Outcome::None)
 				continue;
 			p.is_error = o == Outcome::Error;
-			cq->pending.push_back(p);
+			cq_enqueue(cq, p);
 		}
 		total += static_cast<size_t>(k);
 		if (k < want)
 			break;
 	}
 	return static_cast<int>(total);
+}
+
+// Polls until the device queue is empty (lock held): after the CQ was armed,
+// completions already queued raise no event, so none may be left behind.
+void poll_all_to_pending(Cq *cq)
+{
+	constexpr size_t kBatch = 256;
+	while (poll_to_pending(cq, kBatch) == static_cast<int>(kBatch)) {
+	}
 }
 
 void drain_channel(Cq *cq)
@@ -202,18 +211,59 @@ void drain_channel(Cq *cq)
 		ibv_ack_cq_events(ev_cq, 1);
 }
 
+// A fi_cq_read running the progress of the CQ's RDM endpoints on this
+// thread: their successful completions for that CQ go straight into the
+// reader's buffer (cq_complete) instead of through the pending queue and
+// the CQ's lock. Only while nothing is queued: an entry queued before must
+// be read first. An endpoint's entries are produced under its lock, so one
+// queued earlier by another thread is visible in Cq::queued here.
+struct CqSink {
+	Cq *cq;
+	uint8_t *out;
+	fi_addr_t *src_addr;
+	size_t count;
+	size_t n;
+};
+// initial-exec: a general-dynamic TLS access costs a call on every
+// completion; one pointer fits the static TLS glibc keeps for dlopen.
+thread_local CqSink *cq_sink [[gnu::tls_model("initial-exec")]] = nullptr;
+
+class SinkScope {
+public:
+	explicit SinkScope(CqSink *s) noexcept : prev_(cq_sink) { cq_sink = s; }
+	~SinkScope() { cq_sink = prev_; }
+	SinkScope(const SinkScope &) = delete;
+	SinkScope &operator=(const SinkScope &) = delete;
+
+private:
+	CqSink *prev_;
+};
+
 ssize_t cq_read_impl(Cq *cq, void *buf, size_t count, fi_addr_t *src_addr)
 {
 	if (!buf && count) {
 		VRMA_WARN(FI_LOG_CQ, "fi_cq_read: NULL buffer for %zu entries\n", count);
 		return -FI_EINVAL;
 	}
-	// RDM endpoints' completions reach this queue through cq_push; never
-	// under cq->lock.
-	if (cq->rdm.any()) [[unlikely]]
-		cq->rdm.progress();
 	auto *out = static_cast<uint8_t *>(buf);
-	size_t n = 0;
+	CqSink sink{cq, out, src_addr, count, 0};
+	// RDM endpoints' completions reach this queue through cq_complete and
+	// cq_push; never under cq->lock.
+	if (cq->rdm.any()) {
+		{
+			SinkScope scope(&sink);
+			cq->rdm.progress();
+		}
+		// Nothing queued and no device queue to look at: done without
+		// the CQ's lock, with what was delivered or -FI_EAGAIN (the
+		// busy-polling reader's common case). Hazard: Cq::armed stays as
+		// it was; a stale true costs cq_push one spurious wakeup, which
+		// fi_cq_sread absorbs.
+		if ((count && sink.n == count) || (!device_cq_used(cq) &&
+					cq->queued.load(std::memory_order_relaxed) == 0))
+			return sink.n ? static_cast<ssize_t>(sink.n) : -FI_EAGAIN;
+	}
+	size_t n = sink.n;
 	std::lock_guard<std::mutex> guard(cq->lock);
 	cq->armed = false;
 	auto emit = [&](const Completion &c, fi_addr_t src) {
@@ -224,7 +274,7 @@ ssize_t cq_read_impl(Cq *cq, void *buf, size_t count, fi_addr_t *src_addr)
 	};
 	while (n < count && !cq->pending.empty() && !cq->pending.front().is_error) {
 		emit(cq->pending.front().comp, cq->pending.front().src);
-		cq->pending.pop_front();
+		cq_dequeue(cq);
 	}
 	if (cq->pending.empty() && device_cq_used(cq)) {
 		ibv_wc wcs[16];
@@ -245,7 +295,7 @@ ssize_t cq_read_impl(Cq *cq, void *buf, size_t count, fi_addr_t *src_addr)
 					continue;
 				}
 				p.is_error = o == Outcome::Error;
-				cq->pending.push_back(p);
+				cq_enqueue(cq, p);
 			}
 			if (k < want)
 				break;
@@ -292,7 +342,7 @@ ssize_t cq_readerr(fid_cq *f, fi_cq_err_entry *buf, uint64_t flags) noexcept
 	*buf = e;
 	buf->err_data = user_err_data;
 	buf->err_data_size = 0;
-	cq->pending.pop_front();
+	cq_dequeue(cq);
 	return 1;
 }
 
@@ -362,6 +412,8 @@ int cq_close(fid *f) noexcept
 		VRMA_WARN(FI_LOG_CQ, "CQ still bound to %d endpoints\n", cq->refs.load());
 		return -FI_EBUSY;
 	}
+	// The progress thread forgets the CQ before its channel goes.
+	msg_progress_detach(cq->domain, cq);
 	{
 		std::lock_guard<std::mutex> guard(cq->lock);
 		drain_channel(cq);
@@ -423,13 +475,15 @@ int cq_trywait(Cq *cq) noexcept
 			return rc;
 	}
 	std::lock_guard<std::mutex> guard(cq->lock);
+	// Whoever drains the channel re-arms it, entries pending or not: the
+	// domain's progress thread (FI_PROGRESS_AUTO) sleeps on it too.
 	drain_channel(cq);
-	if (!cq->pending.empty())
-		return -FI_EAGAIN;
 	if (int rc = ibv_req_notify_cq(cq->cq.get(), 0))
 		return errno_to_fi(rc);
+	if (!cq->pending.empty())
+		return -FI_EAGAIN;
 	// Completions that arrived before arming raise no event: look once more.
-	poll_to_pending(cq, 64);
+	poll_all_to_pending(cq);
 	if (!cq->pending.empty())
 		return -FI_EAGAIN;
 	cq->armed = true;
@@ -441,7 +495,7 @@ void cq_push(Cq *cq, const CqPending &entry) noexcept
 	bool wake;
 	try {
 		std::lock_guard<std::mutex> guard(cq->lock);
-		cq->pending.push_back(entry);
+		cq_enqueue(cq, entry);
 		wake = cq->armed;
 	} catch (...) {
 		VRMA_WARN(FI_LOG_CQ, "out of memory queuing a completion: entry lost\n");
@@ -450,6 +504,42 @@ void cq_push(Cq *cq, const CqPending &entry) noexcept
 	// Wake a reader that may sleep on the wait object (it armed the CQ
 	// with fi_trywait under the lock): no device event will. A reader
 	// that has not armed it yet finds the entry when it does.
+	if (wake && cq->signal_fd.get() >= 0)
+		eventfd_signal(cq->signal_fd.get());
+}
+
+void cq_complete(Cq *cq, const Completion &c, fi_addr_t src) noexcept
+{
+	CqSink *s = cq_sink;
+	if (s && s->cq == cq && s->n < s->count &&
+	    cq->queued.load(std::memory_order_relaxed) == 0) [[likely]] {
+		write_entry(cq->format, s->out + s->n * cq->entry_size, c);
+		if (s->src_addr)
+			s->src_addr[s->n] = src;
+		s->n++;
+		return;
+	}
+	CqPending p;
+	p.comp = c;
+	p.src = src;
+	cq_push(cq, p);
+}
+
+void cq_progress_event(Cq *cq) noexcept
+{
+	bool wake = false;
+	try {
+		std::lock_guard<std::mutex> guard(cq->lock);
+		drain_channel(cq);
+		if (int rc = ibv_req_notify_cq(cq->cq.get(), 0))
+			VRMA_WARN(FI_LOG_CQ, "data progress: ibv_req_notify_cq: %s\n", strerror(rc));
+		poll_all_to_pending(cq);
+		wake = cq->armed && !cq->pending.empty();
+	} catch (...) {
+		VRMA_WARN(FI_LOG_CQ, "data progress: out of memory queuing completions\n");
+	}
+	// A reader armed by fi_trywait may sleep on the wait object, whose
+	// channel this thread just drained: wake it as cq_push does.
 	if (wake && cq->signal_fd.get() >= 0)
 		eventfd_signal(cq->signal_fd.get());
 }
@@ -463,7 +553,7 @@ void cq_progress(Cq *cq) noexcept
 int cq_reserve(Cq *cq, size_t entries) noexcept
 {
 	std::lock_guard<std::mutex> guard(cq->lock);
-	size_t need = cq->reserved + entries;
+	size_t need = cq->reserved.load(std::memory_order_relaxed) + entries;
 	if (need > cq->cqe) {
 		size_t max = static_cast<size_t>(cq->domain->dev_attr.max_cqe);
 		if (need > max) {
@@ -478,35 +568,44 @@ int cq_reserve(Cq *cq, size_t entries) noexcept
 		cq->cqe = static_cast<size_t>(cq->cq->cqe);
 		VRMA_INFO(FI_LOG_CQ, "CQ grown to %zu entries\n", cq->cqe);
 	}
-	cq->reserved = need;
+	cq->reserved.store(need, std::memory_order_relaxed);
 	return 0;
 }
 
 void cq_unreserve(Cq *cq, size_t entries) noexcept
 {
 	std::lock_guard<std::mutex> guard(cq->lock);
-	cq->reserved -= std::min(entries, cq->reserved);
+	const size_t r = cq->reserved.load(std::memory_order_relaxed);
+	cq->reserved.store(r - std::min(entries, r), std::memory_order_relaxed);
 }
 
 bool cq_drain_endpoint(Cq *cq, Ep *ep, bool tx_side, int timeout_ms) noexcept
 {
 	const Deadline deadline(timeout_ms);
 	auto done = [&] { return tx_side ? ep->conn.tx.outstanding() == 0 : ep->rx.outstanding() == 0; };
-	while (!done()) {
+	for (;;) {
 		{
+			// Seen under the lock: another poller (the domain's progress
+			// thread, an application thread) that retired the last slot is
+			// out of handle_wc, so the endpoint may be freed.
 			std::lock_guard<std::mutex> guard(cq->lock);
 			poll_to_pending(cq, 256);
+			if (done())
+				return true;
 		}
-		if (done())
-			break;
 		if (deadline.expired())
 			return false;
 		poll(nullptr, 0, 1);
 	}
-	return true;
 }
 
-int cq_open(fid_domain *domain, fi_cq_attr *attr, fid_cq **cq_out, void *context) noexcept
+namespace {
+
+// fi_cq_open; `progressed`: the domain's progress thread (FI_PROGRESS_AUTO)
+// polls the CQ, which then has a completion channel whatever its wait
+// object (ibv_create_cq takes the channel at creation).
+int cq_create(fid_domain *domain, fi_cq_attr *attr, fid_cq **cq_out, void *context,
+	      bool progressed) noexcept
 try {
 	if (!domain || !attr || !cq_out) {
 		VRMA_WARN(FI_LOG_CQ, "fi_cq_open: NULL domain, attribute or output\n");
@@ -541,7 +640,8 @@ try {
 	cq->format = format;
 	cq->entry_size = format_size(format);
 	cq->wait_obj = wait;
-	if (wait == FI_WAIT_FD) {
+	progressed = progressed && dom->progress;
+	if (wait == FI_WAIT_FD || progressed) {
 		cq->channel.reset(ibv_create_comp_channel(dom->ctx));
 		if (!cq->channel) {
 			int err = errno;
@@ -550,6 +650,8 @@ try {
 		}
 		if (set_nonblock(cq->channel->fd))
 			return errno_to_fi(errno);
+	}
+	if (wait == FI_WAIT_FD) {
 		cq->signal_fd.reset(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
 		if (cq->signal_fd.get() < 0)
 			return errno_to_fi(errno);
@@ -567,17 +669,33 @@ try {
 		return errno_to_fi(err);
 	}
 	cq->cqe = static_cast<size_t>(cq->cq->cqe);
-	if (wait == FI_WAIT_FD)
+	if (cq->channel)
 		ibv_req_notify_cq(cq->cq.get(), 0);
 	cq->fid.fclass = FI_CLASS_CQ;
 	cq->fid.context = context;
 	cq->fid.ops = const_cast<fi_ops *>(&cq_fi_ops);
 	cq->ops = const_cast<fi_ops_cq *>(&cq_ops);
+	if (progressed) {
+		if (int rc = msg_progress_attach(dom, cq.get()))
+			return rc;
+	}
 	dom->refs++;
 	*cq_out = cq.release();
 	return 0;
 } catch (...) {
 	return -FI_ENOMEM;
+}
+
+} // namespace
+
+int cq_open(fid_domain *domain, fi_cq_attr *attr, fid_cq **cq_out, void *context) noexcept
+{
+	return cq_create(domain, attr, cq_out, context, true);
+}
+
+int cq_open_unprogressed(fid_domain *domain, fi_cq_attr *attr, fid_cq **cq_out) noexcept
+{
+	return cq_create(domain, attr, cq_out, nullptr, false);
 }
 
 } // namespace vrma

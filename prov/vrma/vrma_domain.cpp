@@ -12,6 +12,9 @@ int domain_close(fid *f) noexcept
 		VRMA_WARN(FI_LOG_DOMAIN, "domain still has %d open objects\n", dom->refs.load());
 		return -FI_EBUSY;
 	}
+	// Every CQ is closed: the data progress thread (if any) has nothing
+	// left to watch; stop and join it.
+	dom->progress.reset();
 	// Cached registrations go before the protection domain they are in.
 	mr_cache_close(dom);
 	ibv_pd *pd = dom->pd.release();
@@ -147,6 +150,13 @@ try {
 	dom->info.reset(fi_dupinfo(info));
 	if (!dom->info)
 		return -FI_ENOMEM;
+	// FI_PROGRESS_AUTO for MSG endpoints: a thread polls their CQs. RDM
+	// endpoints progress themselves (RdmEp::data_thread).
+	const bool rdm = info->ep_attr && info->ep_attr->type == FI_EP_RDM;
+	if (info->domain_attr && info->domain_attr->data_progress == FI_PROGRESS_AUTO && !rdm) {
+		if (int rc = msg_progress_create(dom.get()))
+			return rc;
+	}
 	dom->inline_size = probe_inline_size(ctx);
 	dom->fid.fclass = FI_CLASS_DOMAIN;
 	dom->fid.context = context;

@@ -243,6 +243,7 @@ fi_info *build_cap_info(const Port &p, const PortAddr &a, int inline_size)
 	dom.name = strdup(p.ctx->device->name);
 	dom.threading = FI_THREAD_SAFE;
 	dom.control_progress = FI_PROGRESS_AUTO;
+	// Offered; infos report MANUAL unless asked (default_manual_data_progress).
 	dom.data_progress = FI_PROGRESS_AUTO;
 	dom.resource_mgmt = FI_RM_ENABLED;
 	dom.av_type = FI_AV_UNSPEC;
@@ -280,6 +281,15 @@ fi_info *build_cap_info(const Port &p, const PortAddr &a, int inline_size)
 		return nullptr;
 	}
 	return info;
+}
+
+// Data progress of an info after apply_hints: manual unless the hints ask
+// for a kind (automatic costs a thread woken by every completion: the RDM
+// endpoint's own, or the domain's for MSG endpoints, vrma_progress.cpp).
+void default_manual_data_progress(fi_info &out, const fi_info *hints)
+{
+	if (!hints || !hints->domain_attr || hints->domain_attr->data_progress == FI_PROGRESS_UNSPEC)
+		out.domain_attr->data_progress = FI_PROGRESS_MANUAL;
 }
 
 // The most an RDM endpoint on this port offers: messages and tagged
@@ -604,11 +614,7 @@ try {
 			if (!rout)
 				return -FI_ENOMEM;
 			apply_hints(api, *rout, hints, rdm_params.tx_buffers, 65536, kRdmIovLimit, 0);
-			// Data progress: manual unless asked for (an automatic
-			// one costs a thread woken by every completion).
-			if (!hints || !hints->domain_attr ||
-			    hints->domain_attr->data_progress == FI_PROGRESS_UNSPEC)
-				rout->domain_attr->data_progress = FI_PROGRESS_MANUAL;
+			default_manual_data_progress(*rout, hints);
 			if (have_dest) {
 				rout->dest_addr = dup_addr(reinterpret_cast<sockaddr *>(&dest), &rout->dest_addrlen);
 				if (!rout->dest_addr)
@@ -635,6 +641,7 @@ try {
 				throw std::bad_alloc();
 			apply_hints(api, *out, hints, params.tx_size, params.rx_size, params.iov_limit,
 				    kOptionalModes);
+			default_manual_data_progress(*out, hints);
 			// FI_RMA_PMEM and FI_RMA_EVENT endpoints keep their receive
 			// queue for commit and event messages: offered when asked for
 			// (FI_RMA_PMEM also when implied by a default

@@ -273,7 +273,7 @@ int service_start(Domain *dom)
 	attr.wait_obj = FI_WAIT_FD;
 	attr.size = params.rx_size;
 	fid_cq *cq = nullptr;
-	if (int rc = cq_open(dom, &attr, &cq, nullptr))
+	if (int rc = cq_open_unprogressed(dom, &attr, &cq))
 		return rc;
 	svc->cq = static_cast<Cq *>(cq);
 	svc->wake_fd.reset(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));

@@ -209,6 +209,12 @@ struct RdmEp final : fid_ep {
 	MrPtr rx_mr;
 	std::unique_ptr<SrqSlot[]> rx_slots;
 	size_t rx_count = 0;
+	// Consumed SRQ buffers waiting to be reposted together (srq_batch_max
+	// of them: rx_count / 32, 1 to kSrqBatchMax).
+	static constexpr size_t kSrqBatchMax = 8;
+	uint32_t srq_batch[kSrqBatchMax];
+	size_t srq_batch_n = 0;
+	size_t srq_batch_max = 1;
 	// Eager send buffers (free list of indexes).
 	std::unique_ptr<uint8_t[]> tx_bufs;
 	MrPtr tx_mr;
@@ -266,6 +272,8 @@ void rdm_progress_locked(RdmEp *ep) noexcept;
 void rdm_report_tx(RdmEp *ep, void *context, uint64_t flags, size_t len, bool report, Cntr *cntr,
 		   int err, int prov_errno) noexcept;
 void rdm_report_rx(RdmEp *ep, const CqPending &p, bool success) noexcept;
+// A successful receive's entry (and count), without building a CqPending.
+void rdm_complete_rx(RdmEp *ep, const Completion &c, fi_addr_t src) noexcept;
 
 // vrma_rdm_conn.cpp: peers and connections (lock held).
 // The peer for an AV handle, or nullptr (-FI_EINVAL logged) for a bad one.
@@ -274,6 +282,16 @@ RdmPeer *rdm_peer_of(RdmEp *ep, fi_addr_t addr, int &err) noexcept;
 // connecting (a connection is started); another negative FI_E* code when
 // the last attempt failed (reported once).
 int rdm_conn_ready(RdmPeer *peer, Conn *&conn) noexcept;
+// rdm_peer_of's cache hit, inlined into the data path; nullptr: ask
+// rdm_peer_of. The epoch is read before the entry (see rdm_peer_of).
+inline RdmPeer *rdm_peer_cached(RdmEp *ep, fi_addr_t fi_addr) noexcept
+{
+	const size_t slot = static_cast<uint32_t>(fi_addr);
+	if (ep->av->epoch.load(std::memory_order_acquire) == ep->peer_cache_epoch &&
+	    slot < ep->peer_cache.size() && ep->peer_cache[slot].addr == fi_addr) [[likely]]
+		return ep->peer_cache[slot].peer;
+	return nullptr;
+}
 // Handles one rdma_cm event of the endpoint's channel; `destroy` is an id
 // to destroy once the event was acked (a refused request).
 void rdm_cm_event(RdmEp *ep, rdma_cm_event *ev, rdma_cm_id *&destroy) noexcept;
@@ -308,8 +326,8 @@ void rdm_handle_wc(RdmEp *ep, const ibv_wc &wc) noexcept;
 void rdm_report_unposted(Conn *conn, const ibv_send_wr *first, int err) noexcept;
 // fi_cancel of a posted receive.
 ssize_t rdm_cancel(RdmEp *ep, void *context) noexcept;
-// Posts SRQ buffer i.
-int rdm_post_srq(RdmEp *ep, size_t i) noexcept;
+// Posts the n SRQ buffers named by idx (n at most RdmEp::kSrqBatchMax).
+int rdm_post_srq(RdmEp *ep, const uint32_t *idx, size_t n) noexcept;
 // Retries what waits in the backlogs.
 void rdm_retry_backlog(RdmEp *ep) noexcept;
 // The peer's connection went away: its waiting sends fail.

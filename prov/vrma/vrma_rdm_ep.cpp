@@ -389,9 +389,11 @@ try {
 		s.kind = SlotKind::Rx;
 		s.seq = i;
 		s.buf = ep->rx_bufs.get() + i * ep->buf_stride;
-		if (int rc = rdm_post_srq(ep, i))
+		const uint32_t idx = static_cast<uint32_t>(i);
+		if (int rc = rdm_post_srq(ep, &idx, 1))
 			return rc;
 	}
+	ep->srq_batch_max = std::clamp<size_t>(ep->rx_count / 32, 1, RdmEp::kSrqBatchMax);
 	if (int rc = start_listener(ep))
 		return rc;
 
@@ -700,17 +702,17 @@ void rdm_report_tx(RdmEp *ep, void *context, uint64_t flags, size_t len, bool re
 	count_completion(cntr, err == 0);
 	if (!ep->tx_cq || (!report && !err))
 		return;
-	CqPending p;
-	if (err) {
-		p.is_error = true;
-		p.err.op_context = context;
-		p.err.flags = flags;
-		p.err.len = len;
-		p.err.err = err;
-		p.err.prov_errno = prov_errno;
-	} else {
-		p.comp = {context, flags, len, nullptr, 0, 0};
+	if (!err) [[likely]] {
+		cq_complete(ep->tx_cq, {context, flags, len, nullptr, 0, 0}, FI_ADDR_NOTAVAIL);
+		return;
 	}
+	CqPending p;
+	p.is_error = true;
+	p.err.op_context = context;
+	p.err.flags = flags;
+	p.err.len = len;
+	p.err.err = err;
+	p.err.prov_errno = prov_errno;
 	cq_push(ep->tx_cq, p);
 }
 
@@ -719,6 +721,13 @@ void rdm_report_rx(RdmEp *ep, const CqPending &p, bool success) noexcept
 	count_completion(ep->cntr_recv, success);
 	if (ep->rx_cq)
 		cq_push(ep->rx_cq, p);
+}
+
+void rdm_complete_rx(RdmEp *ep, const Completion &c, fi_addr_t src) noexcept
+{
+	count_completion(ep->cntr_recv, true);
+	if (ep->rx_cq)
+		cq_complete(ep->rx_cq, c, src);
 }
 
 int rdm_ep_open(fid_domain *domain, fi_info *info, fid_ep **ep_out, void *context) noexcept

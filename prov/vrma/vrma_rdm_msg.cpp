@@ -70,10 +70,16 @@ ssize_t post_copy(RdmEp *ep, Conn *conn, const uint8_t *src, size_t len, const i
 {
 	if (!tx_room(ep, 1))
 		return -FI_EAGAIN;
-	ibv_send_wr wr{};
+	// Only what the device reads, as fill_one_wr does (zeroing the whole
+	// request costs more than the rest); the rdma fields and imm_data
+	// because a held-back FI_MORE request is copied whole.
+	ibv_send_wr wr;
 	ibv_sge sge[kRdmIovLimit + 1];
 	wr.opcode = IBV_WR_SEND;
 	wr.sg_list = sge;
+	wr.imm_data = 0;
+	wr.wr.rdma.remote_addr = 0;
+	wr.wr.rdma.rkey = 0;
 	ssize_t rc;
 	if (len + extra_len <= conn->inline_size) {
 		sge[0] = {reinterpret_cast<uintptr_t>(src), static_cast<uint32_t>(len), 0};
@@ -99,6 +105,7 @@ ssize_t post_copy(RdmEp *ep, Conn *conn, const uint8_t *src, size_t len, const i
 		}
 		sge[0] = {reinterpret_cast<uintptr_t>(b), static_cast<uint32_t>(off), ep->tx_mr->lkey};
 		wr.num_sge = 1;
+		wr.send_flags = 0;
 		rc = post_send_one(conn, wr, context, comp_flags, op_len, report, cntr, more,
 				   rdm_aux(kind, static_cast<uint32_t>(idx) + 1));
 		if (rc)
@@ -224,26 +231,48 @@ bool retire_recv(RdmEp *ep, RdmRecv &r, bool &release_flag)
 bool place_eager(RdmEp *ep, RdmRecv *r, RdmPeer *peer, const rdm::RdmHeader &h,
 		 const uint8_t *payload, fi_addr_t src)
 {
-	iovec dst[kRdmIovLimit];
-	size_t count;
-	void *buf;
-	const size_t fits = reserve_space(*r, h.length, dst, count, buf);
-	const size_t placed = copy_to_iov(dst, count, 0, payload, fits);
-	bool release;
-	const bool done = retire_recv(ep, *r, release);
-	CqPending p = rx_entry(*r, buf, placed, h.length - placed, h, src, release);
-	if (r->report || p.is_error)
-		rdm_report_rx(ep, p, !p.is_error);
-	else
-		count_completion(ep->cntr_recv, true);
-	if (done)
+	bool gone = true;
+	if (!r->multi && h.length <= r->capacity) [[likely]] {
+		// The common case: the whole message fits a plain receive.
+		if (r->count == 1) {
+			if (h.length) // a zero-length receive's base may be NULL
+				memcpy(r->iov[0].iov_base, payload, h.length);
+		}
+		else
+			(void)copy_to_iov(r->iov, r->count, 0, payload, h.length);
+		(void)ep->matcher.remove(*r);
+		if (r->report)
+			rdm_complete_rx(ep,
+					{r->context,
+					 FI_RECV | (r->kind == MatchKind::kTagged ? FI_TAGGED : FI_MSG) |
+						 ((h.flags & rdm::kFlagCqData) ? FI_REMOTE_CQ_DATA : 0),
+					 h.length, r->count ? r->iov[0].iov_base : nullptr, h.cq_data, h.tag},
+					src);
+		else
+			count_completion(ep->cntr_recv, true);
 		rdm_put_recv(ep, r);
+	} else {
+		iovec dst[kRdmIovLimit];
+		size_t count;
+		void *buf;
+		const size_t fits = reserve_space(*r, h.length, dst, count, buf);
+		const size_t placed = copy_to_iov(dst, count, 0, payload, fits);
+		bool release;
+		gone = retire_recv(ep, *r, release);
+		CqPending p = rx_entry(*r, buf, placed, h.length - placed, h, src, release);
+		if (r->report || p.is_error)
+			rdm_report_rx(ep, p, !p.is_error);
+		else
+			count_completion(ep->cntr_recv, true);
+		if (gone)
+			rdm_put_recv(ep, r);
+	}
 	if (h.flags & rdm::kFlagDeliveryComplete) {
 		uint8_t a[kHdr];
 		rdm::encode_delivery_ack(a, h.msg_id);
 		send_answer(ep, peer, a);
 	}
-	return done;
+	return gone;
 }
 
 // Posts the RDMA READs of a rendezvous receive; false when there is no room
@@ -258,27 +287,29 @@ void finish_rndv(RdmEp *ep, RdmRxOp *op, int err, int prov_errno)
 			      : err == FI_EACCES ? rdm::RndvStatus::AccessError
 						 : rdm::RndvStatus::Failed);
 	send_answer(ep, op->peer, a);
+	const uint64_t flags = op->comp_flags | (op->multi_release ? FI_MULTI_RECV : 0);
+	if (!err && !op->olen) [[likely]] {
+		if (op->report)
+			rdm_complete_rx(ep, {op->context, flags, op->len, op->buf, op->data, op->tag},
+					op->src);
+		else
+			count_completion(ep->cntr_recv, true);
+		delete op;
+		return;
+	}
 	CqPending p;
 	p.src = op->src;
-	uint64_t flags = op->comp_flags | (op->multi_release ? FI_MULTI_RECV : 0);
-	if (err || op->olen) {
-		p.is_error = true;
-		p.err.op_context = op->context;
-		p.err.flags = flags;
-		p.err.len = op->len;
-		p.err.buf = op->buf;
-		p.err.data = op->data;
-		p.err.tag = op->tag;
-		p.err.olen = err ? 0 : op->olen;
-		p.err.err = err ? err : FI_ETRUNC;
-		p.err.prov_errno = prov_errno;
-	} else {
-		p.comp = {op->context, flags, op->len, op->buf, op->data, op->tag};
-	}
-	if (op->report || p.is_error)
-		rdm_report_rx(ep, p, !p.is_error);
-	else
-		count_completion(ep->cntr_recv, true);
+	p.is_error = true;
+	p.err.op_context = op->context;
+	p.err.flags = flags;
+	p.err.len = op->len;
+	p.err.buf = op->buf;
+	p.err.data = op->data;
+	p.err.tag = op->tag;
+	p.err.olen = err ? 0 : op->olen;
+	p.err.err = err ? err : FI_ETRUNC;
+	p.err.prov_errno = prov_errno;
+	rdm_report_rx(ep, p, false);
 	delete op;
 }
 
@@ -425,20 +456,32 @@ bool post_reads(RdmEp *ep, RdmRxOp *op)
 	return true;
 }
 
-// The byte count of an operation's iov (at most kRdmIovLimit entries, none
-// NULL with a length); 0 or -FI_EINVAL with one warning.
-ssize_t iov_total(const iovec *iov, size_t count, const char *what, size_t &total)
+// iov_total's refusal: one warning, -FI_EINVAL.
+[[gnu::cold, gnu::noinline]] ssize_t iov_refused(const iovec *iov, size_t count, const char *what)
 {
-	if (count > kRdmIovLimit || (count && !iov)) [[unlikely]] {
+	if (count > kRdmIovLimit || !iov) {
 		VRMA_WARN(FI_LOG_EP_DATA, "%s: %zu segments; iov_limit is %zu\n", what, count, kRdmIovLimit);
 		return -FI_EINVAL;
 	}
+	for (size_t i = 0; i < count; i++)
+		if (!iov[i].iov_base && iov[i].iov_len) {
+			VRMA_WARN(FI_LOG_EP_DATA, "%s: NULL buffer of length %zu\n", what, iov[i].iov_len);
+			break;
+		}
+	return -FI_EINVAL;
+}
+
+// The byte count of an operation's iov (at most kRdmIovLimit entries, none
+// NULL with a length); 0 or -FI_EINVAL with one warning.
+[[gnu::always_inline]] inline ssize_t iov_total(const iovec *iov, size_t count, const char *what,
+						size_t &total)
+{
+	if (count > kRdmIovLimit || (count && !iov)) [[unlikely]]
+		return iov_refused(iov, count, what);
 	total = 0;
 	for (size_t i = 0; i < count; i++) {
-		if (!iov[i].iov_base && iov[i].iov_len) [[unlikely]] {
-			VRMA_WARN(FI_LOG_EP_DATA, "%s: NULL buffer of length %zu\n", what, iov[i].iov_len);
-			return -FI_EINVAL;
-		}
+		if (!iov[i].iov_base && iov[i].iov_len) [[unlikely]]
+			return iov_refused(iov, count, what);
 		total += iov[i].iov_len;
 	}
 	return 0;
@@ -451,7 +494,7 @@ ssize_t rdm_send(RdmEp *ep, const iovec *iov, size_t count, fi_addr_t dest, uint
 {
 	if (ssize_t rc = check_op_flags(flags, kSendFlags, "RDM send"))
 		return rc;
-	size_t total;
+	size_t total = 0;
 	if (ssize_t rc = iov_total(iov, count, "RDM send", total))
 		return rc;
 	const bool inject = inject_call || (flags & FI_INJECT);
@@ -473,7 +516,9 @@ ssize_t rdm_send(RdmEp *ep, const iovec *iov, size_t count, fi_addr_t dest, uint
 		return -FI_EOPBADSTATE;
 	}
 	int err = 0;
-	RdmPeer *peer = rdm_peer_of(ep, dest, err);
+	RdmPeer *peer = rdm_peer_cached(ep, dest);
+	if (!peer) [[unlikely]]
+		peer = rdm_peer_of(ep, dest, err);
 	if (!peer) [[unlikely]] {
 		if (err == FI_ENOMEM)
 			return -FI_ENOMEM;
@@ -584,6 +629,63 @@ ssize_t rdm_send(RdmEp *ep, const iovec *iov, size_t count, fi_addr_t dest, uint
 	return 0;
 }
 
+// The data path's common send, as send_one is for MSG endpoints: one
+// buffer whose header and payload fit inline, to a peer already connected,
+// with no flag but kFastSendFlags and nothing waiting in the backlogs.
+// Anything else, and every refusal, takes rdm_send from the start (nothing
+// was done here then).
+constexpr uint64_t kFastSendFlags = FI_COMPLETION | FI_INJECT | FI_INJECT_COMPLETE |
+				    FI_TRANSMIT_COMPLETE | FI_REMOTE_CQ_DATA;
+
+[[gnu::always_inline]] inline ssize_t send_fast(RdmEp *ep, const void *buf, size_t len,
+						fi_addr_t dest, uint64_t tag, uint64_t data,
+						uint64_t flags, void *context, bool tagged,
+						bool inject_call)
+{
+	const iovec iov{const_cast<void *>(buf), len};
+	if ((flags & ~kFastSendFlags) || len > ep->inject_size || (!buf && len)) [[unlikely]]
+		return rdm_send(ep, &iov, 1, dest, tag, data, flags, context, tagged, inject_call);
+	{
+		std::lock_guard<std::mutex> guard(ep->lock);
+		RdmPeer *peer = ep->enabled ? rdm_peer_cached(ep, dest) : nullptr;
+		Conn *conn = peer ? peer->conn.get() : nullptr;
+		if (conn && conn->state.load(std::memory_order_relaxed) == EpState::Connected &&
+		    len + kHdr <= conn->inline_size && ep->tx_wrs < ep->tx_credit &&
+		    ep->answer_backlog.empty() && ep->read_backlog.empty()) [[likely]] {
+			rdm::RdmHeader h;
+			h.type = tagged ? rdm::MsgType::EagerTagged : rdm::MsgType::Eager;
+			h.flags = rdm::kFlagLastPiece;
+			h.tag = tagged ? tag : 0;
+			if (flags & FI_REMOTE_CQ_DATA) {
+				h.flags |= rdm::kFlagCqData;
+				h.cq_data = data;
+			}
+			h.length = len;
+			uint8_t hb[kHdr];
+			rdm::encode_header(hb, h);
+			ibv_sge sge[2] = {{reinterpret_cast<uintptr_t>(hb), static_cast<uint32_t>(kHdr), 0},
+					  {reinterpret_cast<uintptr_t>(buf), static_cast<uint32_t>(len), 0}};
+			ibv_send_wr wr; // the fields the device reads (see post_copy)
+			wr.opcode = IBV_WR_SEND;
+			wr.sg_list = sge;
+			wr.num_sge = len ? 2 : 1;
+			wr.send_flags = IBV_SEND_INLINE;
+			wr.imm_data = 0;
+			wr.wr.rdma.remote_addr = 0;
+			wr.wr.rdma.rkey = 0;
+			const bool report = !inject_call && tx_reports(ep, flags);
+			const ssize_t rc = post_send_one(conn, wr, context,
+							 FI_SEND | (tagged ? FI_TAGGED : FI_MSG), len,
+							 report, ep->cntr_send, false,
+							 rdm_aux(RdmTx::App, 0));
+			if (!rc)
+				ep->tx_wrs++; // its slot's retirement takes it back
+			return rc;
+		}
+	}
+	return rdm_send(ep, &iov, 1, dest, tag, data, flags, context, tagged, inject_call);
+}
+
 // --- receives ---------------------------------------------------------------
 
 // An unexpected message meets receive r (r not queued). Frees m; returns
@@ -614,12 +716,10 @@ void discard_msg(RdmEp *ep, RdmMsg *m)
 
 void report_peek(RdmEp *ep, void *context, MatchKind kind, const RdmMsg *m, uint64_t extra_flags)
 {
-	CqPending p;
 	const uint64_t flags = FI_RECV | (kind == MatchKind::kTagged ? FI_TAGGED : FI_MSG) |
 			       ((m->hdr.flags & rdm::kFlagCqData) ? FI_REMOTE_CQ_DATA : 0) | extra_flags;
-	p.src = m->src;
-	p.comp = {context, flags, m->hdr.length, nullptr, m->hdr.cq_data, m->hdr.tag};
-	rdm_report_rx(ep, p, true);
+	rdm_complete_rx(ep, {context, flags, m->hdr.length, nullptr, m->hdr.cq_data, m->hdr.tag},
+			m->src);
 }
 
 void report_nomsg(RdmEp *ep, void *context, MatchKind kind)
@@ -638,7 +738,7 @@ ssize_t rdm_recv(RdmEp *ep, const iovec *iov, size_t count, fi_addr_t src, uint6
 	if (ssize_t rc = check_op_flags(flags, kind == MatchKind::kTagged ? kTRecvFlags : kRecvFlags,
 					"RDM recv"))
 		return rc;
-	size_t total;
+	size_t total = 0;
 	if (ssize_t rc = iov_total(iov, count, "RDM recv", total))
 		return rc;
 	const bool multi = flags & FI_MULTI_RECV;
@@ -885,17 +985,21 @@ void rdm_retry_backlog(RdmEp *ep) noexcept
 	}
 }
 
-int rdm_post_srq(RdmEp *ep, size_t i) noexcept
+int rdm_post_srq(RdmEp *ep, const uint32_t *idx, size_t n) noexcept
 {
-	SrqSlot &s = ep->rx_slots[i];
-	ibv_sge sge{reinterpret_cast<uintptr_t>(s.buf), static_cast<uint32_t>(ep->buf_stride),
-		    ep->rx_mr->lkey};
-	ibv_recv_wr wr{};
-	wr.wr_id = reinterpret_cast<uintptr_t>(&s);
-	wr.sg_list = &sge;
-	wr.num_sge = 1;
+	ibv_sge sge[RdmEp::kSrqBatchMax];
+	ibv_recv_wr wr[RdmEp::kSrqBatchMax];
+	for (size_t k = 0; k < n; k++) {
+		SrqSlot &s = ep->rx_slots[idx[k]];
+		sge[k] = {reinterpret_cast<uintptr_t>(s.buf), static_cast<uint32_t>(ep->buf_stride),
+			  ep->rx_mr->lkey};
+		wr[k].wr_id = reinterpret_cast<uintptr_t>(&s);
+		wr[k].sg_list = &sge[k];
+		wr[k].num_sge = 1;
+		wr[k].next = k + 1 < n ? &wr[k + 1] : nullptr;
+	}
 	ibv_recv_wr *bad;
-	if (int rc = ibv_post_srq_recv(ep->srq.get(), &wr, &bad)) {
+	if (int rc = ibv_post_srq_recv(ep->srq.get(), wr, &bad)) {
 		VRMA_WARN(FI_LOG_EP_DATA, "RDM: ibv_post_srq_recv: %s\n", strerror(rc));
 		return errno_to_fi(rc);
 	}
@@ -911,8 +1015,16 @@ void rdm_handle_wc(RdmEp *ep, const ibv_wc &wc) noexcept
 			handle_message(ep, wc, s->buf);
 		else if (wc.status != IBV_WC_WR_FLUSH_ERR)
 			VRMA_WARN(FI_LOG_EP_DATA, "RDM: receive failed: %s\n", ibv_wc_status_str(wc.status));
-		if (ep->enabled)
-			rdm_post_srq(ep, s->seq);
+		// Reposted in batches: one call (and one lock of the device's
+		// queue) for kSrqBatchMax buffers; the few held back are a small
+		// part of the queue (rx_buffers is at least 16).
+		if (ep->enabled) {
+			ep->srq_batch[ep->srq_batch_n++] = static_cast<uint32_t>(s->seq);
+			if (ep->srq_batch_n == ep->srq_batch_max) {
+				ep->srq_batch_n = 0;
+				(void)rdm_post_srq(ep, ep->srq_batch, ep->srq_batch_max);
+			}
+		}
 		return;
 	}
 	auto *s = static_cast<TxSlot *>(h);
@@ -1043,8 +1155,7 @@ ssize_t m_recvmsg(fid_ep *f, const fi_msg *msg, uint64_t flags) noexcept
 ssize_t m_send(fid_ep *f, const void *buf, size_t len, void *, fi_addr_t dest,
 	       void *context) noexcept
 {
-	const iovec iov{const_cast<void *>(buf), len};
-	return rdm_send(rdm(f), &iov, 1, dest, 0, 0, rdm(f)->tx_op_flags, context, false, false);
+	return send_fast(rdm(f), buf, len, dest, 0, 0, rdm(f)->tx_op_flags, context, false, false);
 }
 ssize_t m_sendv(fid_ep *f, const iovec *iov, void **, size_t count, fi_addr_t dest,
 		void *context) noexcept
@@ -1060,21 +1171,18 @@ ssize_t m_sendmsg(fid_ep *f, const fi_msg *msg, uint64_t flags) noexcept
 }
 ssize_t m_inject(fid_ep *f, const void *buf, size_t len, fi_addr_t dest) noexcept
 {
-	const iovec iov{const_cast<void *>(buf), len};
-	return rdm_send(rdm(f), &iov, 1, dest, 0, 0, FI_INJECT, nullptr, false, true);
+	return send_fast(rdm(f), buf, len, dest, 0, 0, FI_INJECT, nullptr, false, true);
 }
 ssize_t m_senddata(fid_ep *f, const void *buf, size_t len, void *, uint64_t data, fi_addr_t dest,
 		   void *context) noexcept
 {
-	const iovec iov{const_cast<void *>(buf), len};
-	return rdm_send(rdm(f), &iov, 1, dest, 0, data, rdm(f)->tx_op_flags | FI_REMOTE_CQ_DATA,
-			context, false, false);
+	return send_fast(rdm(f), buf, len, dest, 0, data, rdm(f)->tx_op_flags | FI_REMOTE_CQ_DATA,
+			 context, false, false);
 }
 ssize_t m_injectdata(fid_ep *f, const void *buf, size_t len, uint64_t data, fi_addr_t dest) noexcept
 {
-	const iovec iov{const_cast<void *>(buf), len};
-	return rdm_send(rdm(f), &iov, 1, dest, 0, data, FI_INJECT | FI_REMOTE_CQ_DATA, nullptr, false,
-			true);
+	return send_fast(rdm(f), buf, len, dest, 0, data, FI_INJECT | FI_REMOTE_CQ_DATA, nullptr, false,
+			 true);
 }
 
 ssize_t t_recv(fid_ep *f, void *buf, size_t len, void *, fi_addr_t src, uint64_t tag,
@@ -1100,8 +1208,7 @@ ssize_t t_recvmsg(fid_ep *f, const fi_msg_tagged *msg, uint64_t flags) noexcept
 ssize_t t_send(fid_ep *f, const void *buf, size_t len, void *, fi_addr_t dest, uint64_t tag,
 	       void *context) noexcept
 {
-	const iovec iov{const_cast<void *>(buf), len};
-	return rdm_send(rdm(f), &iov, 1, dest, tag, 0, rdm(f)->tx_op_flags, context, true, false);
+	return send_fast(rdm(f), buf, len, dest, tag, 0, rdm(f)->tx_op_flags, context, true, false);
 }
 ssize_t t_sendv(fid_ep *f, const iovec *iov, void **, size_t count, fi_addr_t dest, uint64_t tag,
 		void *context) noexcept
@@ -1117,22 +1224,19 @@ ssize_t t_sendmsg(fid_ep *f, const fi_msg_tagged *msg, uint64_t flags) noexcept
 }
 ssize_t t_inject(fid_ep *f, const void *buf, size_t len, fi_addr_t dest, uint64_t tag) noexcept
 {
-	const iovec iov{const_cast<void *>(buf), len};
-	return rdm_send(rdm(f), &iov, 1, dest, tag, 0, FI_INJECT, nullptr, true, true);
+	return send_fast(rdm(f), buf, len, dest, tag, 0, FI_INJECT, nullptr, true, true);
 }
 ssize_t t_senddata(fid_ep *f, const void *buf, size_t len, void *, uint64_t data, fi_addr_t dest,
 		   uint64_t tag, void *context) noexcept
 {
-	const iovec iov{const_cast<void *>(buf), len};
-	return rdm_send(rdm(f), &iov, 1, dest, tag, data, rdm(f)->tx_op_flags | FI_REMOTE_CQ_DATA,
-			context, true, false);
+	return send_fast(rdm(f), buf, len, dest, tag, data, rdm(f)->tx_op_flags | FI_REMOTE_CQ_DATA,
+			 context, true, false);
 }
 ssize_t t_injectdata(fid_ep *f, const void *buf, size_t len, uint64_t data, fi_addr_t dest,
 		     uint64_t tag) noexcept
 {
-	const iovec iov{const_cast<void *>(buf), len};
-	return rdm_send(rdm(f), &iov, 1, dest, tag, data, FI_INJECT | FI_REMOTE_CQ_DATA, nullptr, true,
-			true);
+	return send_fast(rdm(f), buf, len, dest, tag, data, FI_INJECT | FI_REMOTE_CQ_DATA, nullptr, true,
+			 true);
 }
 
 } // namespace

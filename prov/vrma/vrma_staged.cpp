@@ -265,7 +265,7 @@ try {
 		for (const StagedRecv &r : failed) {
 			count_completion(r.cntr, false);
 			if (ep->rx_cq == cq) // the CQ being polled: its lock is held
-				cq->pending.push_back(cancelled(r));
+				cq_enqueue(cq, cancelled(r));
 			else if (ep->rx_cq)
 				cq_push(ep->rx_cq, cancelled(r));
 		}

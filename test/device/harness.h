@@ -79,6 +79,7 @@ struct PairOptions {
 	// Mode bits the server's endpoint does not take on (from the
 	// FI_CONNREQ info), e.g. FI_RX_CQ_DATA for a staged server.
 	uint64_t server_mode_off = 0;
+	fi_wait_obj server_cq_wait = FI_WAIT_FD; // the server's CQ's wait object
 };
 
 // A connected client/server pair, both with a FI_CQ_FORMAT_DATA CQ bound for
@@ -179,3 +180,4 @@ Suite *events_suite();
 Suite *staged_suite();
 Suite *rdm_suite();
 Suite *av_suite();
+Suite *msg_auto_suite();

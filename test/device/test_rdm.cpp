@@ -822,6 +822,68 @@ START_TEST(rdm_truncation)
 }
 END_TEST
 
+// Completions a CQ read delivers straight into the reader's buffer must
+// not overtake an entry queued before them: with every message already in
+// the device's queue when the reader first looks, an error entry (a
+// truncation) comes first, then the successes in arrival order, read one
+// at a time (the rest wait in the queue) and two at a time.
+START_TEST(rdm_cq_order_direct_and_queued)
+{
+	RdmEnv env;
+	RdmNode a(env), b(env);
+	connect_all({&a, &b});
+	send_recv_one(a, b, 16, 90); // connected both ways
+	constexpr int N = 6;
+	constexpr size_t kLen = 100;
+	std::vector<std::vector<uint8_t>> src(N);
+	std::vector<std::unique_ptr<RecvBuf>> dst(N);
+	fi_context rctx[N];
+	for (int i = 0; i < N; i++) {
+		src[i] = pattern(kLen, 91 + i);
+		dst[i] = std::make_unique<RecvBuf>(i == 0 ? kLen / 2 : kLen);
+		ck_assert_int_eq(fi_recv(b.ep, dst[i]->data(), dst[i]->len, nullptr, FI_ADDR_UNSPEC, &rctx[i]), 0);
+	}
+	for (int i = 0; i < N; i++)
+		ck_assert_int_eq(post_retry([&] { return fi_inject(a.ep, src[i].data(), kLen, a.addr_of(b)); }, &a), 0);
+	usleep(500 * 1000); // b reads nothing meanwhile: all six wait in its device queue
+	fi_cq_tagged_entry e[2];
+	ssize_t rc = fi_cq_read(b.cq, e, 1);
+	ck_assert_msg(rc == -FI_EAVAIL, "first read: %zd, expected -FI_EAVAIL (the truncation first)", rc);
+	fi_cq_err_entry err{};
+	ck_assert_int_eq(fi_cq_readerr(b.cq, &err, 0), 1);
+	ck_assert_ptr_eq(err.op_context, &rctx[0]);
+	ck_assert_int_eq(err.err, FI_ETRUNC);
+	ck_assert_uint_eq(err.olen, kLen - kLen / 2);
+	dst[0]->check(kLen / 2, 91, "truncated");
+	for (int i = 1; i < N; i++) {
+		rc = fi_cq_read(b.cq, e, 1);
+		ck_assert_msg(rc == 1, "read %d: %zd", i, rc);
+		ck_assert_msg(e[0].op_context == &rctx[i], "entry %d out of order", i);
+		ck_assert_uint_eq(e[0].len, kLen);
+		ck_assert_uint_eq(e[0].flags, kRecvMsg);
+		dst[i]->check(kLen, 91 + i, "in order");
+	}
+	// No error this time: pairs, in order.
+	for (int i = 0; i < 4; i++) {
+		dst[i] = std::make_unique<RecvBuf>(kLen);
+		ck_assert_int_eq(fi_recv(b.ep, dst[i]->data(), kLen, nullptr, FI_ADDR_UNSPEC, &rctx[i]), 0);
+	}
+	for (int i = 0; i < 4; i++)
+		ck_assert_int_eq(post_retry([&] { return fi_inject(a.ep, src[i].data(), kLen, a.addr_of(b)); }, &a), 0);
+	usleep(500 * 1000);
+	for (int i = 0; i < 4; i += 2) {
+		rc = fi_cq_read(b.cq, e, 2);
+		ck_assert_msg(rc == 2, "pair %d: %zd", i / 2, rc);
+		ck_assert_ptr_eq(e[0].op_context, &rctx[i]);
+		ck_assert_ptr_eq(e[1].op_context, &rctx[i + 1]);
+		dst[i]->check(kLen, 91 + i, "pair");
+		dst[i + 1]->check(kLen, 92 + i, "pair");
+	}
+	expect_none(a);
+	expect_none(b);
+}
+END_TEST
+
 START_TEST(rdm_selective_completion)
 {
 	RdmEnv env;
@@ -2461,7 +2523,7 @@ Suite *rdm_suite()
 	add("rdm_basic", 60, {rdm_getinfo_native, rdm_open_bind_enable_close, rdm_enable_without_av, rdm_several_endpoints});
 	add("rdm_msg", 180,
 	    {rdm_msg_sizes, rdm_msg_av_table, rdm_sendv_recvv, rdm_sendmsg_recvmsg, rdm_inject, rdm_senddata_injectdata,
-	     rdm_msg_unexpected, rdm_truncation, rdm_selective_completion, rdm_counters, rdm_send_to_self});
+	     rdm_msg_unexpected, rdm_truncation, rdm_cq_order_direct_and_queued, rdm_selective_completion, rdm_counters, rdm_send_to_self});
 	add("rdm_tagged", 180,
 	    {rdm_tagged_match_ignore, rdm_tagged_directed_recv, rdm_tagged_any_source, rdm_tagged_unexpected,
 	     rdm_tagged_inject_data, rdm_tagged_peek_claim_discard, rdm_tagged_cancel, rdm_tagged_large_unexpected,
