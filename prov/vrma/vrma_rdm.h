@@ -271,9 +271,10 @@ void rdm_progress_locked(RdmEp *ep) noexcept;
 // Completion entries for the application (lock held).
 void rdm_report_tx(RdmEp *ep, void *context, uint64_t flags, size_t len, bool report, Cntr *cntr,
 		   int err, int prov_errno) noexcept;
-void rdm_report_rx(RdmEp *ep, const CqPending &p, bool success) noexcept;
-// A successful receive's entry (and count), without building a CqPending.
-void rdm_complete_rx(RdmEp *ep, const Completion &c, fi_addr_t src) noexcept;
+void rdm_report_rx_error(RdmEp *ep, const CqPending &p) noexcept;
+// A successful receive: counted, and its entry (without building a
+// CqPending) when `report`.
+void rdm_complete_rx(RdmEp *ep, bool report, const Completion &c, fi_addr_t src) noexcept;
 
 // vrma_rdm_conn.cpp: peers and connections (lock held).
 // The peer for an AV handle, or nullptr (-FI_EINVAL logged) for a bad one.

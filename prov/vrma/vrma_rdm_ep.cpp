@@ -716,17 +716,17 @@ void rdm_report_tx(RdmEp *ep, void *context, uint64_t flags, size_t len, bool re
 	cq_push(ep->tx_cq, p);
 }
 
-void rdm_report_rx(RdmEp *ep, const CqPending &p, bool success) noexcept
+void rdm_report_rx_error(RdmEp *ep, const CqPending &p) noexcept
 {
-	count_completion(ep->cntr_recv, success);
+	count_completion(ep->cntr_recv, false);
 	if (ep->rx_cq)
 		cq_push(ep->rx_cq, p);
 }
 
-void rdm_complete_rx(RdmEp *ep, const Completion &c, fi_addr_t src) noexcept
+void rdm_complete_rx(RdmEp *ep, bool report, const Completion &c, fi_addr_t src) noexcept
 {
 	count_completion(ep->cntr_recv, true);
-	if (ep->rx_cq)
+	if (report && ep->rx_cq)
 		cq_complete(ep->rx_cq, c, src);
 }
 

@@ -61,6 +61,34 @@ bool tx_room(RdmEp *ep, size_t n)
 	return ep->tx_wrs + n <= ep->tx_credit;
 }
 
+// A send request's fields the device reads, as fill_one_wr does (zeroing
+// the whole request costs more than the rest of the path); the rdma fields
+// and imm_data because a held-back FI_MORE request is copied whole. The
+// caller sets num_sge and send_flags.
+[[gnu::always_inline]] inline void init_send_wr(ibv_send_wr &wr, ibv_sge *sge)
+{
+	wr.opcode = IBV_WR_SEND;
+	wr.sg_list = sge;
+	wr.imm_data = 0;
+	wr.wr.rdma.remote_addr = 0;
+	wr.wr.rdma.rkey = 0;
+}
+
+// The header fields every send of an application message carries (the
+// type and protocol flags are the caller's).
+[[gnu::always_inline]] inline rdm::RdmHeader app_header(bool tagged, uint64_t tag, uint64_t data,
+							uint64_t flags, size_t len)
+{
+	rdm::RdmHeader h;
+	h.tag = tagged ? tag : 0;
+	if (flags & FI_REMOTE_CQ_DATA) {
+		h.flags |= rdm::kFlagCqData;
+		h.cq_data = data;
+	}
+	h.length = len;
+	return h;
+}
+
 // Posts one send of `len` bytes at `src` (header included) on conn: inline
 // when it fits, else through a send buffer. `extra` is payload appended
 // after src (inline only: iov pieces), for the eager fast path.
@@ -70,16 +98,9 @@ ssize_t post_copy(RdmEp *ep, Conn *conn, const uint8_t *src, size_t len, const i
 {
 	if (!tx_room(ep, 1))
 		return -FI_EAGAIN;
-	// Only what the device reads, as fill_one_wr does (zeroing the whole
-	// request costs more than the rest); the rdma fields and imm_data
-	// because a held-back FI_MORE request is copied whole.
 	ibv_send_wr wr;
 	ibv_sge sge[kRdmIovLimit + 1];
-	wr.opcode = IBV_WR_SEND;
-	wr.sg_list = sge;
-	wr.imm_data = 0;
-	wr.wr.rdma.remote_addr = 0;
-	wr.wr.rdma.rkey = 0;
+	init_send_wr(wr, sge);
 	ssize_t rc;
 	if (len + extra_len <= conn->inline_size) {
 		sge[0] = {reinterpret_cast<uintptr_t>(src), static_cast<uint32_t>(len), 0};
@@ -153,7 +174,8 @@ void fail_waiting_send(RdmEp *ep, RdmPeer *peer, void *slot_context, int err, in
 }
 
 // Copies `len` bytes of src into the iov from byte `off`; returns how many fit.
-size_t copy_to_iov(const iovec *iov, size_t count, size_t off, const uint8_t *src, size_t len)
+[[gnu::always_inline]] inline size_t copy_to_iov(const iovec *iov, size_t count, size_t off,
+						  const uint8_t *src, size_t len)
 {
 	size_t done = 0;
 	for (size_t i = 0; i < count && done < len; i++) {
@@ -169,47 +191,52 @@ size_t copy_to_iov(const iovec *iov, size_t count, size_t off, const uint8_t *sr
 	return done;
 }
 
-// The receive entry: a completion, or FI_ETRUNC with the excess.
-CqPending rx_entry(RdmRecv &r, void *buf, size_t placed, size_t olen, const rdm::RdmHeader &h,
-		   fi_addr_t src, bool release)
+// The flags of a receive's entry: its kind, and the message's CQ data.
+uint64_t recv_flags(MatchKind kind)
+{
+	return FI_RECV | (kind == MatchKind::kTagged ? FI_TAGGED : FI_MSG);
+}
+uint64_t rx_flags(MatchKind kind, const rdm::RdmHeader &h)
+{
+	return recv_flags(kind) | ((h.flags & rdm::kFlagCqData) ? FI_REMOTE_CQ_DATA : 0);
+}
+
+// A receive's error entry: err (FI_ETRUNC with olen, the excess; or what
+// failed) with what was placed.
+CqPending rx_error(void *context, uint64_t flags, void *buf, size_t placed, size_t olen,
+		   uint64_t data, uint64_t tag, fi_addr_t src, int err, int prov_errno = 0)
 {
 	CqPending p;
-	uint64_t flags = FI_RECV | (r.kind == MatchKind::kTagged ? FI_TAGGED : FI_MSG);
-	if (h.flags & rdm::kFlagCqData)
-		flags |= FI_REMOTE_CQ_DATA;
-	if (release)
-		flags |= FI_MULTI_RECV;
 	p.src = src;
-	if (olen) {
-		p.is_error = true;
-		p.err.op_context = r.context;
-		p.err.flags = flags;
-		p.err.len = placed;
-		p.err.buf = buf;
-		p.err.data = h.cq_data;
-		p.err.tag = h.tag;
-		p.err.olen = olen;
-		p.err.err = FI_ETRUNC;
-		p.err.prov_errno = 0;
-	} else {
-		p.comp = {r.context, flags, placed, buf, h.cq_data, h.tag};
-	}
+	p.is_error = true;
+	p.err.op_context = context;
+	p.err.flags = flags;
+	p.err.len = placed;
+	p.err.buf = buf;
+	p.err.data = data;
+	p.err.tag = tag;
+	p.err.olen = olen;
+	p.err.err = err;
+	p.err.prov_errno = prov_errno;
 	return p;
 }
 
-// Where a message of len bytes goes in r: the iov (and for a multi-receive
-// buffer, the piece of it the message takes). Returns the bytes that fit.
-size_t reserve_space(RdmRecv &r, size_t len, iovec *dst, size_t &count, void *&buf)
+// Where a message of len bytes goes in r: dst and count name the iov (r's
+// own, or for a multi-receive buffer `piece`, the part of it the message
+// takes); buf is where it starts. Returns the bytes that fit.
+[[gnu::always_inline]] inline size_t reserve_space(RdmRecv &r, size_t len, iovec &piece,
+						    const iovec *&dst, size_t &count, void *&buf)
 {
 	if (r.multi) {
 		const size_t off = r.space.offset();
 		const size_t n = r.space.consume(len);
-		dst[0] = {static_cast<uint8_t *>(r.iov[0].iov_base) + off, n};
+		piece = {static_cast<uint8_t *>(r.iov[0].iov_base) + off, n};
+		dst = &piece;
 		count = 1;
-		buf = dst[0].iov_base;
+		buf = piece.iov_base;
 		return n;
 	}
-	std::copy(r.iov, r.iov + r.count, dst);
+	dst = r.iov;
 	count = r.count;
 	buf = r.count ? r.iov[0].iov_base : nullptr;
 	return std::min(len, r.capacity);
@@ -217,7 +244,7 @@ size_t reserve_space(RdmRecv &r, size_t len, iovec *dst, size_t &count, void *&b
 
 // The receive took a message: removed unless a multi-receive buffer with
 // room left. Returns whether it was released (and must be freed).
-bool retire_recv(RdmEp *ep, RdmRecv &r, bool &release_flag)
+[[gnu::always_inline]] inline bool retire_recv(RdmEp *ep, RdmRecv &r, bool &release_flag)
 {
 	release_flag = false;
 	if (r.multi && !r.space.should_release())
@@ -231,42 +258,22 @@ bool retire_recv(RdmEp *ep, RdmRecv &r, bool &release_flag)
 bool place_eager(RdmEp *ep, RdmRecv *r, RdmPeer *peer, const rdm::RdmHeader &h,
 		 const uint8_t *payload, fi_addr_t src)
 {
-	bool gone = true;
-	if (!r->multi && h.length <= r->capacity) [[likely]] {
-		// The common case: the whole message fits a plain receive.
-		if (r->count == 1) {
-			if (h.length) // a zero-length receive's base may be NULL
-				memcpy(r->iov[0].iov_base, payload, h.length);
-		}
-		else
-			(void)copy_to_iov(r->iov, r->count, 0, payload, h.length);
-		(void)ep->matcher.remove(*r);
-		if (r->report)
-			rdm_complete_rx(ep,
-					{r->context,
-					 FI_RECV | (r->kind == MatchKind::kTagged ? FI_TAGGED : FI_MSG) |
-						 ((h.flags & rdm::kFlagCqData) ? FI_REMOTE_CQ_DATA : 0),
-					 h.length, r->count ? r->iov[0].iov_base : nullptr, h.cq_data, h.tag},
-					src);
-		else
-			count_completion(ep->cntr_recv, true);
+	iovec piece;
+	const iovec *dst;
+	size_t count;
+	void *buf;
+	const size_t fits = reserve_space(*r, h.length, piece, dst, count, buf);
+	const size_t placed = copy_to_iov(dst, count, 0, payload, fits);
+	bool release;
+	const bool gone = retire_recv(ep, *r, release);
+	const uint64_t flags = rx_flags(r->kind, h) | (release ? FI_MULTI_RECV : 0);
+	if (placed < h.length)
+		rdm_report_rx_error(ep, rx_error(r->context, flags, buf, placed, h.length - placed,
+						 h.cq_data, h.tag, src, FI_ETRUNC));
+	else
+		rdm_complete_rx(ep, r->report, {r->context, flags, placed, buf, h.cq_data, h.tag}, src);
+	if (gone)
 		rdm_put_recv(ep, r);
-	} else {
-		iovec dst[kRdmIovLimit];
-		size_t count;
-		void *buf;
-		const size_t fits = reserve_space(*r, h.length, dst, count, buf);
-		const size_t placed = copy_to_iov(dst, count, 0, payload, fits);
-		bool release;
-		gone = retire_recv(ep, *r, release);
-		CqPending p = rx_entry(*r, buf, placed, h.length - placed, h, src, release);
-		if (r->report || p.is_error)
-			rdm_report_rx(ep, p, !p.is_error);
-		else
-			count_completion(ep->cntr_recv, true);
-		if (gone)
-			rdm_put_recv(ep, r);
-	}
 	if (h.flags & rdm::kFlagDeliveryComplete) {
 		uint8_t a[kHdr];
 		rdm::encode_delivery_ack(a, h.msg_id);
@@ -289,27 +296,13 @@ void finish_rndv(RdmEp *ep, RdmRxOp *op, int err, int prov_errno)
 	send_answer(ep, op->peer, a);
 	const uint64_t flags = op->comp_flags | (op->multi_release ? FI_MULTI_RECV : 0);
 	if (!err && !op->olen) [[likely]] {
-		if (op->report)
-			rdm_complete_rx(ep, {op->context, flags, op->len, op->buf, op->data, op->tag},
-					op->src);
-		else
-			count_completion(ep->cntr_recv, true);
+		rdm_complete_rx(ep, op->report, {op->context, flags, op->len, op->buf, op->data, op->tag},
+				op->src);
 		delete op;
 		return;
 	}
-	CqPending p;
-	p.src = op->src;
-	p.is_error = true;
-	p.err.op_context = op->context;
-	p.err.flags = flags;
-	p.err.len = op->len;
-	p.err.buf = op->buf;
-	p.err.data = op->data;
-	p.err.tag = op->tag;
-	p.err.olen = err ? 0 : op->olen;
-	p.err.err = err ? err : FI_ETRUNC;
-	p.err.prov_errno = prov_errno;
-	rdm_report_rx(ep, p, false);
+	rdm_report_rx_error(ep, rx_error(op->context, flags, op->buf, op->len, err ? 0 : op->olen,
+					 op->data, op->tag, op->src, err ? err : FI_ETRUNC, prov_errno));
 	delete op;
 }
 
@@ -317,20 +310,19 @@ void finish_rndv(RdmEp *ep, RdmRxOp *op, int err, int prov_errno)
 bool start_rndv(RdmEp *ep, RdmRecv *r, RdmPeer *peer, const rdm::RdmHeader &h,
 		const rdm::RndvSegment *segs, size_t nsegs, fi_addr_t src)
 {
-	iovec dst[kRdmIovLimit];
+	iovec piece;
+	const iovec *dst;
 	size_t count;
 	void *buf;
-	const size_t fits = reserve_space(*r, h.length, dst, count, buf);
+	const size_t fits = reserve_space(*r, h.length, piece, dst, count, buf);
 	bool release;
 	const bool done = retire_recv(ep, *r, release);
+	const uint64_t flags = rx_flags(r->kind, h) | (release ? FI_MULTI_RECV : 0);
 	auto *op = new (std::nothrow) RdmRxOp;
 	if (!op) {
 		VRMA_WARN(FI_LOG_EP_DATA, "RDM: out of memory for a rendezvous receive\n");
-		CqPending p = rx_entry(*r, buf, 0, 0, h, src, release);
-		p.is_error = true;
-		p.err.op_context = r->context;
-		p.err.err = FI_ENOMEM;
-		rdm_report_rx(ep, p, false);
+		rdm_report_rx_error(ep, rx_error(r->context, flags, buf, 0, 0, h.cq_data, h.tag, src,
+						 FI_ENOMEM));
 		if (done)
 			rdm_put_recv(ep, r);
 		uint8_t a[kHdr];
@@ -341,8 +333,7 @@ bool start_rndv(RdmEp *ep, RdmRecv *r, RdmPeer *peer, const rdm::RdmHeader &h,
 	op->peer = peer;
 	op->msg_id = h.msg_id;
 	op->context = r->context;
-	op->comp_flags = FI_RECV | (r->kind == MatchKind::kTagged ? FI_TAGGED : FI_MSG) |
-			 ((h.flags & rdm::kFlagCqData) ? FI_REMOTE_CQ_DATA : 0);
+	op->comp_flags = rx_flags(r->kind, h);
 	op->buf = buf;
 	op->len = fits;
 	op->olen = h.length - fits;
@@ -537,13 +528,7 @@ ssize_t rdm_send(RdmEp *ep, const iovec *iov, size_t count, fi_addr_t dest, uint
 	}
 	if (!ep->answer_backlog.empty() || !ep->read_backlog.empty()) [[unlikely]]
 		rdm_progress_locked(ep);
-	rdm::RdmHeader h;
-	h.tag = tagged ? tag : 0;
-	if (flags & FI_REMOTE_CQ_DATA) {
-		h.flags |= rdm::kFlagCqData;
-		h.cq_data = data;
-	}
-	h.length = total;
+	rdm::RdmHeader h = app_header(tagged, tag, data, flags, total);
 	const bool dc = (flags & FI_DELIVERY_COMPLETE) != 0;
 	if (total <= ep->eager_size) {
 		h.type = tagged ? rdm::MsgType::EagerTagged : rdm::MsgType::Eager;
@@ -652,27 +637,17 @@ constexpr uint64_t kFastSendFlags = FI_COMPLETION | FI_INJECT | FI_INJECT_COMPLE
 		if (conn && conn->state.load(std::memory_order_relaxed) == EpState::Connected &&
 		    len + kHdr <= conn->inline_size && ep->tx_wrs < ep->tx_credit &&
 		    ep->answer_backlog.empty() && ep->read_backlog.empty()) [[likely]] {
-			rdm::RdmHeader h;
+			rdm::RdmHeader h = app_header(tagged, tag, data, flags, len);
 			h.type = tagged ? rdm::MsgType::EagerTagged : rdm::MsgType::Eager;
-			h.flags = rdm::kFlagLastPiece;
-			h.tag = tagged ? tag : 0;
-			if (flags & FI_REMOTE_CQ_DATA) {
-				h.flags |= rdm::kFlagCqData;
-				h.cq_data = data;
-			}
-			h.length = len;
+			h.flags |= rdm::kFlagLastPiece;
 			uint8_t hb[kHdr];
 			rdm::encode_header(hb, h);
 			ibv_sge sge[2] = {{reinterpret_cast<uintptr_t>(hb), static_cast<uint32_t>(kHdr), 0},
 					  {reinterpret_cast<uintptr_t>(buf), static_cast<uint32_t>(len), 0}};
-			ibv_send_wr wr; // the fields the device reads (see post_copy)
-			wr.opcode = IBV_WR_SEND;
-			wr.sg_list = sge;
+			ibv_send_wr wr;
+			init_send_wr(wr, sge);
 			wr.num_sge = len ? 2 : 1;
 			wr.send_flags = IBV_SEND_INLINE;
-			wr.imm_data = 0;
-			wr.wr.rdma.remote_addr = 0;
-			wr.wr.rdma.rkey = 0;
 			const bool report = !inject_call && tx_reports(ep, flags);
 			const ssize_t rc = post_send_one(conn, wr, context,
 							 FI_SEND | (tagged ? FI_TAGGED : FI_MSG), len,
@@ -716,9 +691,8 @@ void discard_msg(RdmEp *ep, RdmMsg *m)
 
 void report_peek(RdmEp *ep, void *context, MatchKind kind, const RdmMsg *m, uint64_t extra_flags)
 {
-	const uint64_t flags = FI_RECV | (kind == MatchKind::kTagged ? FI_TAGGED : FI_MSG) |
-			       ((m->hdr.flags & rdm::kFlagCqData) ? FI_REMOTE_CQ_DATA : 0) | extra_flags;
-	rdm_complete_rx(ep, {context, flags, m->hdr.length, nullptr, m->hdr.cq_data, m->hdr.tag},
+	const uint64_t flags = rx_flags(kind, m->hdr) | extra_flags;
+	rdm_complete_rx(ep, true, {context, flags, m->hdr.length, nullptr, m->hdr.cq_data, m->hdr.tag},
 			m->src);
 }
 
@@ -727,9 +701,9 @@ void report_nomsg(RdmEp *ep, void *context, MatchKind kind)
 	CqPending p;
 	p.is_error = true;
 	p.err.op_context = context;
-	p.err.flags = FI_RECV | (kind == MatchKind::kTagged ? FI_TAGGED : FI_MSG);
+	p.err.flags = recv_flags(kind);
 	p.err.err = FI_ENOMSG;
-	rdm_report_rx(ep, p, false);
+	rdm_report_rx_error(ep, p);
 }
 
 ssize_t rdm_recv(RdmEp *ep, const iovec *iov, size_t count, fi_addr_t src, uint64_t tag,
@@ -1120,12 +1094,12 @@ ssize_t rdm_cancel(RdmEp *ep, void *context) noexcept
 	CqPending p;
 	p.is_error = true;
 	p.err.op_context = context;
-	p.err.flags = FI_RECV | (r->kind == MatchKind::kTagged ? FI_TAGGED : FI_MSG) |
+	p.err.flags = recv_flags(r->kind) |
 		      (r->multi ? FI_MULTI_RECV : 0);
 	p.err.buf = r->count ? r->iov[0].iov_base : nullptr;
 	p.err.err = FI_ECANCELED;
 	rdm_put_recv(ep, r);
-	rdm_report_rx(ep, p, false);
+	rdm_report_rx_error(ep, p);
 	return 0;
 }
 
