@@ -111,9 +111,8 @@ RegPrepared::~RegPrepared() { delete e_; }
 
 // ---- RegCache ----
 
-RegCache::RegCache(size_t page, size_t max_entries, size_t max_bytes) noexcept
-	: page_(page && (page & (page - 1)) == 0 ? page : kDefaultPage), max_entries_(max_entries),
-	  max_bytes_(max_bytes)
+RegCache::RegCache(size_t max_entries, size_t max_bytes) noexcept
+	: max_entries_(max_entries), max_bytes_(max_bytes)
 {
 }
 
@@ -127,18 +126,15 @@ RegCache::~RegCache()
 	}
 }
 
-bool RegCache::round(uintptr_t addr, size_t len, RegRange &out) const noexcept
+bool RegCache::span(uintptr_t addr, size_t len, RegRange &out) const noexcept
 {
-	const uintptr_t mask = page_ - 1;
-	const size_t span = len ? len - 1 : 0; // last byte - first byte
-	if (addr > UINTPTR_MAX - span)
+	const size_t n = len ? len : 1;
+	// The end must be representable: a range holding the top byte would
+	// end at 2^64 (wrapping to 0).
+	if (n > UINTPTR_MAX - addr)
 		return false;
-	// A range in the top page would end at 2^64 (wrapping to 0).
-	const uintptr_t last_page_end = (addr + span) | mask;
-	if (last_page_end == UINTPTR_MAX)
-		return false;
-	out.start = addr & ~mask;
-	out.end = last_page_end + 1;
+	out.start = addr;
+	out.end = addr + n;
 	out.access = 0;
 	return true;
 }
@@ -154,16 +150,15 @@ RegEntry *RegCache::covering(uintptr_t start, uintptr_t end) const noexcept
 	return e->end_ >= end ? e : nullptr;
 }
 
-RegCache::Map::const_iterator RegCache::first_touching(uintptr_t start,
-						       bool adjacent) const noexcept
+RegCache::Map::const_iterator RegCache::first_overlapping(uintptr_t start) const noexcept
 {
 	// Entries starting at or after `start` all end after it; of those
-	// starting before it, only the last can reach it (they are disjoint).
+	// starting before it, only the last can reach past it (they are
+	// disjoint).
 	auto it = live_.lower_bound(start);
 	if (it != live_.begin()) {
 		auto prev = std::prev(it);
-		const uintptr_t end = prev->second->end_;
-		if (end > start || (adjacent && end == start))
+		if (prev->second->end_ > start)
 			return prev;
 	}
 	return it;
@@ -172,7 +167,7 @@ RegCache::Map::const_iterator RegCache::first_touching(uintptr_t start,
 RegEntry *RegCache::lookup(uintptr_t addr, size_t len, uint64_t access) noexcept
 {
 	RegRange r;
-	RegEntry *e = round(addr, len, r) ? covering(r.start, r.end) : nullptr;
+	RegEntry *e = span(addr, len, r) ? covering(r.start, r.end) : nullptr;
 	if (!e || (e->access_ & access) != access) {
 		counters_.misses++;
 		return nullptr;
@@ -186,19 +181,25 @@ RegEntry *RegCache::lookup(uintptr_t addr, size_t len, uint64_t access) noexcept
 bool RegCache::merged_range(uintptr_t addr, size_t len, uint64_t access,
 			    RegRange &out) const noexcept
 {
-	if (!round(addr, len, out))
+	RegRange req;
+	if (!span(addr, len, req))
 		return false;
-	const uintptr_t lo = out.start;
-	const uintptr_t hi = out.end;
-	out.access = access;
-	// Bounded by the request, not by the growing union: not transitive.
-	for (auto it = first_touching(lo, true); it != live_.end() && it->second->start_ <= hi;
-	     ++it) {
+	req.access = access;
+	out = req;
+	// Only entries overlapping the request: not transitive.
+	for (auto it = first_overlapping(req.start);
+	     it != live_.end() && it->second->start_ < req.end; ++it) {
 		const RegEntry *e = it->second;
 		out.start = std::min(out.start, e->start_);
 		out.end = std::max(out.end, e->end_);
 		out.access |= e->access_;
 	}
+	// Union longer than 2 * request + kMergeSlack (written so that nothing
+	// overflows): the request alone.
+	const size_t req_len = req.end - req.start;
+	const size_t extra = (out.end - out.start) - req_len;
+	if (extra > kMergeSlack && extra - kMergeSlack > req_len)
+		out = req;
 	return true;
 }
 
@@ -224,7 +225,7 @@ void RegCache::retire(RegEntry *e, RegRetired &out) noexcept
 size_t RegCache::retire_range(uintptr_t start, uintptr_t end, RegRetired &out) noexcept
 {
 	size_t n = 0;
-	auto it = first_touching(start, false);
+	auto it = first_overlapping(start);
 	while (it != live_.end() && it->second->start_ < end) {
 		RegEntry *e = it->second;
 		const auto next = std::next(it);
@@ -300,7 +301,7 @@ RegEntry *RegCache::insert(uintptr_t start, uintptr_t end, uint64_t access, void
 RegEntry *RegCache::insert(uintptr_t start, uintptr_t end, uint64_t access, void *handle,
 			   uint64_t since, RegRetired &out, RegPrepared &prep) noexcept
 {
-	if (!handle || start >= end || !aligned(start) || !aligned(end) || !prep)
+	if (!handle || start >= end || !prep)
 		return nullptr;
 	RegEntry *e = prep.e_;
 	prep.e_ = nullptr;
@@ -352,17 +353,14 @@ bool RegCache::release(RegEntry *e, RegRetired &out) noexcept
 
 size_t RegCache::invalidate(uintptr_t addr, size_t len, RegRetired &out) noexcept
 {
-	const uintptr_t mask = page_ - 1;
-	const size_t span = len ? len - 1 : 0;
-	const uintptr_t last = addr > UINTPTR_MAX - span ? UINTPTR_MAX : addr + span;
-	const uintptr_t start = addr & ~mask;
-	// No entry holds the top page (its end would be 2^64), so ending the
-	// range one byte short of 2^64 loses nothing.
-	const uintptr_t end = (last | mask) == UINTPTR_MAX ? UINTPTR_MAX : (last | mask) + 1;
-	log_inval(start, end);
-	const size_t n = retire_range(start, end, out);
-	counters_.invalidations += n;
-	return n;
+	const size_t n = len ? len : 1;
+	// No entry holds the top byte (its end would be 2^64), so clamping the
+	// end one byte short of 2^64 loses nothing.
+	const uintptr_t end = n > UINTPTR_MAX - addr ? UINTPTR_MAX : addr + n;
+	log_inval(addr, end);
+	const size_t retired = retire_range(addr, end, out);
+	counters_.invalidations += retired;
+	return retired;
 }
 
 bool RegCache::make_room(size_t bytes, RegRetired &out) noexcept

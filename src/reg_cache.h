@@ -8,15 +8,16 @@
 //  - lookup() on each transfer; a hit is an entry with a reference taken.
 //  - On a miss: epoch(), merged_range(), then register the range it gives
 //    (possibly without the lock), then insert() with that epoch. If the
-//    registration fails, fall back to the request's own pages (round()) with
+//    registration fails, fall back to the request's own range (span()) with
 //    the requested access: the merged access can be more than some pages
 //    allow (a read-only page in a range that also needs write access).
 //  - release() when the transfer completes.
 //  - invalidate() from the memory monitor (munmap, madvise(MADV_DONTNEED),
-//    brk shrink, mremap) *before* the addresses can be mapped again: the cache
-//    is only as correct as these notifications. A range unmapped and mapped
-//    anew without an invalidate() in between is served by a registration of
-//    the old pages: data silently goes to or comes from the wrong memory.
+//    brk shrink, mremap), with the whole pages it reports, *before* the
+//    addresses can be mapped again: the cache is only as correct as these
+//    notifications. A range unmapped and mapped anew without an
+//    invalidate() in between is served by a registration of the old pages:
+//    data silently goes to or comes from the wrong memory.
 //  - flush() when the domain closes.
 // Handles the cache gives up come back for deregistration exactly once,
 // either from release() or in a RegRetired list, and never while an entry
@@ -24,15 +25,24 @@
 // happen after the lock is dropped: a retired handle is no longer known to
 // the cache.
 //
-// Live entries (those lookup() can return) never overlap: insert() retires
-// every live entry that overlaps the new range. So a map keyed by start is
-// also ordered by end, the entries overlapping [a, b) are a contiguous run
-// found with one map search (no bound on entry length, no augmented max-end
-// needed), and a lookup has at most one candidate, the entry holding the
-// request's first page. An entry retired while in use is "stale": it keeps
-// serving the transfers that hold it, lookup() no longer sees it, and its
-// handle comes back from its last release(). So registrations held by the
-// cache (live and stale) may overlap; live ones never do.
+// Entries are exact byte ranges [addr, addr+len), not pages, as in
+// libfabric's own cache: buffers that merely share a page (or touch) are
+// independent entries, each registration pinning every page its bytes
+// touch (a shared page is pinned twice). Page ranges made neighbours merge:
+// a receiver cycling through 64 adjacent 1 MiB buffers had 64 misses whose
+// merged ranges grew 1, 2, ... 64 MiB (~2 GiB pinned while warming up), and
+// the in-use entries they replaced kept going stale.
+//
+// Live entries (those lookup() can return) never overlap in bytes: insert()
+// retires every live entry that overlaps the new range. So a map keyed by
+// start is also ordered by end, the entries overlapping [a, b) are a
+// contiguous run found with one map search (no bound on entry length, no
+// augmented max-end needed), and a lookup has at most one candidate, the
+// entry holding the request's first byte. An entry retired while in use is
+// "stale": it keeps serving the transfers that hold it, lookup() no longer
+// sees it, and its handle comes back from its last release(). So
+// registrations held by the cache (live and stale) may overlap; live ones
+// never do.
 #pragma once
 
 #include <cstddef>
@@ -44,7 +54,7 @@ namespace vrma {
 class RegCache;
 class RegRetired;
 
-// One cached registration of the pages [start, end).
+// One cached registration of the bytes [start, end).
 class RegEntry {
 public:
 	uintptr_t start() const noexcept { return start_; }
@@ -140,7 +150,7 @@ private:
 	size_t count_ = 0;
 };
 
-// A page-aligned range and the access a registration of it needs.
+// A byte range [start, end) and the access a registration of it needs.
 struct RegRange {
 	uintptr_t start = 0;
 	uintptr_t end = 0;
@@ -167,12 +177,15 @@ struct RegCacheStats {
 
 class RegCache {
 public:
-	static constexpr size_t kDefaultPage = 4096;
+	// merged_range() joins overlapping entries only while the union stays
+	// within twice the request's length plus this (a page): a sliding
+	// sequence of overlapping requests then grows no entry past that, at
+	// the price of retiring what the request overlaps.
+	static constexpr size_t kMergeSlack = 4096;
 	// How many invalidations insert() can check a registration against;
 	// more between epoch() and insert() and the new entry is stale.
 	static constexpr size_t kInvalLog = 16;
 
-	// page: a power of two (anything else is taken as kDefaultPage).
 	// max_entries, max_bytes: limits on the registrations held (live and
 	// stale), 0 for none. insert() evicts unused entries, least recently
 	// released first, to stay within them. When only entries in use are
@@ -181,36 +194,38 @@ public:
 	// make_room() evicts them. An entry larger than max_bytes is cached too
 	// (alone, once it is released); a caller that would rather not pin that
 	// much should register such a request outside the cache.
-	explicit RegCache(size_t page = kDefaultPage, size_t max_entries = 0,
-			  size_t max_bytes = 0) noexcept;
+	explicit RegCache(size_t max_entries = 0, size_t max_bytes = 0) noexcept;
 	// Frees every entry. Handles of live entries are lost (call flush() and
 	// drain it first); no entry may still be in use.
 	~RegCache();
 	RegCache(const RegCache &) = delete;
 	RegCache &operator=(const RegCache &) = delete;
 
-	size_t page() const noexcept { return page_; }
 	size_t max_entries() const noexcept { return max_entries_; }
 	size_t max_bytes() const noexcept { return max_bytes_; }
 
-	// The pages covering [addr, addr+len) (len 0 is taken as 1 everywhere).
-	// False when the range wraps around the top of the address space: such a
-	// range is never cached.
-	bool round(uintptr_t addr, size_t len, RegRange &out) const noexcept;
+	// The bytes [addr, addr+len) (len 0 is taken as 1 everywhere), access 0.
+	// False when the range wraps around the top of the address space or
+	// holds its top byte (its end would be 2^64): such a range is never
+	// cached.
+	bool span(uintptr_t addr, size_t len, RegRange &out) const noexcept;
 
-	// The live entry covering every page of [addr, addr+len) with at least
+	// The live entry covering every byte of [addr, addr+len) with at least
 	// `access` (a bit set: every requested bit must be in the entry's), with
 	// a reference taken; nullptr on a miss. A partial overlap is a miss. The
 	// entry stays valid until the matching release(). O(log n), never
 	// allocates.
 	RegEntry *lookup(uintptr_t addr, size_t len, uint64_t access) noexcept;
 
-	// What to register on a miss: the request's pages joined with every live
-	// entry that overlaps or touches them, and the union of their access
-	// with `access`; insert() of it replaces those entries, so a buffer
-	// touched piecewise ends up as one entry. Not transitive: an entry that
-	// only touches a joined one is left out, which bounds the growth by one
-	// entry on each side. False as round().
+	// What to register on a miss: the request's bytes joined with every live
+	// entry that overlaps them in bytes (merely adjacent ones stay apart),
+	// and the union of their access with `access`; insert() of it replaces
+	// those entries, so a buffer touched piecewise ends up as one entry.
+	// Not transitive: only entries overlapping the request join (live
+	// entries being disjoint, the union overlaps no other). Bounded: if the
+	// union is longer than twice the request plus kMergeSlack, just the
+	// request with `access`, whose insert() still retires the entries it
+	// overlaps (in-use ones go stale). False as span().
 	bool merged_range(uintptr_t addr, size_t len, uint64_t access,
 			  RegRange &out) const noexcept;
 
@@ -220,8 +235,9 @@ public:
 
 	// Caches `handle`, a registration of [start, end) with `access`, and
 	// returns its entry with one reference; nullptr when it is not cached
-	// (start or end not page aligned, start >= end, handle nullptr, or out of
-	// memory): the caller then keeps the handle, and nothing changed. It
+	// (start >= end, handle nullptr, or out of memory): the caller then
+	// keeps the handle, and nothing changed. The handle must cover every
+	// byte of [start, end): lookup() serves any request inside it. It
 	// allocates (the entry and its map node); no other call does. Live
 	// entries overlapping the range are retired (unused ones into `out`,
 	// those in use go stale); then unused entries are evicted into `out`
@@ -229,7 +245,7 @@ public:
 	// The entry is stale from the start (serves this caller only, its handle
 	// comes back from release()) when
 	//  - an invalidate() or flush() since `since` (an epoch() read before
-	//    registering) touched the range: the registration may pin pages
+	//    registering) overlapped the range: the registration may pin pages
 	//    that are no longer mapped there, or
 	//  - a live entry already covers the range with at least `access`
 	//    (another caller inserted the same miss first); that one is kept.
@@ -260,9 +276,13 @@ public:
 	// Returns whether it did.
 	bool release(RegEntry *e, RegRetired &out) noexcept;
 
-	// Retires every live entry overlapping the pages of [addr, addr+len)
+	// Retires every live entry whose bytes overlap [addr, addr+len)
 	// (clamped at the top of the address space): unused ones into `out`,
 	// ones in use go stale. Returns how many. O(log n + k).
+	// Hazard: pass whole pages (the monitor reports them). An entry pins
+	// every page its bytes touch, so only a page-aligned range reaches every
+	// entry pinning an unmapped page; a sub-page range misses a neighbour
+	// that shares the page outside it.
 	size_t invalidate(uintptr_t addr, size_t len, RegRetired &out) noexcept;
 
 	// Evicts unused entries, least recently released first, until one more
@@ -295,9 +315,8 @@ private:
 	};
 	using Map = std::map<uintptr_t, RegEntry *>;
 
-	bool aligned(uintptr_t a) const noexcept { return (a & (page_ - 1)) == 0; }
 	RegEntry *covering(uintptr_t start, uintptr_t end) const noexcept;
-	Map::const_iterator first_touching(uintptr_t start, bool adjacent) const noexcept;
+	Map::const_iterator first_overlapping(uintptr_t start) const noexcept;
 	size_t retire_range(uintptr_t start, uintptr_t end, RegRetired &out) noexcept;
 	void retire(RegEntry *e, RegRetired &out) noexcept;
 	void make_stale(RegEntry *e) noexcept;
@@ -306,7 +325,6 @@ private:
 	void log_inval(uintptr_t start, uintptr_t end) noexcept;
 	bool raced(uint64_t since, uintptr_t start, uintptr_t end) const noexcept;
 
-	size_t page_;
 	size_t max_entries_;
 	size_t max_bytes_;
 	Map live_;

@@ -241,7 +241,7 @@ struct Options {
 	bool sizes_all = false;
 	size_t max_size = kDefaultMaxSize;
 	uint64_t iterations = 0; // 0: calibrated
-	int64_t warmup = -1;     // -1: 10% of the iterations, at least 2
+	int64_t warmup = -1;     // -1: 10% of the iterations, at least 2 (bw, rate: and a window first)
 	double duration = 1.0;
 	double timeout = 30.0;
 	uint8_t flags = 0;

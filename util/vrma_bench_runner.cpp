@@ -121,6 +121,12 @@ Row ClientRunner::measure(size_t size, size_t index)
 	const uint8_t salt = static_cast<uint8_t>(0x11 + 0x3b * index);
 	prepare(size, salt);
 
+	// bw and rate, unless --warmup says otherwise: one window first, so
+	// that every buffer of the receiver's pool has been used once
+	// (registration caches warm, as perftest's pre-registered buffers are)
+	// before calibration and the timed run.
+	if (!lat() && options_.warmup < 0)
+		run(size, window_, nullptr, false);
 	uint64_t iterations = options_.iterations;
 	if (!iterations)
 		iterations = calibrate(size);

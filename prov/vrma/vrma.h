@@ -315,9 +315,20 @@ public:
 	int trywait() noexcept;
 
 private:
+	// Recomputes single_ and waits out the readers that may hold an
+	// endpoint taken from it (lock_ held; the caller holds no endpoint's
+	// lock, which those readers may wait for).
+	void republish() noexcept;
+
 	std::mutex lock_;
 	std::atomic<size_t> n_{0};
 	std::vector<RdmEp *> eps_;
+	// The only attached endpoint (nullptr: none or several), progressed
+	// without lock_: a reader counts itself in readers_ before loading it,
+	// and detach() clears it before waiting for readers_ to drain, so an
+	// endpoint never goes while a reader holds it (both sides seq_cst).
+	std::atomic<RdmEp *> single_{nullptr};
+	std::atomic<uint32_t> readers_{0};
 };
 
 struct Cq final : fid_cq {
@@ -530,6 +541,13 @@ struct Conn {
 	size_t inject_size = 0; // bytes an inject may carry (bounce beyond inline)
 	size_t max_msg_size = 0;
 	size_t max_wr_bytes = 0; // longer RMA segments are split
+	// RDMA READs posted and not retired, and how many may be: a READ the
+	// queue pair has no credit for (max_rd_atomic) stalls the send queue,
+	// and every request behind it, until an earlier READ completes. The
+	// RDM endpoint holds further READs back rather than post them (an
+	// answer the peer waits for must not queue behind them).
+	uint32_t reads_out = 0;
+	uint32_t read_credits = 1;
 
 	std::mutex tx_lock;
 	// The application serializes this connection's transmit calls (domain
@@ -568,7 +586,7 @@ struct Conn {
 	SlotBuffers bounce;
 
 	// Points every slot of a freshly sized ring at this connection.
-	void reset_tx(size_t depth) noexcept
+	void reset_tx(size_t depth) // throws std::bad_alloc
 	{
 		tx.reset(depth);
 		for (uint64_t i = 0; i < tx.capacity(); i++) {

@@ -94,6 +94,9 @@ void params_init() noexcept
 		    &rdm_params.tx_buffers);
 	define_size("rdm_peer_tx_size", "RDM endpoints: send queue depth of each peer's connection (default: 128)",
 		    &rdm_params.peer_tx_size);
+	define_size("rdm_rndv_reads",
+		    "RDM endpoints: rendezvous RDMA READs a connection keeps in flight at most; 0: as many as its queue pair issues at once (max_rd_atomic) (default: 0)",
+		    &rdm_params.rndv_reads);
 	rdm_params.eager_size = std::clamp<size_t>(rdm_params.eager_size, 64, size_t(1) << 20);
 	rdm_params.rx_buffers = std::clamp<size_t>(rdm_params.rx_buffers, 16, 65536);
 	rdm_params.tx_buffers = std::clamp<size_t>(rdm_params.tx_buffers, 16, 65536);

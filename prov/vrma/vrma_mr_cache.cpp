@@ -2,6 +2,8 @@
 #include "vrma.h"
 #include "vrma_mr_cache.h"
 
+#include <cinttypes>
+
 #include "mem_monitor.h"
 #include "reg_cache.h"
 
@@ -26,7 +28,7 @@ struct MrCache {
 	MemMonitor monitor; // last member: closed (joined) first
 
 	MrCache(size_t max_count, size_t max_size) noexcept
-		: cache(RegCache::kDefaultPage, max_count, max_size)
+		: cache(max_count, max_size)
 	{
 	}
 };
@@ -111,7 +113,7 @@ ibv_mr *reg(Domain *dom, uintptr_t start, size_t len, int access) noexcept
 // A miss: watches and registers the merged range rr into h and caches it.
 // The entry (one reference), or nullptr with h unwatched: unregistered when
 // the range cannot be watched or registered (the caller registers the
-// request's own pages instead), registered when insert() refused it (the
+// request's own bytes instead), registered when insert() refused it (the
 // caller keeps it as this transfer's own).
 RegEntry *cache_miss(MrCache *c, Domain *dom, const RegRange &rr, uint64_t since,
 		     UserRegHandle *h) noexcept
@@ -175,6 +177,15 @@ void MrCacheDeleter::operator()(MrCache *c) const noexcept
 
 void mr_cache_close(Domain *dom) noexcept
 {
+	if (dom->mr_cache_state.load(std::memory_order_acquire) == kActive ||
+	    dom->mr_uncached.load(std::memory_order_relaxed)) {
+		fi_vrma_mr_cache_stats st;
+		mr_cache_stats(dom, st);
+		VRMA_INFO(FI_LOG_MR,
+			  "registration cache: %" PRIu64 " hits, %" PRIu64 " misses, %" PRIu64
+			  " invalidations, %" PRIu64 " evictions, %" PRIu64 " uncached\n",
+			  st.hits, st.misses, st.invalidations, st.evictions, st.uncached);
+	}
 	dom->mr_cache.reset();
 	dom->mr_cache_state.store(kOff);
 }
@@ -260,7 +271,7 @@ int UserReg::acquire(Domain *dom, void *addr, size_t len, int access) noexcept
 		}
 	}
 	if (!h->mr) {
-		// This transfer's own pages, uncached.
+		// This transfer's own bytes, uncached.
 		h->mr.reset(reg(dom, a, len ? len : 1, access));
 		if (!h->mr) {
 			const int e = errno;

@@ -22,14 +22,16 @@
 //    RDMA READ straight into the receive buffer and answers RndvDone, which
 //    completes the send.
 //
-// Locking: one mutex per endpoint (RdmEp::lock) covers everything of the
-// endpoint, peers and connections included: data calls, progress and the CM
-// thread take it. Lock order: RdmHooks (a CQ's or counter's), RdmEp::lock,
+// Locking: one mutex per endpoint (RdmEp::lock, a FastMutex: the data path
+// takes it two or three times per message, nearly always uncontended)
+// covers everything of the endpoint, peers and connections included: data
+// calls, progress and the CM thread take it. Lock order: RdmHooks (a CQ's or counter's), RdmEp::lock,
 // Cq::lock. The data path of a Conn is serialized by that lock
 // (Conn::tx_serialized).
 #pragma once
 
 #include "vrma.h"
+#include "fast_mutex.h"
 #include "rdm_wire.h"
 #include "tag_match.h"
 
@@ -61,6 +63,7 @@ struct RdmParams {
 	size_t rx_buffers = 256;   // SRQ buffers per endpoint
 	size_t tx_buffers = 256;   // registered eager send buffers per endpoint
 	size_t peer_tx_size = 128; // send queue depth per peer
+	size_t rndv_reads = 0;     // READs in flight per connection (0: max_rd_atomic)
 };
 extern RdmParams rdm_params;
 
@@ -192,7 +195,7 @@ struct RdmEp final : fid_ep {
 	size_t peer_tx_depth = 0;
 	bool enabled = false;
 
-	std::mutex lock;
+	FastMutex lock;
 	sockaddr_storage name{}; // fi_setname before enable; fi_getname after
 	bool name_set = false;
 	rdm::RdmAddr self;       // the listening address, canonical
@@ -210,8 +213,8 @@ struct RdmEp final : fid_ep {
 	std::unique_ptr<SrqSlot[]> rx_slots;
 	size_t rx_count = 0;
 	// Consumed SRQ buffers waiting to be reposted together (srq_batch_max
-	// of them: rx_count / 32, 1 to kSrqBatchMax).
-	static constexpr size_t kSrqBatchMax = 8;
+	// of them: rx_count / 16, 1 to kSrqBatchMax).
+	static constexpr size_t kSrqBatchMax = 16;
 	uint32_t srq_batch[kSrqBatchMax];
 	size_t srq_batch_n = 0;
 	size_t srq_batch_max = 1;
@@ -231,7 +234,44 @@ struct RdmEp final : fid_ep {
 	static constexpr size_t kRecvPoolMax = 256;
 	std::vector<std::unique_ptr<RdmRecv>> recv_pool;
 	std::unordered_map<rdm::RdmAddr, std::unique_ptr<RdmPeer>, rdm::RdmAddrHash> peers;
-	std::unordered_map<uint32_t, RdmPeer *> by_qp; // qp_num -> peer
+	// qp_num -> peer, for receive completions (the SRQ's completions name
+	// only the queue pair). A direct-mapped hint in front of the map saves
+	// the hash lookup per message; erase() clears the hint with the entry.
+	class QpPeers {
+	public:
+		void add(uint32_t qp_num, RdmPeer *peer)
+		{
+			map_[qp_num] = peer;
+			hint_[qp_num % kHint] = {qp_num, peer};
+		}
+		void erase(uint32_t qp_num) noexcept
+		{
+			map_.erase(qp_num);
+			if (hint_[qp_num % kHint].qp_num == qp_num)
+				hint_[qp_num % kHint] = {};
+		}
+		[[gnu::always_inline]] RdmPeer *find(uint32_t qp_num) noexcept
+		{
+			Hint &h = hint_[qp_num % kHint];
+			if (h.qp_num == qp_num && h.peer) [[likely]]
+				return h.peer;
+			auto it = map_.find(qp_num);
+			if (it == map_.end())
+				return nullptr;
+			h = {qp_num, it->second};
+			return it->second;
+		}
+
+	private:
+		static constexpr size_t kHint = 64;
+		struct Hint {
+			uint32_t qp_num = 0;
+			RdmPeer *peer = nullptr;
+		};
+		Hint hint_[kHint];
+		std::unordered_map<uint32_t, RdmPeer *> map_;
+	};
+	QpPeers by_qp;
 	// fi_addr_t -> peer for sends, indexed by the handle's slot (its low
 	// 32 bits). Valid while the AV's epoch is peer_cache_epoch: an insert
 	// or a remove empties it, so a removed handle is looked up again (and

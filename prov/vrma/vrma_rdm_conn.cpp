@@ -65,9 +65,16 @@ int create_qp(RdmEp *ep, Conn &c)
 	c.qp = c.id->qp;
 	if (attr.cap.max_inline_data < c.inline_size)
 		c.inline_size = c.inject_size = attr.cap.max_inline_data;
-	c.reset_tx(c.tx_depth + 1);
 	c.signal_period = std::min<uint64_t>(c.tx_depth / 2, kSignalPeriod);
-	ep->by_qp[c.qp->qp_num] = c.peer;
+	try {
+		c.reset_tx(c.tx_depth + 1);
+		ep->by_qp.add(c.qp->qp_num, c.peer);
+	} catch (...) {
+		VRMA_WARN(FI_LOG_EP_CTRL, "RDM: out of memory for a connection\n");
+		rdma_destroy_qp(c.id.get());
+		c.qp = nullptr;
+		return -FI_ENOMEM;
+	}
 	return 0;
 }
 
@@ -227,6 +234,10 @@ rdma_cm_id *accept_request(RdmEp *ep, rdma_cm_event *ev)
 	}
 	ConnParam p;
 	fill_param(ep, p, rdm::kConnFlagAccept);
+	// READs this side issues are answered by the peer's responder
+	// resources, and the other way round: never more than it offered.
+	p.param.initiator_depth = std::min(p.param.initiator_depth, ev->param.conn.responder_resources);
+	p.param.responder_resources = std::min(p.param.responder_resources, ev->param.conn.initiator_depth);
 	if (rdma_accept(id, &p.param)) {
 		VRMA_WARN(FI_LOG_EP_CTRL, "RDM: rdma_accept: %s\n", strerror(errno));
 		ep->by_qp.erase(c->qp->qp_num);
@@ -367,10 +378,9 @@ void rdm_reap(RdmEp *ep) noexcept
 			continue;
 		}
 		if (c->qp) {
-			auto it = ep->by_qp.find(c->qp->qp_num);
-			if (it != ep->by_qp.end() && it->second == c->peer &&
-			    c->peer->conn.get() != c && c->peer->loopback.get() != c)
-				ep->by_qp.erase(it);
+			if (ep->by_qp.find(c->qp->qp_num) == c->peer && c->peer->conn.get() != c &&
+			    c->peer->loopback.get() != c)
+				ep->by_qp.erase(c->qp->qp_num);
 			rdma_destroy_qp(c->id.get());
 			c->qp = nullptr;
 		}
@@ -463,6 +473,16 @@ void rdm_conn_established(RdmPeer *peer, Conn *c) noexcept
 			peer->ep->connecting--;
 		peer->error = 0;
 	}
+	// What the queue pair issues at once, as rdma_cm settled it with the
+	// peer's responder resources (both sides' limits).
+	ibv_qp_attr attr{};
+	ibv_qp_init_attr init{};
+	const uint32_t issued = c->qp && !ibv_query_qp(c->qp, &attr, IBV_QP_MAX_QP_RD_ATOMIC, &init)
+					? std::max<uint32_t>(attr.max_rd_atomic, 1)
+					: 1;
+	c->read_credits = rdm_params.rndv_reads
+				  ? static_cast<uint32_t>(std::min<size_t>(rdm_params.rndv_reads, issued))
+				  : issued;
 	c->state.store(EpState::Connected, std::memory_order_release);
 }
 

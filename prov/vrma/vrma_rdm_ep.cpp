@@ -8,6 +8,7 @@
 #include <random>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <thread>
 
 #include <rdma/fi_atomic.h>
 #include <rdma/fi_collective.h>
@@ -77,7 +78,7 @@ template <typename Step> void service_loop(RdmEp *ep, int fd, Step step)
 		for (int i = 0; i < n; i++)
 			if (ready[i] == ep->stop_fd.get())
 				return;
-		std::lock_guard<std::mutex> guard(ep->lock);
+		std::lock_guard guard(ep->lock);
 		step();
 	}
 }
@@ -124,7 +125,7 @@ int rdm_ep_close(fid *f) noexcept
 		cqs_attach(ep, false);
 		report_cntrs_attach(ep, false);
 		{
-			std::lock_guard<std::mutex> guard(ep->lock);
+			std::lock_guard guard(ep->lock);
 			ep->enabled = false; // no more SRQ reposts
 			rdm_close_peers(ep);
 			// Flushes come back through the CQ: wait for the rings.
@@ -173,7 +174,7 @@ int rdm_ep_close(fid *f) noexcept
 		ep->rx_mr.reset();
 		ep->tx_mr.reset();
 		{
-			std::lock_guard<std::mutex> guard(ep->lock);
+			std::lock_guard guard(ep->lock);
 			drain_channel(ep);
 		}
 		ep->cq.reset();
@@ -393,7 +394,7 @@ try {
 		if (int rc = rdm_post_srq(ep, &idx, 1))
 			return rc;
 	}
-	ep->srq_batch_max = std::clamp<size_t>(ep->rx_count / 32, 1, RdmEp::kSrqBatchMax);
+	ep->srq_batch_max = std::clamp<size_t>(ep->rx_count / 16, 1, RdmEp::kSrqBatchMax);
 	if (int rc = start_listener(ep))
 		return rc;
 
@@ -463,7 +464,7 @@ int rdm_getname(fid_t f, void *addr, size_t *addrlen) noexcept
 		VRMA_WARN(FI_LOG_EP_CTRL, "fi_getname: NULL addrlen\n");
 		return -FI_EINVAL;
 	}
-	std::lock_guard<std::mutex> guard(ep->lock);
+	std::lock_guard guard(ep->lock);
 	if (!ep->enabled && !ep->name_set) {
 		VRMA_WARN(FI_LOG_EP_CTRL, "fi_getname: the RDM endpoint's address is known after fi_enable\n");
 		return -FI_EOPBADSTATE;
@@ -480,7 +481,7 @@ int rdm_getname(fid_t f, void *addr, size_t *addrlen) noexcept
 int rdm_setname(fid_t f, void *addr, size_t addrlen) noexcept
 {
 	RdmEp *ep = from_fid<RdmEp>(f);
-	std::lock_guard<std::mutex> guard(ep->lock);
+	std::lock_guard guard(ep->lock);
 	if (ep->enabled) {
 		VRMA_WARN(FI_LOG_EP_CTRL, "fi_setname: endpoint already enabled\n");
 		return -FI_EOPBADSTATE;
@@ -559,7 +560,7 @@ ssize_t rdm_tx_size_left(fid_ep *f) noexcept
 	RdmEp *ep = static_cast<RdmEp *>(f);
 	if (!ep->enabled)
 		return -FI_EOPBADSTATE;
-	std::lock_guard<std::mutex> guard(ep->lock);
+	std::lock_guard guard(ep->lock);
 	return static_cast<ssize_t>(ep->tx_free.size());
 }
 
@@ -638,6 +639,7 @@ try {
 	}
 	eps_.push_back(ep);
 	n_.store(eps_.size());
+	republish();
 	return 0;
 } catch (...) {
 	VRMA_WARN(FI_LOG_EP_CTRL, "RDM: out of memory attaching the endpoint to a %s\n", what);
@@ -649,12 +651,27 @@ void RdmHooks::detach(RdmEp *ep, int epoll_fd, int wait_fd) noexcept
 	std::lock_guard<std::mutex> guard(lock_);
 	std::erase(eps_, ep);
 	n_.store(eps_.size());
+	republish();
 	if (wait_fd >= 0 && epoll_fd >= 0)
 		epoll_ctl(epoll_fd, EPOLL_CTL_DEL, wait_fd, nullptr);
 }
 
+void RdmHooks::republish() noexcept
+{
+	single_.store(eps_.size() == 1 ? eps_.front() : nullptr);
+	while (readers_.load() != 0)
+		std::this_thread::yield();
+}
+
 void RdmHooks::progress() noexcept
 {
+	readers_.fetch_add(1);
+	if (RdmEp *ep = single_.load()) [[likely]] {
+		rdm_progress(ep);
+		readers_.fetch_sub(1, std::memory_order_release);
+		return;
+	}
+	readers_.fetch_sub(1, std::memory_order_release);
 	std::lock_guard<std::mutex> guard(lock_);
 	for (RdmEp *ep : eps_)
 		rdm_progress(ep);
@@ -671,7 +688,7 @@ int RdmHooks::trywait() noexcept
 
 void rdm_progress(RdmEp *ep) noexcept
 {
-	std::lock_guard<std::mutex> guard(ep->lock);
+	std::lock_guard guard(ep->lock);
 	rdm_progress_locked(ep);
 }
 
@@ -679,7 +696,7 @@ int rdm_trywait(RdmEp *ep) noexcept
 {
 	if (ep->auto_progress)
 		return 0; // the data thread reports through the CQ's own wakeup
-	std::lock_guard<std::mutex> guard(ep->lock);
+	std::lock_guard guard(ep->lock);
 	drain_channel(ep);
 	if (int rc = ibv_req_notify_cq(ep->cq.get(), 0))
 		return errno_to_fi(rc);

@@ -15,6 +15,8 @@
 #include "vrma_rdm.h"
 #include "vrma_post.h"
 
+#include <algorithm>
+
 #include <rdma/fi_tagged.h>
 
 namespace vrma {
@@ -362,7 +364,8 @@ bool start_rndv(RdmEp *ep, RdmRecv *r, RdmPeer *peer, const rdm::RdmHeader &h,
 	}
 	if (!fits)
 		finish_rndv(ep, op, 0, 0);
-	else if (!post_reads(ep, op)) {
+	else if (!ep->read_backlog.empty() || !post_reads(ep, op)) {
+		// Behind those already waiting (progress retries them).
 		try {
 			ep->read_backlog.push_back(op);
 		} catch (...) {
@@ -374,9 +377,9 @@ bool start_rndv(RdmEp *ep, RdmRecv *r, RdmPeer *peer, const rdm::RdmHeader &h,
 
 } // namespace
 
-// Registrations and READ requests of one rendezvous receive. On -FI_EAGAIN
-// the op waits in read_backlog with its plan rebuilt from op (not
-// implemented: the reads are posted at once or the receive fails).
+// Registrations and READ requests of one rendezvous receive. False when
+// they cannot go now (no room in the queues, or the connection's READ
+// credits in use): the op waits in read_backlog and is planned again.
 namespace {
 
 bool post_reads(RdmEp *ep, RdmRxOp *op)
@@ -433,17 +436,24 @@ bool post_reads(RdmEp *ep, RdmRxOp *op)
 			done += chunk;
 		}
 	}
-	if (!tx_room(ep, nwr) || conn->tx.outstanding() + nwr > conn->tx_depth)
+	// A chain longer than the credits goes alone (else it never would).
+	if (!tx_room(ep, nwr) || conn->tx.outstanding() + nwr > conn->tx_depth ||
+	    (conn->reads_out && conn->reads_out + nwr > conn->read_credits))
 		return false;
 	TxOp top{op, 0, op->len, true, nullptr};
 	top.aux = rdm_aux(RdmTx::RndvRead, 0);
-	if (ssize_t rc = post_send_chain_locked(conn, wrs, nwr, top)) {
-		if (rc == -FI_EAGAIN)
+	// Counted by the slots that stay in the ring (a failed post keeps
+	// those before the refused request): each is retired once.
+	const uint64_t head = conn->tx.head();
+	const ssize_t rc = post_send_chain_locked(conn, wrs, nwr, top);
+	const auto pushed = static_cast<uint32_t>(conn->tx.head() - head);
+	ep->tx_wrs += pushed;
+	conn->reads_out += pushed;
+	if (rc) {
+		if (rc == -FI_EAGAIN && !pushed)
 			return false;
 		finish_rndv(ep, op, static_cast<int>(-rc), 0);
-		return true;
 	}
-	ep->tx_wrs += nwr;
 	return true;
 }
 
@@ -501,7 +511,7 @@ ssize_t rdm_send(RdmEp *ep, const iovec *iov, size_t count, fi_addr_t dest, uint
 	}
 	const uint64_t comp_flags = FI_SEND | (tagged ? FI_TAGGED : FI_MSG);
 	const bool report = !inject_call && tx_reports(ep, flags);
-	std::lock_guard<std::mutex> guard(ep->lock);
+	std::lock_guard guard(ep->lock);
 	if (!ep->enabled) [[unlikely]] {
 		VRMA_WARN(FI_LOG_EP_DATA, "RDM send before fi_enable\n");
 		return -FI_EOPBADSTATE;
@@ -631,7 +641,7 @@ constexpr uint64_t kFastSendFlags = FI_COMPLETION | FI_INJECT | FI_INJECT_COMPLE
 	if ((flags & ~kFastSendFlags) || len > ep->inject_size || (!buf && len)) [[unlikely]]
 		return rdm_send(ep, &iov, 1, dest, tag, data, flags, context, tagged, inject_call);
 	{
-		std::lock_guard<std::mutex> guard(ep->lock);
+		std::lock_guard guard(ep->lock);
 		RdmPeer *peer = ep->enabled ? rdm_peer_cached(ep, dest) : nullptr;
 		Conn *conn = peer ? peer->conn.get() : nullptr;
 		if (conn && conn->state.load(std::memory_order_relaxed) == EpState::Connected &&
@@ -724,7 +734,7 @@ ssize_t rdm_recv(RdmEp *ep, const iovec *iov, size_t count, fi_addr_t src, uint6
 	key.tag = tag;
 	key.ignore = ignore;
 	key.src = ep->directed ? src : FI_ADDR_UNSPEC;
-	std::lock_guard<std::mutex> guard(ep->lock);
+	std::lock_guard guard(ep->lock);
 	if (!ep->enabled) [[unlikely]] {
 		VRMA_WARN(FI_LOG_EP_DATA, "RDM recv before fi_enable\n");
 		return -FI_EOPBADSTATE;
@@ -801,12 +811,11 @@ ssize_t rdm_recv(RdmEp *ep, const iovec *iov, size_t count, fi_addr_t src, uint6
 
 void handle_message(RdmEp *ep, const ibv_wc &wc, const uint8_t *buf)
 {
-	auto it = ep->by_qp.find(wc.qp_num);
-	if (it == ep->by_qp.end()) {
+	RdmPeer *peer = ep->by_qp.find(wc.qp_num);
+	if (!peer) [[unlikely]] {
 		VRMA_WARN(FI_LOG_EP_DATA, "RDM: a message on an unknown queue pair %u\n", wc.qp_num);
 		return;
 	}
-	RdmPeer *peer = it->second;
 	if (Conn *pc = peer->conn.get();
 	    pc && pc->state.load(std::memory_order_relaxed) != EpState::Connected && pc->qp &&
 	    pc->qp->qp_num == wc.qp_num) [[unlikely]]
@@ -942,11 +951,26 @@ void rdm_fail_waiting(RdmPeer *peer, int err) noexcept
 
 void rdm_retry_backlog(RdmEp *ep) noexcept
 {
-	while (!ep->read_backlog.empty()) {
-		RdmRxOp *op = ep->read_backlog.front();
-		if (!post_reads(ep, op))
+	// First come first served per connection: once one of a connection's
+	// rendezvous waits, its later ones wait too; other peers' go on.
+	constexpr size_t kBlockedMax = 8;
+	const Conn *blocked[kBlockedMax];
+	size_t nblocked = 0;
+	for (auto it = ep->read_backlog.begin(); it != ep->read_backlog.end();) {
+		RdmRxOp *op = *it;
+		const Conn *c = op->peer->conn.get();
+		if (std::find(blocked, blocked + nblocked, c) != blocked + nblocked) {
+			++it;
+			continue;
+		}
+		if (post_reads(ep, op)) {
+			it = ep->read_backlog.erase(it);
+			continue;
+		}
+		if (nblocked == kBlockedMax)
 			break;
-		ep->read_backlog.pop_front();
+		blocked[nblocked++] = c;
+		++it;
 	}
 	while (!ep->answer_backlog.empty()) {
 		RdmEp::Answer &a = ep->answer_backlog.front();
@@ -1011,9 +1035,11 @@ void rdm_handle_wc(RdmEp *ep, const ibv_wc &wc) noexcept
 	const bool report = s->report;
 	Cntr *cntr = s->cntr;
 	const RdmTx kind = rdm_aux_kind(s->aux);
-	c->tx.retire_through(seq, [ep](TxSlot &t, uint64_t) {
+	c->tx.retire_through(seq, [ep, c](TxSlot &t, uint64_t) {
 		if (const uint32_t b = rdm_aux_buf(t.aux))
 			ep->tx_free.push_back(b - 1);
+		else if (rdm_aux_kind(t.aux) == RdmTx::RndvRead)
+			c->reads_out--;
 		ep->tx_wrs--;
 	});
 	const bool ok = wc.status == IBV_WC_SUCCESS;
@@ -1038,6 +1064,8 @@ void rdm_handle_wc(RdmEp *ep, const ibv_wc &wc) noexcept
 			rdm_report_tx(ep, context, comp_flags, len, report, cntr, 0, 0);
 		return;
 	case RdmTx::RndvRead: {
+		if (!report)
+			return; // part of a chain whose post failed: the op ended then
 		auto *op = static_cast<RdmRxOp *>(context);
 		if (!ok && op_end != c->failed_op_end) {
 			c->failed_op_end = op_end;
@@ -1087,7 +1115,7 @@ void rdm_report_unposted(Conn *conn, const ibv_send_wr *first, int err) noexcept
 
 ssize_t rdm_cancel(RdmEp *ep, void *context) noexcept
 {
-	std::lock_guard<std::mutex> guard(ep->lock);
+	std::lock_guard guard(ep->lock);
 	RdmRecv *r = ep->matcher.cancel(context);
 	if (!r)
 		return -FI_ENOENT;

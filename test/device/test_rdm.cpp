@@ -1540,6 +1540,67 @@ START_TEST(rdm_tagged_order_small_large)
 }
 END_TEST
 
+// Rendezvous receives beyond a connection's READ credits wait in the
+// receiver's backlog and go out as earlier READs retire. One credit
+// (FI_VRMA_RDM_RNDV_READS=1, read when the provider loads: each test runs
+// in a child) and 64 KiB work requests, so a 300 KiB message is a chain of
+// five READs that must go alone. Two senders, so that one connection's
+// waiting reads do not hold back the other's; eager messages in between,
+// whose receives complete while the reads wait.
+START_TEST(rdm_rndv_read_credits)
+{
+	setenv("FI_VRMA_RDM_RNDV_READS", "1", 1);
+	setenv("FI_VRMA_MAX_WR_SIZE", "65536", 1);
+	RdmEnv env;
+	RdmNode a(env), c(env), b(env);
+	connect_all({&a, &c, &b});
+	constexpr int kPer = 6;
+	const size_t len[kPer] = {100 * KiB, 300 * KiB, 50, 64 * KiB + 1, 200 * KiB, 300};
+	RdmNode *from[2] = {&a, &c};
+	std::vector<uint8_t> src[2][kPer];
+	fi_context sctx[2][kPer], rctx[2][kPer];
+	Tracker ts[2], tb;
+	for (int s = 0; s < 2; s++)
+		ts[s].expect(sctx[s], kPer, kSendTag, s ? "sends of c" : "sends of a");
+	tb.expect(&rctx[0][0], 2 * kPer, kRecvTag, "receives of b");
+	// Everything arrives before its receive: the receives match at once and
+	// all their reads are wanted together.
+	for (int s = 0; s < 2; s++)
+		for (int k = 0; k < kPer; k++) {
+			src[s][k] = pattern(len[k], 2600 + 10 * s + k);
+			ck_assert_int_eq(post_retry([&] {
+						 return fi_tsend(from[s]->ep, src[s][k].data(), len[k], nullptr,
+								 from[s]->addr_of(b), 0x100 + s, &sctx[s][k]);
+					 }),
+					 0);
+		}
+	std::unique_ptr<RecvBuf> dst[2][kPer];
+	for (int k = 0; k < kPer; k++)
+		for (int s = 0; s < 2; s++) {
+			dst[s][k] = std::make_unique<RecvBuf>(300 * KiB);
+			ck_assert_int_eq(fi_trecv(b.ep, dst[s][k]->data(), dst[s][k]->len, nullptr, b.addr_of(*from[s]),
+						  0x100 + s, 0, &rctx[s][k]),
+					 0);
+		}
+	tb.wait(b);
+	ts[0].wait(a);
+	ts[1].wait(c);
+	for (int s = 0; s < 2; s++)
+		for (int k = 0; k < kPer; k++) {
+			const Completion &r = tb.get(&rctx[s][k]);
+			ck_assert_msg(r.e.len == len[k], "receive %d of sender %d: %zu bytes, %zu sent", k, s, r.e.len,
+				      len[k]);
+			ck_assert_uint_eq(r.e.tag, 0x100 + s);
+			ck_assert_uint_eq(r.src, b.addr_of(*from[s]));
+			dst[s][k]->check(len[k], 2600 + 10 * s + k, "rendezvous behind one READ credit");
+			ck_assert_uint_eq(ts[s].get(&sctx[s][k]).e.len, len[k]);
+		}
+	expect_none(a);
+	expect_none(b);
+	expect_none(c);
+}
+END_TEST
+
 // ---------------------------------------------------------------------------
 // rdm_multi_recv
 
@@ -2527,7 +2588,7 @@ Suite *rdm_suite()
 	add("rdm_tagged", 180,
 	    {rdm_tagged_match_ignore, rdm_tagged_directed_recv, rdm_tagged_any_source, rdm_tagged_unexpected,
 	     rdm_tagged_inject_data, rdm_tagged_peek_claim_discard, rdm_tagged_cancel, rdm_tagged_large_unexpected,
-	     rdm_tagged_order_small_large});
+	     rdm_tagged_order_small_large, rdm_rndv_read_credits});
 	add("rdm_multi_recv", 60, {rdm_multi_recv_buffer});
 	add("rdm_conn", 120,
 	    {rdm_conn_crossing_interleaved, rdm_conn_crossing_threads, rdm_conn_unknown_sender, rdm_conn_peer_closed,

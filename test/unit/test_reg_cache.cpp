@@ -1,13 +1,16 @@
-// RegCache: page rounding, hits and misses, access flags, covering versus
-// partial overlap, merged ranges, invalidation of unused and in-use entries,
-// LRU eviction by count and by bytes, flush, the invalidation race on insert,
-// statistics, and a long random run checked against a naive model.
+// RegCache: byte ranges, hits and misses, access flags, covering versus
+// partial overlap, merged ranges and their bound, neighbours sharing a page
+// (independent entries, invalidated together through the shared page),
+// invalidation of unused and in-use entries, LRU eviction by count and by
+// bytes, flush, the invalidation race on insert, statistics, and a long
+// random run checked against a naive model.
 #include "unit.h"
 #include "reg_cache.h"
 
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <deque>
 #include <new>
 #include <random>
 #include <set>
@@ -94,70 +97,138 @@ RegEntry *add_unused(RegCache &c, uintptr_t start, uintptr_t end, uint64_t acces
 	return e;
 }
 
+// The provider's miss path after lookup() failed: registers (handle `h`)
+// and inserts what merged_range() gives. The entry, with one reference.
+RegEntry *insert_merged(RegCache &c, uintptr_t addr, size_t len, uint64_t access, uintptr_t h,
+			RegRetired &out)
+{
+	const uint64_t since = c.epoch();
+	RegRange m;
+	ck_assert(c.merged_range(addr, len, access, m));
+	RegEntry *e = c.insert(m.start, m.end, m.access, H(h), since, out);
+	ck_assert_ptr_nonnull(e);
+	ck_assert(!e->stale());
+	return e;
+}
+
+// A lookup that must miss, then the miss path.
+RegEntry *miss(RegCache &c, uintptr_t addr, size_t len, uint64_t access, uintptr_t h,
+	       RegRetired &out)
+{
+	ck_assert_ptr_null(c.lookup(addr, len, access));
+	return insert_merged(c, addr, len, access, h, out);
+}
+
+void check_bounds(const RegEntry *e, uintptr_t start, uintptr_t end)
+{
+	ck_assert_msg(e->start() == start && e->end() == end,
+		      "entry [A%+ld, A%+ld), want [A%+ld, A%+ld)", (long)(e->start() - A),
+		      (long)(e->end() - A), (long)(start - A), (long)(end - A));
+}
+
 } // namespace
 
-START_TEST(reg_round_pages)
+START_TEST(reg_span_bytes)
 {
 	RegCache c;
-	ck_assert_uint_eq(c.page(), 4096);
 	struct {
 		uintptr_t addr;
 		size_t len;
 		uintptr_t start, end;
 	} const cases[] = {
 		{0x1000, 0x1000, 0x1000, 0x2000},
-		{0x1001, 1, 0x1000, 0x2000},
-		{0x1000, 0x1001, 0x1000, 0x3000},
-		{0x1fff, 2, 0x1000, 0x3000},
-		{0x1fff, 1, 0x1000, 0x2000},
-		{0x1234, 0, 0x1000, 0x2000}, // len 0 is 1
-		{0, 1, 0, 0x1000},
+		{0x1001, 1, 0x1001, 0x1002},
+		{0x1fff, 2, 0x1fff, 0x2001},
+		{0x1234, 0, 0x1234, 0x1235}, // len 0 is 1
+		{0, 1, 0, 1},
 	};
 	for (const auto &t : cases) {
 		RegRange r;
-		ck_assert(c.round(t.addr, t.len, r));
-		ck_assert_msg(r.start == t.start && r.end == t.end,
-			      "%#lx+%zu: [%#lx, %#lx), want [%#lx, %#lx)", (unsigned long)t.addr,
-			      t.len, (unsigned long)r.start, (unsigned long)r.end,
+		r.access = R;
+		ck_assert(c.span(t.addr, t.len, r));
+		ck_assert_msg(r.start == t.start && r.end == t.end && r.access == 0,
+			      "%#lx+%zu: [%#lx, %#lx) access %lu, want [%#lx, %#lx) access 0",
+			      (unsigned long)t.addr, t.len, (unsigned long)r.start,
+			      (unsigned long)r.end, (unsigned long)r.access,
 			      (unsigned long)t.start, (unsigned long)t.end);
 	}
-	// Wrapping ranges, and the top page (its end would be 2^64), are refused.
-	RegRange r;
-	ck_assert(!c.round(UINTPTR_MAX - 5, 10, r));
-	ck_assert(!c.round(UINTPTR_MAX - 10, 5, r));
-	ck_assert(c.round(UINTPTR_MAX - 0x2000, 10, r));
-	ck_assert_uint_eq(r.end, UINTPTR_MAX - 0xfff);
 
-	RegCache big(65536);
-	ck_assert(big.round(0x12345, 0x10000, r));
-	ck_assert_uint_eq(r.start, 0x10000);
-	ck_assert_uint_eq(r.end, 0x30000);
-	ck_assert_uint_eq(RegCache(3000).page(), RegCache::kDefaultPage);
-	ck_assert_uint_eq(RegCache(0).page(), RegCache::kDefaultPage);
-
-	// Lookups round the same way.
-	RegEntry *e = add_unused(c, 0x1000, 0x3000, R, 0x10);
-	RegEntry *h = c.lookup(0x1fff, 0x1001, R); // [0x1000, 0x3000)
+	// Lookups take the same bytes: no widening to pages.
+	RegEntry *e = add_unused(c, 0x1100, 0x2f00, R, 0x10);
+	RegEntry *h = c.lookup(0x1100, 0x1e00, R); // exactly
 	ck_assert_ptr_eq(h, e);
 	c.release(h);
-	h = c.lookup(0x1000, 0, R);
+	h = c.lookup(0x2eff, 0, R); // its last byte
 	ck_assert_ptr_eq(h, e);
 	c.release(h);
-	ck_assert_ptr_null(c.lookup(0x2fff, 2, R)); // [0x2000, 0x4000)
-	ck_assert_ptr_null(c.lookup(UINTPTR_MAX - 5, 10, 0));
+	ck_assert_ptr_null(c.lookup(0x10ff, 2, R)); // one byte before it
+	ck_assert_ptr_null(c.lookup(0x2eff, 2, R)); // one byte after it
+	ck_assert_ptr_null(c.lookup(0x1000, 1, R)); // its first page, not its bytes
+	ck_assert_uint_eq(c.stats().hits, 2);
+	ck_assert_uint_eq(c.stats().misses, 3);
 
-	// insert() takes page-aligned ranges only: the handle must cover every
-	// byte of every page the cache would serve from it.
+	// insert() takes any non-empty byte range with a handle.
 	RegRetired out;
 	const RegCacheStats before = c.stats();
-	ck_assert_ptr_null(c.insert(0x5001, 0x6000, R, H(0x20), c.epoch(), out));
-	ck_assert_ptr_null(c.insert(0x5000, 0x5fff, R, H(0x20), c.epoch(), out));
 	ck_assert_ptr_null(c.insert(0x5000, 0x5000, R, H(0x20), c.epoch(), out));
 	ck_assert_ptr_null(c.insert(0x6000, 0x5000, R, H(0x20), c.epoch(), out));
 	ck_assert_ptr_null(c.insert(0x5000, 0x6000, R, nullptr, c.epoch(), out));
 	ck_assert(out.empty());
 	ck_assert_uint_eq(c.stats().inserts, before.inserts);
 	ck_assert_uint_eq(c.stats().entries, 1);
+	RegEntry *odd = add_unused(c, 0x5001, 0x5fff, R, 0x30);
+	ck_assert_uint_eq(odd->start(), 0x5001);
+	ck_assert_uint_eq(odd->end(), 0x5fff);
+	ck_assert_uint_eq(odd->len(), 0xffe);
+	ck_assert_uint_eq(c.stats().bytes, 0x1e00 + 0xffe);
+	c.flush(out);
+	ck_assert(drain(out) == (std::vector<uintptr_t>{0x10, 0x30}));
+}
+END_TEST
+
+// A range that wraps the top of the address space, or holds its top byte
+// (its end would be 2^64), is never cached; one ending just below is.
+START_TEST(reg_wrap_refused)
+{
+	RegCache c;
+	RegRange r;
+	ck_assert(!c.span(UINTPTR_MAX - 5, 10, r));
+	ck_assert(!c.span(UINTPTR_MAX, 1, r));
+	ck_assert(!c.span(UINTPTR_MAX, 0, r));
+	ck_assert(!c.span(1, SIZE_MAX, r));
+	ck_assert(c.span(0, SIZE_MAX, r));
+	ck_assert_uint_eq(r.end, UINTPTR_MAX);
+	ck_assert(c.span(UINTPTR_MAX - 10, 5, r));
+	ck_assert_uint_eq(r.end, UINTPTR_MAX - 5);
+	ck_assert(!c.merged_range(UINTPTR_MAX - 5, 10, R, r));
+	ck_assert_ptr_null(c.lookup(UINTPTR_MAX - 5, 10, 0));
+	ck_assert_uint_eq(c.stats().misses, 1);
+
+	// The highest cacheable entry: a wrapping request inside it still misses.
+	const uintptr_t top = UINTPTR_MAX - P;
+	RegEntry *e = add_unused(c, top, UINTPTR_MAX, R, 0x10);
+	RegEntry *h = c.lookup(UINTPTR_MAX - 1, 1, R);
+	ck_assert_ptr_eq(h, e);
+	c.release(h);
+	ck_assert_ptr_null(c.lookup(UINTPTR_MAX - 1, 2, R));
+	ck_assert(c.merged_range(top, P, W, r));
+	ck_assert_uint_eq(r.start, top);
+	ck_assert_uint_eq(r.end, UINTPTR_MAX);
+	ck_assert_uint_eq(r.access, R | W);
+	RegCacheStats s = c.stats();
+	ck_assert_uint_eq(s.hits, 1);
+	ck_assert_uint_eq(s.misses, 2);
+	ck_assert_uint_eq(s.entries, 1);
+	ck_assert_uint_eq(s.bytes, P);
+
+	// An invalidation past the top is clamped and still reaches it.
+	RegRetired out;
+	ck_assert_uint_eq(c.invalidate(UINTPTR_MAX - 1, 100, out), 1);
+	ck_assert(drain(out) == std::vector<uintptr_t>{0x10});
+	s = c.stats();
+	ck_assert_uint_eq(s.invalidations, 1);
+	ck_assert_uint_eq(s.entries, 0);
+	ck_assert_uint_eq(s.bytes, 0);
 }
 END_TEST
 
@@ -233,7 +304,7 @@ START_TEST(reg_access_flags)
 	// On the write miss, the merged range asks for both accesses, and its
 	// entry replaces the read-only one.
 	RegRange m;
-	ck_assert(c.merged_range(A + 10, 20, W, m));
+	ck_assert(c.merged_range(A + 10, P, W, m));
 	ck_assert_uint_eq(m.start, A);
 	ck_assert_uint_eq(m.end, A + 2 * P);
 	ck_assert_uint_eq(m.access, R | W);
@@ -266,8 +337,8 @@ START_TEST(reg_cover_vs_partial)
 		{A + P, 4 * P, true},	      // exactly
 		{A + 2 * P, 2 * P, true},     // inside
 		{A + 5 * P - 1, 1, true},     // last byte
-		{A + P - 1, 2, false},	      // starts a page early
-		{A + 4 * P, P + 1, false},    // ends a page late
+		{A + P - 1, 2, false},	      // starts a byte early
+		{A + 4 * P, P + 1, false},    // ends a byte late
 		{A, 6 * P, false},	      // contains it
 		{A + 5 * P, 1, false},	      // adjacent after
 		{A, P, false},		      // adjacent before
@@ -293,17 +364,16 @@ START_TEST(reg_merged_range)
 {
 	RegCache c;
 	RegRange m;
-	// Nothing cached: the request's pages and access.
+	// Nothing cached: the request's bytes and access.
 	ck_assert(c.merged_range(A + 5, P, RR, m));
-	ck_assert_uint_eq(m.start, A);
-	ck_assert_uint_eq(m.end, A + 2 * P);
+	ck_assert_uint_eq(m.start, A + 5);
+	ck_assert_uint_eq(m.end, A + P + 5);
 	ck_assert_uint_eq(m.access, RR);
-	ck_assert(!c.merged_range(UINTPTR_MAX - 5, 10, R, m));
 
 	add_unused(c, A, A + 2 * P, R, 0x1);	      // E1
 	add_unused(c, A + 4 * P, A + 6 * P, W, 0x2);  // E2
 	add_unused(c, A + 8 * P, A + 9 * P, RR, 0x3); // E3
-	add_unused(c, A + 9 * P, A + 10 * P, R, 0x4); // E4, touches E3
+	add_unused(c, A + 9 * P, A + 10 * P, R, 0x4); // E4, adjacent to E3
 
 	struct {
 		uintptr_t addr;
@@ -312,19 +382,24 @@ START_TEST(reg_merged_range)
 		uintptr_t start, end;
 		uint64_t merged_access;
 	} const cases[] = {
-		// touches E1's end only
-		{A + 2 * P, P, 0, A, A + 3 * P, R},
-		// touches E2's start only
-		{A + 3 * P, P, 0, A + 3 * P, A + 6 * P, W},
-		// touches both: the gap between them
-		{A + 2 * P, 2 * P, RR, A, A + 6 * P, R | W | RR},
+		// adjacent to E1's end only: not joined
+		{A + 2 * P, P, 0, A + 2 * P, A + 3 * P, 0},
+		// adjacent to E2's start only
+		{A + 3 * P, P, 0, A + 3 * P, A + 4 * P, 0},
+		// the gap between them, exactly
+		{A + 2 * P, 2 * P, RR, A + 2 * P, A + 4 * P, RR},
+		// E1's last byte
+		{A + 2 * P - 1, P, 0, A, A + 3 * P - 1, R},
 		// overlaps both
 		{A + P, 4 * P, 0, A, A + 6 * P, R | W},
 		// inside E2
-		{A + 4 * P + 5, 10, R, A + 4 * P, A + 6 * P, R | W},
-		// touches E4's end: E4 joins, E3 (touching only E4) does not
-		{A + 10 * P, P, 0, A + 9 * P, A + 11 * P, R},
-		// touches nothing
+		{A + 4 * P + 5, P, R, A + 4 * P, A + 6 * P, R | W},
+		// inside E2 but far shorter: E2 would be more than twice the
+		// request plus kMergeSlack, so the request alone
+		{A + 4 * P + 5, 10, R, A + 4 * P + 5, A + 4 * P + 15, R},
+		// E4's last byte: E4 joins, E3 (adjacent to E4) does not
+		{A + 10 * P - 1, P, 0, A + 9 * P, A + 11 * P - 1, R},
+		// overlaps nothing
 		{A + 20 * P, P, W, A + 20 * P, A + 21 * P, W},
 	};
 	for (const auto &t : cases) {
@@ -339,7 +414,7 @@ START_TEST(reg_merged_range)
 
 	// Inserting a merged range replaces what it joined.
 	RegRetired out;
-	ck_assert(c.merged_range(A + 2 * P, 2 * P, 0, m));
+	ck_assert(c.merged_range(A + P, 4 * P, 0, m));
 	RegEntry *n = c.insert(m.start, m.end, m.access, H(0x5), c.epoch(), out);
 	ck_assert_ptr_nonnull(n);
 	std::vector<uintptr_t> gone = drain(out);
@@ -355,7 +430,7 @@ START_TEST(reg_merged_range)
 	// A replaced entry in use goes stale and comes back at its release.
 	RegEntry *e3 = c.lookup(A + 8 * P, P, RR);
 	ck_assert_ptr_nonnull(e3);
-	ck_assert(c.merged_range(A + 6 * P, 4 * P, 0, m)); // E3, E4 and n (touched)
+	ck_assert(c.merged_range(A + 5 * P, 5 * P, 0, m)); // n, E3 and E4
 	ck_assert_uint_eq(m.start, A);
 	ck_assert_uint_eq(m.end, A + 10 * P);
 	ck_assert_uint_eq(m.access, R | W | RR);
@@ -376,13 +451,272 @@ START_TEST(reg_merged_range)
 }
 END_TEST
 
+// Page-aligned neighbours (which used to merge for touching) are two
+// entries, each hit on reuse, and neither retires the other, even while
+// both are in use.
+START_TEST(reg_adjacent_independent)
+{
+	RegCache c;
+	RegRetired out;
+	RegEntry *a = miss(c, A, P, R | W, 0x1, out);
+	RegEntry *b = miss(c, A + P, P, R | W, 0x2, out); // `a` still in use
+	ck_assert(out.empty());
+	check_bounds(a, A, A + P);
+	check_bounds(b, A + P, A + 2 * P);
+	ck_assert(!a->stale() && !b->stale());
+	for (int round = 0; round < 3; round++) {
+		RegEntry *ha = c.lookup(A, P, W);
+		RegEntry *hb = c.lookup(A + P, P, W);
+		ck_assert_ptr_eq(ha, a);
+		ck_assert_ptr_eq(hb, b);
+		ck_assert(!c.release(ha, out));
+		ck_assert(!c.release(hb, out));
+	}
+	ck_assert(!c.release(a, out));
+	ck_assert(!c.release(b, out));
+	ck_assert(out.empty());
+	const RegCacheStats s = c.stats();
+	ck_assert_uint_eq(s.misses, 2);
+	ck_assert_uint_eq(s.hits, 6);
+	ck_assert_uint_eq(s.inserts, 2);
+	ck_assert_uint_eq(s.replaced, 0);
+	ck_assert_uint_eq(s.stale_inserts, 0);
+	ck_assert_uint_eq(s.entries, 2);
+	ck_assert_uint_eq(s.bytes, 2 * P);
+	ck_assert_uint_eq(s.stale_entries, 0);
+	ck_assert_uint_eq(s.unused_entries, 2);
+	ck_assert_uint_eq(c.flush(out), 2);
+	ck_assert(drain(out) == (std::vector<uintptr_t>{0x1, 0x2}));
+}
+END_TEST
+
+// The receive benchmark that made page entries pin ~2 GiB: 64 adjacent
+// 1 MiB buffers (neighbours sharing a page at offset 128, touching at
+// offset 0) cycled three times, up to 64 in use, released in order. Exactly
+// one miss per buffer, each entry exactly its buffer, then only hits;
+// nothing retired, nothing stale.
+START_TEST(reg_adjacent_pool_cycle)
+{
+	constexpr size_t M = size_t(1) << 20;
+	constexpr size_t N = 64;
+	for (const uintptr_t offset : {uintptr_t{128}, uintptr_t{0}}) {
+		RegCache c(1024, size_t(1) << 30); // the provider's default limits
+		const uintptr_t base = A + offset;
+		RegEntry *ent[N] = {};
+		std::deque<RegEntry *> held;
+		RegRetired out;
+		size_t wrong = 0, released_stale = 0;
+		for (int cycle = 0; cycle < 3; cycle++) {
+			for (size_t i = 0; i < N; i++) {
+				if (held.size() == N) {
+					released_stale += c.release(held.front(), out);
+					held.pop_front();
+				}
+				const uintptr_t at = base + i * M;
+				RegEntry *e = c.lookup(at, M, W);
+				if (!e) {
+					e = insert_merged(c, at, M, W, 0x10 * (i + 1), out);
+					wrong += cycle != 0 || ent[i] != nullptr;
+					ent[i] = e;
+				}
+				wrong += e != ent[i] || e->start() != at || e->end() != at + M ||
+					 e->stale();
+				held.push_back(e);
+			}
+		}
+		ck_assert_uint_eq(wrong, 0);
+		ck_assert_uint_eq(released_stale, 0);
+		ck_assert(out.empty());
+		RegCacheStats s = c.stats();
+		ck_assert_uint_eq(s.misses, N);
+		ck_assert_uint_eq(s.hits, 2 * N);
+		ck_assert_uint_eq(s.inserts, N);
+		ck_assert_uint_eq(s.replaced, 0);
+		ck_assert_uint_eq(s.stale_inserts, 0);
+		ck_assert_uint_eq(s.evictions, 0);
+		ck_assert_uint_eq(s.entries, N);
+		ck_assert_uint_eq(s.bytes, N * M);
+		ck_assert_uint_eq(s.stale_entries, 0);
+		ck_assert_uint_eq(s.unused_entries, 0);
+		while (!held.empty()) {
+			ck_assert(!c.release(held.front(), out));
+			held.pop_front();
+		}
+		ck_assert_uint_eq(c.stats().unused_entries, N);
+		ck_assert_uint_eq(c.flush(out), N);
+		const std::vector<uintptr_t> gone = drain(out);
+		ck_assert_uint_eq(gone.size(), N);
+		for (size_t i = 0; i < N; i++)
+			ck_assert_uint_eq(gone[i], 0x10 * (i + 1)); // address order
+	}
+}
+END_TEST
+
+// Two overlapping requests become one entry covering both, which then
+// serves both; the first entry is retired (unused: handed back; in use:
+// stale until its release).
+START_TEST(reg_overlap_merges)
+{
+	for (const bool first_in_use : {false, true}) {
+		RegCache c;
+		RegRetired out;
+		RegEntry *first = miss(c, A + 100, 2 * P, R, 0x1, out);
+		check_bounds(first, A + 100, A + 2 * P + 100);
+		if (!first_in_use)
+			ck_assert(!c.release(first, out));
+		RegEntry *both = miss(c, A + P, 2 * P, W, 0x2, out);
+		check_bounds(both, A + 100, A + 3 * P);
+		ck_assert_uint_eq(both->access(), R | W);
+		if (first_in_use) {
+			ck_assert(out.empty());
+			ck_assert(first->stale());
+			ck_assert_uint_eq(c.stats().stale_entries, 1);
+			ck_assert(c.release(first, out));
+		}
+		ck_assert(drain(out) == std::vector<uintptr_t>{0x1});
+		ck_assert(!c.release(both, out));
+		RegEntry *h = c.lookup(A + 100, 2 * P, R);
+		ck_assert_ptr_eq(h, both);
+		ck_assert(!c.release(h, out));
+		h = c.lookup(A + P, 2 * P, W);
+		ck_assert_ptr_eq(h, both);
+		ck_assert(!c.release(h, out));
+		const RegCacheStats s = c.stats();
+		ck_assert_uint_eq(s.misses, 2);
+		ck_assert_uint_eq(s.hits, 2);
+		ck_assert_uint_eq(s.inserts, 2);
+		ck_assert_uint_eq(s.replaced, 1);
+		ck_assert_uint_eq(s.stale_inserts, 0);
+		ck_assert_uint_eq(s.entries, 1);
+		ck_assert_uint_eq(s.bytes, 3 * P - 100);
+		ck_assert_uint_eq(s.stale_entries, 0);
+		ck_assert_uint_eq(c.flush(out), 1);
+		ck_assert(drain(out) == std::vector<uintptr_t>{0x2});
+	}
+}
+END_TEST
+
+// Requests of L bytes sliding by L/2: each overlaps the previous entry.
+// The union grows while it stays within 2L + kMergeSlack; past that the
+// request is inserted alone (with only its own access), retiring what it
+// overlaps, and growth starts over from there.
+START_TEST(reg_merge_bounded)
+{
+	constexpr size_t L = 16 * P;
+	constexpr size_t S = L / 2;
+	static_assert(RegCache::kMergeSlack < S, "the table assumes a slack under L/2");
+	struct {
+		uintptr_t lo, hi; // in steps of S
+		uint64_t access;
+	} const want[] = {
+		{0, 2, R},	{0, 3, R | W}, {0, 4, R | W}, {3, 5, W},     {3, 6, R | W},
+		{3, 7, R | W}, {6, 8, R},     {6, 9, R | W}, {6, 10, R | W}, {9, 11, W},
+	};
+	RegCache c;
+	RegRetired out;
+	constexpr size_t kSteps = sizeof(want) / sizeof(want[0]);
+	for (size_t k = 0; k < kSteps; k++) {
+		RegEntry *e = miss(c, A + k * S, L, k % 2 ? W : R, 0x10 + k, out);
+		check_bounds(e, A + want[k].lo * S, A + want[k].hi * S);
+		ck_assert_uint_eq(e->access(), want[k].access);
+		ck_assert_uint_le(e->len(), 2 * L + RegCache::kMergeSlack);
+		ck_assert(!c.release(e, out));
+		// The previous entry, always overlapped, always retired.
+		ck_assert(drain(out) == (k ? std::vector<uintptr_t>{0x10 + k - 1}
+					   : std::vector<uintptr_t>{}));
+		ck_assert_uint_eq(c.stats().entries, 1);
+	}
+	RegCacheStats s = c.stats();
+	ck_assert_uint_eq(s.misses, kSteps);
+	ck_assert_uint_eq(s.inserts, kSteps);
+	ck_assert_uint_eq(s.replaced, kSteps - 1);
+	ck_assert_uint_eq(s.bytes, L);
+	ck_assert_uint_eq(s.stale_entries, 0);
+	ck_assert_uint_eq(c.flush(out), 1);
+	ck_assert_uint_eq(drain(out).size(), 1);
+
+	// The bound itself: a union of exactly 2L + kMergeSlack is joined, one
+	// byte more is not.
+	RegRange m;
+	const uintptr_t at = A + L + RegCache::kMergeSlack; // the request [at, at + L)
+	add_unused(c, A, at + 1, R, 0x1);
+	ck_assert(c.merged_range(at, L, W, m));
+	ck_assert_uint_eq(m.start, A);
+	ck_assert_uint_eq(m.end, at + L);
+	ck_assert_uint_eq(m.access, R | W);
+	ck_assert_uint_eq(c.flush(out), 1);
+	ck_assert(drain(out) == std::vector<uintptr_t>{0x1});
+	add_unused(c, A - 1, at + 1, R, 0x2);
+	ck_assert(c.merged_range(at, L, W, m));
+	ck_assert_uint_eq(m.start, at);
+	ck_assert_uint_eq(m.end, at + L);
+	ck_assert_uint_eq(m.access, W);
+	ck_assert_uint_eq(c.flush(out), 1);
+	ck_assert(drain(out) == std::vector<uintptr_t>{0x2});
+}
+END_TEST
+
+// Neighbours at a 128-byte offset share a page. The monitor invalidates
+// whole pages: the shared one retires both, a page only one of them touches
+// retires only that one.
+START_TEST(reg_invalidate_shared_page)
+{
+	RegCache c;
+	RegRetired out;
+	const uintptr_t b1 = A + 128;	  // pages A and A+P
+	const uintptr_t b2 = A + P + 128; // pages A+P and A+2P
+	auto insert_both = [&](uintptr_t h1, uintptr_t h2, RegEntry *&e1, RegEntry *&e2) {
+		e1 = miss(c, b1, P, R, h1, out);
+		e2 = miss(c, b2, P, R, h2, out);
+		ck_assert(out.empty());
+		check_bounds(e1, b1, b1 + P);
+		check_bounds(e2, b2, b2 + P);
+		ck_assert(!c.release(e1, out));
+		ck_assert(!c.release(e2, out));
+	};
+	RegEntry *e1, *e2;
+	insert_both(0x1, 0x2, e1, e2);
+	ck_assert_uint_eq(c.invalidate(A + P, P, out), 2);
+	ck_assert(drain(out) == (std::vector<uintptr_t>{0x1, 0x2}));
+	ck_assert_uint_eq(c.stats().entries, 0);
+
+	insert_both(0x3, 0x4, e1, e2);
+	ck_assert_uint_eq(c.invalidate(A, P, out), 1);
+	ck_assert(drain(out) == std::vector<uintptr_t>{0x3});
+	RegEntry *h = c.lookup(b2, P, R);
+	ck_assert_ptr_eq(h, e2);
+	ck_assert_ptr_null(c.lookup(b1, P, R));
+
+	// Page A+2P, with b2 in use: only b2, stale until its release.
+	e1 = insert_merged(c, b1, P, R, 0x5, out);
+	check_bounds(e1, b1, b1 + P);
+	ck_assert(!c.release(e1, out));
+	ck_assert_uint_eq(c.invalidate(A + 2 * P, P, out), 1);
+	ck_assert(out.empty());
+	ck_assert(h->stale());
+	RegEntry *h1 = c.lookup(b1, P, R);
+	ck_assert_ptr_eq(h1, e1);
+	ck_assert(!c.release(h1, out));
+	ck_assert_ptr_eq(c.release(h), H(0x4));
+
+	const RegCacheStats s = c.stats();
+	ck_assert_uint_eq(s.invalidations, 4);
+	ck_assert_uint_eq(s.replaced, 0);
+	ck_assert_uint_eq(s.entries, 1);
+	ck_assert_uint_eq(s.bytes, P);
+	ck_assert_uint_eq(s.stale_entries, 0);
+	ck_assert_uint_eq(c.flush(out), 1);
+	ck_assert(drain(out) == std::vector<uintptr_t>{0x5});
+}
+END_TEST
+
 START_TEST(reg_invalidate_unused)
 {
 	RegCache c;
 	add_unused(c, A, A + 2 * P, R, 0x1);
 	RegEntry *e2 = add_unused(c, A + 4 * P, A + 5 * P, R, 0x2);
 	RegRetired out;
-	// One byte of E1's last page.
+	// E1's last byte.
 	ck_assert_uint_eq(c.invalidate(A + 2 * P - 1, 1, out), 1);
 	ck_assert_uint_eq(out.size(), 1);
 	ck_assert(drain(out) == std::vector<uintptr_t>{0x1});
@@ -453,8 +787,8 @@ START_TEST(reg_invalidate_several)
 	ck_assert_ptr_eq(held, e[2]);
 
 	RegRetired out;
-	// [A+P, A+7P): touches entries 1, 2 and 3; entry 0 ends at A+P, entry 4
-	// starts at A+8P.
+	// [A+P+1, A+6P+1): overlaps entries 1, 2 and 3 (its last byte is entry
+	// 3's first); entry 0 ends at A+P, entry 4 starts at A+8P.
 	ck_assert_uint_eq(c.invalidate(A + P + 1, 5 * P, out), 3);
 	ck_assert(drain(out) == (std::vector<uintptr_t>{0x11, 0x13}));
 	ck_assert(held->stale());
@@ -503,7 +837,7 @@ END_TEST
 
 START_TEST(reg_lru_by_count)
 {
-	RegCache c(P, 3, 0);
+	RegCache c(3, 0);
 	RegRetired out;
 	add_unused(c, A, A + P, R, 0x1);
 	add_unused(c, A + 2 * P, A + 3 * P, R, 0x2);
@@ -545,7 +879,7 @@ END_TEST
 
 START_TEST(reg_lru_by_bytes)
 {
-	RegCache c(P, 0, 8 * P);
+	RegCache c(0, 8 * P);
 	RegRetired out;
 	RegEntry *e1 = c.insert(A, A + 2 * P, R, H(0x1), c.epoch(), out);
 	RegEntry *e2 = c.insert(A + 2 * P, A + 5 * P, R, H(0x2), c.epoch(), out);
@@ -585,7 +919,7 @@ END_TEST
 
 START_TEST(reg_in_use_never_evicted)
 {
-	RegCache c(P, 2, 0);
+	RegCache c(2, 0);
 	RegRetired out;
 	RegEntry *e1 = c.insert(A, A + P, R, H(0x1), c.epoch(), out);
 	RegEntry *e2 = c.insert(A + P, A + 2 * P, R, H(0x2), c.epoch(), out);
@@ -694,7 +1028,7 @@ START_TEST(reg_insert_races)
 
 	// An invalidation elsewhere does not matter.
 	since = c.epoch();
-	c.invalidate(A + 4 * P, P, out); // touches the end only
+	c.invalidate(A + 4 * P, P, out); // adjacent to its end
 	c.invalidate(A - P, P, out);
 	e = c.insert(A, A + 4 * P, R, H(0x2), since, out);
 	ck_assert(!e->stale());
@@ -747,7 +1081,7 @@ END_TEST
 
 START_TEST(reg_stats)
 {
-	RegCache c(P, 2, 0);
+	RegCache c(2, 0);
 	RegRetired out;
 	RegCacheStats s = c.stats();
 	ck_assert_uint_eq(s.hits + s.misses + s.inserts + s.evictions + s.invalidations, 0);
@@ -761,7 +1095,7 @@ START_TEST(reg_stats)
 	RegEntry *e = c.insert(A + 8 * P, A + 9 * P, R, H(0x3), c.epoch(), out);
 	c.invalidate(A, 1, out); // 1
 	RegRange m;
-	ck_assert(c.merged_range(A + 7 * P, 1, R, m)); // joins 3
+	ck_assert(c.merged_range(A + 7 * P, P + 1, R, m)); // joins 3 (its first byte)
 	ck_assert_uint_eq(m.start, A + 7 * P);
 	ck_assert_uint_eq(m.end, A + 9 * P);
 	// Replaces 3, in use: it goes stale.
@@ -817,7 +1151,7 @@ END_TEST
 
 START_TEST(reg_no_alloc_no_throw)
 {
-	RegCache c(P, 4, 0);
+	RegCache c(4, 0);
 	RegRetired out;
 	for (uintptr_t i = 0; i < 4; i++)
 		add_unused(c, A + i * 2 * P, A + i * 2 * P + P, R, 0x10 + i);
@@ -833,7 +1167,7 @@ START_TEST(reg_no_alloc_no_throw)
 		ck_assert_ptr_null(c.lookup(A + 2 * P, 1, W));
 		RegRange m;
 		ck_assert(c.merged_range(A + P, P, R, m));
-		ck_assert(c.round(A + 3, 5, m));
+		ck_assert(c.span(A + 3, 5, m));
 	}
 	ck_assert_uint_eq(c.invalidate(A + 2 * P, 1, out), 1);
 	ck_assert_uint_eq(c.invalidate(A + 100 * P, 1, out), 0);
@@ -878,13 +1212,10 @@ END_TEST
 
 namespace {
 
-struct Rounded {
-	uintptr_t start, end;
-};
-
-Rounded pages_of(uintptr_t addr, size_t len)
+// The bytes of a request (len 0 is 1; the random requests never wrap).
+RegRange bytes_of(uintptr_t addr, size_t len)
 {
-	return {addr & ~(P - 1), (addr + len + P - 1) & ~(P - 1)};
+	return {addr, addr + (len ? len : 1), 0};
 }
 
 // The naive model: every registration not yet handed back, in a vector,
@@ -934,15 +1265,17 @@ struct Model {
 				found = m;
 		return found;
 	}
-	RegRange merged(Rounded r, uint64_t access)
+	// `bounded`: the union was too long, so the request alone.
+	RegRange merged(RegRange r, uint64_t access, bool &bounded)
 	{
 		RegRange m{r.start, r.end, access};
-		for (ModelEntry *x : overlapping(r.start - 1, r.end + 1)) {
+		for (ModelEntry *x : overlapping(r.start, r.end)) {
 			m.start = std::min(m.start, x->start);
 			m.end = std::max(m.end, x->end);
 			m.access |= x->access;
 		}
-		return m;
+		bounded = m.end - m.start > 2 * (r.end - r.start) + RegCache::kMergeSlack;
+		return bounded ? RegRange{r.start, r.end, access} : m;
 	}
 	// Retires the live entries overlapping [s, e): unused ones appended to
 	// `gone` (and dropped), the others made stale.
@@ -1032,7 +1365,7 @@ START_TEST(reg_random_vs_model)
 	constexpr size_t kPages = 48;
 	constexpr uintptr_t kBase = 0x7f0000000000;
 	Model model{12, 40 * P, {}};
-	RegCache c(P, model.max_entries, model.max_bytes);
+	RegCache c(model.max_entries, model.max_bytes);
 	std::mt19937_64 rng(20240611);
 	auto rnd = [&](uint64_t n) { return rng() % n; }; // [0, n)
 
@@ -1043,7 +1376,7 @@ START_TEST(reg_random_vs_model)
 	std::vector<Held> held;
 	std::set<uintptr_t> returned;
 	uintptr_t next_handle = 1;
-	size_t inserted = 0, hits = 0, stale_returns = 0;
+	size_t inserted = 0, hits = 0, stale_returns = 0, merges_bounded = 0;
 	size_t step = 0;
 
 	// Every handle the cache gives up: given once, and never while held.
@@ -1064,7 +1397,14 @@ START_TEST(reg_random_vs_model)
 		for (uintptr_t h : got)
 			hand_back(h);
 	};
+	// Half of them buffers the application reuses (few distinct byte
+	// ranges, neighbours sharing pages), for hits; the rest any bytes.
 	auto random_request = [&](uintptr_t &addr, size_t &len) {
+		if (rnd(2)) {
+			addr = kBase + 128 + rnd(8) * (3 * P / 2);
+			len = rnd(4) ? 3 * P / 2 : 3 * P;
+			return;
+		}
 		addr = kBase + rnd(kPages * P);
 		len = 1 + rnd(rnd(4) == 0 ? 12 * P : 2 * P);
 	};
@@ -1088,7 +1428,7 @@ START_TEST(reg_random_vs_model)
 		size_t len;
 		random_request(addr, len);
 		const uint64_t acc = rnd(8);
-		const Rounded r = pages_of(addr, len);
+		const RegRange r = bytes_of(addr, len);
 		ModelEntry *want = model.covering(r.start, r.end, acc);
 		RegEntry *e = c.lookup(addr, len, acc);
 		if (want) {
@@ -1109,7 +1449,9 @@ START_TEST(reg_random_vs_model)
 		if (rnd(10) < 6) {
 			RegRange m;
 			ck_assert(c.merged_range(addr, len, acc, m));
-			reg = model.merged(r, acc);
+			bool bounded;
+			reg = model.merged(r, acc, bounded);
+			merges_bounded += bounded;
 			ck_assert_msg(m.start == reg.start && m.end == reg.end &&
 					      m.access == reg.access,
 				      "step %zu: merged_range", step);
@@ -1121,7 +1463,7 @@ START_TEST(reg_random_vs_model)
 			uintptr_t ia;
 			size_t il;
 			random_request(ia, il);
-			const Rounded ir = pages_of(ia, il);
+			const RegRange ir = bytes_of(ia, il);
 			raced = ir.start < reg.end && reg.start < ir.end;
 			std::vector<uintptr_t> gone;
 			model.retire(ir.start, ir.end, gone);
@@ -1160,7 +1502,7 @@ START_TEST(reg_random_vs_model)
 			uintptr_t addr;
 			size_t len;
 			random_request(addr, len);
-			const Rounded r = pages_of(addr, len);
+			const RegRange r = bytes_of(addr, len);
 			const size_t touched = model.overlapping(r.start, r.end).size();
 			model.retire(r.start, r.end, gone);
 			ck_assert_uint_eq(c.invalidate(addr, len, out), touched);
@@ -1228,6 +1570,7 @@ START_TEST(reg_random_vs_model)
 	ck_assert_uint_gt(s.stale_inserts, 10);
 	ck_assert_uint_gt(s.flushed, 10);
 	ck_assert_uint_gt(stale_returns, 100);
+	ck_assert_uint_gt(merges_bounded, 100);
 }
 END_TEST
 
@@ -1240,7 +1583,7 @@ END_TEST
 // outside the lock.
 START_TEST(reg_locked_calls_neither_allocate_nor_free)
 {
-	RegCache c(P, 3, 0);
+	RegCache c(3, 0);
 	std::vector<RegPrepared> preps;
 	for (int i = 0; i < 8; i++) {
 		preps.push_back(RegCache::prepare());
@@ -1301,14 +1644,14 @@ END_TEST
 // changes nothing; a used one is emptied, an unused one kept.
 START_TEST(reg_prepared_empty_and_leftover)
 {
-	RegCache c(P);
+	RegCache c;
 	RegRetired out;
 	RegPrepared none;
 	ck_assert(!none);
 	ck_assert_ptr_null(c.insert(A, A + P, R, H(0x1), c.epoch(), out, none));
 	ck_assert_uint_eq(c.stats().entries, 0);
 	RegPrepared p = RegCache::prepare();
-	ck_assert_ptr_null(c.insert(A + 1, A + P, R, H(0x1), c.epoch(), out, p)); // unaligned
+	ck_assert_ptr_null(c.insert(A + P, A + P, R, H(0x1), c.epoch(), out, p)); // empty
 	ck_assert(p); // kept for the caller
 	g_fail_in = 0;
 	RegPrepared failed = RegCache::prepare();
@@ -1331,11 +1674,17 @@ Suite *reg_cache_suite()
 	Suite *s = suite_create("reg_cache");
 
 	TCase *tc = tcase_create("core");
-	tcase_add_test(tc, reg_round_pages);
+	tcase_add_test(tc, reg_span_bytes);
+	tcase_add_test(tc, reg_wrap_refused);
 	tcase_add_test(tc, reg_hit_miss);
 	tcase_add_test(tc, reg_access_flags);
 	tcase_add_test(tc, reg_cover_vs_partial);
 	tcase_add_test(tc, reg_merged_range);
+	tcase_add_test(tc, reg_adjacent_independent);
+	tcase_add_test(tc, reg_adjacent_pool_cycle);
+	tcase_add_test(tc, reg_overlap_merges);
+	tcase_add_test(tc, reg_merge_bounded);
+	tcase_add_test(tc, reg_invalidate_shared_page);
 	tcase_add_test(tc, reg_invalidate_unused);
 	tcase_add_test(tc, reg_invalidate_in_use);
 	tcase_add_test(tc, reg_invalidate_several);

@@ -19,3 +19,4 @@ Suite *rdm_wire_suite();
 Suite *av_table_suite();
 Suite *mem_monitor_suite();
 Suite *ring_queue_suite();
+Suite *fast_mutex_suite();
