@@ -98,6 +98,8 @@ ssize_t send_common(Ep *ep, const iovec *iov, void *const *desc, size_t count, u
 	}
 	if (ssize_t rc = check_op_flags(flags, kSendFlags, "send"))
 		return rc;
+	if (ssize_t rc = check_cq_data(flags, data, "send"))
+		return rc;
 	if (peer_has(ep->conn, wire::kCmFlagStagedRx))
 		return send_staged(ep, iov, desc, count, data, flags, context, inject_call);
 	ibv_sge sge[kMaxSge];
@@ -152,10 +154,11 @@ ssize_t send_common(Ep *ep, const iovec *iov, void *const *desc, size_t count, u
 		(ep->conn.peer_cm_flags.load(std::memory_order_relaxed) & wire::kCmFlagStagedRx) != 0;
 	bool slow;
 	if (inject_call) // flags are known; the terms are or-ed in one branch
-		slow = (!copied) | (!buf & (len != 0)) | staged_peer;
+		slow = (!copied) | (!buf & (len != 0)) | staged_peer | cq_data_too_wide(flags, data);
 	else
 		slow = (flags & ~kOneWrOpFlags) || len > ep->conn.max_msg_size || (!buf && len) ||
-		       (!desc && !copied && len) || ((flags & FI_INJECT) && !copied) || staged_peer;
+		       (!desc && !copied && len) || ((flags & FI_INJECT) && !copied) || staged_peer ||
+		       cq_data_too_wide(flags, data);
 	if (slow) [[unlikely]]
 		return send_one_slow(ep, buf, len, desc, data, flags, context, inject_call);
 	ibv_sge sge;

@@ -476,13 +476,23 @@ inline ssize_t build_sges(const Conn *conn, const iovec *iov, void *const *desc,
 			VRMA_WARN(FI_LOG_EP_DATA, "NULL buffer of length %zu\n", iov[i].iov_len);
 			return -FI_EINVAL;
 		}
+		// An sge holds 32 bits of length. A receive segment is capped at
+		// max_msg_size (no message is longer); a send longer than that
+		// is refused below; RMA splits with the full lengths (SgeCursor).
+		size_t len = iov[i].iov_len;
+		if (receive)
+			len = std::min(len, conn->max_msg_size);
+		if (len > SIZE_MAX - total) [[unlikely]] {
+			VRMA_WARN(FI_LOG_EP_DATA, "the %zu segments' lengths add up to more than SIZE_MAX\n", count);
+			return -FI_EINVAL;
+		}
 		sge[i].addr = reinterpret_cast<uintptr_t>(iov[i].iov_base);
-		sge[i].length = static_cast<uint32_t>(iov[i].iov_len);
+		sge[i].length = static_cast<uint32_t>(std::min<size_t>(len, UINT32_MAX));
 		const Mr *mr = desc ? static_cast<const Mr *>(desc[i]) : nullptr;
 		sge[i].lkey = mr ? mr->lkey : 0;
-		if (!mr && iov[i].iov_len)
+		if (!mr && len)
 			need_keys = true;
-		total += iov[i].iov_len;
+		total += len;
 	}
 	if (total > conn->max_msg_size && !receive) [[unlikely]] {
 		VRMA_WARN(FI_LOG_EP_DATA, "%zu bytes exceed max_msg_size %zu\n", total, conn->max_msg_size);
@@ -534,6 +544,23 @@ struct SgeCursor {
 		return n;
 	}
 };
+
+// Remote CQ data wider than cq_data_size (kCqDataSize: the 32-bit
+// immediate) would reach the target cut to its low bytes: refused.
+[[gnu::always_inline]] inline bool cq_data_too_wide(uint64_t flags, uint64_t data) noexcept
+{
+	static_assert(kCqDataSize == 4, "the check below is for 32-bit immediate data");
+	return ((flags & FI_REMOTE_CQ_DATA) != 0) & ((data >> 32) != 0);
+}
+inline ssize_t check_cq_data(uint64_t flags, uint64_t data, const char *what) noexcept
+{
+	if (cq_data_too_wide(flags, data)) [[unlikely]] {
+		VRMA_WARN(FI_LOG_EP_DATA, "%s: CQ data 0x%llx is wider than cq_data_size %zu\n", what,
+			  static_cast<unsigned long long>(data), kCqDataSize);
+		return -FI_EINVAL;
+	}
+	return 0;
+}
 
 // Unknown operation flags are refused, not ignored.
 inline ssize_t check_op_flags(uint64_t flags, uint64_t accepted, const char *what) noexcept

@@ -26,6 +26,8 @@ ssize_t rma_common(Ep *ep, ibv_wr_opcode opcode, const iovec *iov, void *const *
 {
 	if (ssize_t rc = check_op_flags(flags, kRmaFlags, "RMA"))
 		return rc;
+	if (ssize_t rc = check_cq_data(flags, data, "RMA write"))
+		return rc;
 	if (!rma_iov || rma_count == 0 || rma_count > kMaxRmaIov) [[unlikely]] {
 		VRMA_WARN(FI_LOG_EP_DATA, "RMA: %zu remote segments; rma_iov_limit is %zu\n", rma_count,
 			  kMaxRmaIov);
@@ -242,13 +244,13 @@ ssize_t rma_common(Ep *ep, ibv_wr_opcode opcode, const iovec *iov, void *const *
 		// (inline_size <= max_wr_bytes). The terms are or-ed without
 		// short-circuit: one branch for all of them.
 		slow = !copied | (key > UINT32_MAX) | (!buf & (len != 0)) |
-		       ((peer & wire::kCmFlagRmaEvents) != 0) |
+		       ((peer & wire::kCmFlagRmaEvents) != 0) | cq_data_too_wide(flags, data) |
 		       (((flags & FI_REMOTE_CQ_DATA) != 0) & !(peer & wire::kCmFlagTakesCqData));
 	} else {
 		slow = (flags & ~kOneWrOpFlags) || key > UINT32_MAX || len > ep->conn.max_wr_bytes ||
 		       (!buf && len) || (!desc && !copied && len) || (inject && !copied) ||
 		       (is_read && (inject || (flags & FI_REMOTE_CQ_DATA))) ||
-		       (peer & wire::kCmFlagRmaEvents) ||
+		       (peer & wire::kCmFlagRmaEvents) || cq_data_too_wide(flags, data) ||
 		       ((flags & FI_REMOTE_CQ_DATA) && !(peer & wire::kCmFlagTakesCqData));
 	}
 	if (slow) [[unlikely]]

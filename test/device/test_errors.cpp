@@ -64,6 +64,33 @@ START_TEST(data_path_bad_arguments)
 }
 END_TEST
 
+// Segments whose lengths do not fit an sge's 32 bits, or whose sum wraps:
+// never posted cut short. Two 2^63-byte send segments add up to 0 and used
+// to go out as an empty message; a 4 GiB + 16 receive segment used to be
+// posted as 16 bytes (a 100-byte message then failed with FI_ETRUNC). The
+// receive is capped at max_msg_size instead (no message is longer).
+START_TEST(segment_lengths_beyond_32_bits)
+{
+	Env env;
+	Pair p(env);
+	Region tx(env, 4096, FI_SEND);
+	Region rx(env, 4096, FI_RECV);
+	const size_t half = size_t(1) << 63;
+	iovec two[2] = {{tx.buf.data(), half}, {tx.buf.data(), half}};
+	void *d2[2] = {tx.desc(), tx.desc()};
+	ck_assert_int_eq(fi_sendv(p.client.ep, two, d2, 2, 0, nullptr), -FI_EINVAL);
+	expect_no_completion(p.client.cq, 100);
+	int rctx, sctx;
+	ck_assert_int_eq(fi_recv(p.server.ep, rx.buf.data(), (size_t(4) << 30) + 16, rx.desc(), 0, &rctx), 0);
+	tx.fill(41);
+	ck_assert_int_eq(fi_send(p.client.ep, tx.buf.data(), 100, tx.desc(), 0, &sctx), 0);
+	expect_completion(p.client.cq, &sctx, FI_SEND | FI_MSG);
+	fi_cq_data_entry e = expect_completion(p.server.cq, &rctx, FI_RECV | FI_MSG);
+	ck_assert_uint_eq(e.len, 100);
+	ck_assert(rx.check(41, 100));
+}
+END_TEST
+
 START_TEST(endpoint_state_errors)
 {
 	Env env;
@@ -113,6 +140,7 @@ Suite *errors_suite()
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, data_path_bad_arguments);
 	tcase_add_test(tc, endpoint_state_errors);
+	tcase_add_test(tc, segment_lengths_beyond_32_bits);
 	suite_add_tcase(s, tc);
 	return s;
 }

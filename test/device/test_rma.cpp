@@ -112,6 +112,70 @@ START_TEST(inject_write_and_writedata)
 }
 END_TEST
 
+// Remote CQ data wider than cq_data_size (4 bytes) is refused by every call
+// that carries it, and nothing reaches the target: the one valid write
+// after them takes the first posted receive with its data intact.
+START_TEST(cq_data_wider_than_cq_data_size)
+{
+	Env env;
+	ck_assert_uint_eq(env.info->domain_attr->cq_data_size, 4);
+	Pair p(env);
+	Region local(env, 4096, FI_WRITE | FI_READ | FI_SEND);
+	Region remote(env, 4096, FI_REMOTE_READ | FI_REMOTE_WRITE);
+	Region rx(env, 64, FI_RECV);
+	int rctx[2];
+	ck_assert_int_eq(fi_recv(p.server.ep, rx.buf.data(), 64, rx.desc(), 0, &rctx[0]), 0);
+	ck_assert_int_eq(fi_recv(p.server.ep, rx.buf.data(), 64, rx.desc(), 0, &rctx[1]), 0);
+	const uint64_t wide = 0xABCD00001234ULL;
+	fid_ep *ep = p.client.ep;
+	int ctx;
+	ck_assert_int_eq(fi_writedata(ep, local.buf.data(), 64, local.desc(), wide, 0, remote.addr(), remote.key(),
+				      &ctx),
+			 -FI_EINVAL);
+	ck_assert_int_eq(fi_writedata(ep, local.buf.data(), 4096, local.desc(), wide, 0, remote.addr(),
+				      remote.key(), &ctx),
+			 -FI_EINVAL);
+	ck_assert_int_eq(fi_inject_writedata(ep, local.buf.data(), 8, wide, 0, remote.addr(), remote.key()),
+			 -FI_EINVAL);
+	ck_assert_int_eq(fi_senddata(ep, local.buf.data(), 8, local.desc(), wide, 0, &ctx), -FI_EINVAL);
+	ck_assert_int_eq(fi_injectdata(ep, local.buf.data(), 8, wide, 0), -FI_EINVAL);
+	iovec iov{local.buf.data(), 64};
+	void *d = local.desc();
+	fi_rma_iov rma{remote.addr(), 64, remote.key()};
+	fi_msg_rma rmsg{};
+	rmsg.msg_iov = &iov;
+	rmsg.desc = &d;
+	rmsg.iov_count = 1;
+	rmsg.rma_iov = &rma;
+	rmsg.rma_iov_count = 1;
+	rmsg.context = &ctx;
+	rmsg.data = wide;
+	ck_assert_int_eq(fi_writemsg(ep, &rmsg, FI_REMOTE_CQ_DATA | FI_COMPLETION), -FI_EINVAL);
+	fi_msg msg{};
+	msg.msg_iov = &iov;
+	msg.desc = &d;
+	msg.iov_count = 1;
+	msg.context = &ctx;
+	msg.data = wide;
+	ck_assert_int_eq(fi_sendmsg(ep, &msg, FI_REMOTE_CQ_DATA | FI_COMPLETION), -FI_EINVAL);
+	// The same width without FI_REMOTE_CQ_DATA carries no data: accepted.
+	ck_assert_int_eq(fi_writemsg(ep, &rmsg, FI_COMPLETION), 0);
+	expect_completion(p.client.cq, &ctx, FI_RMA | FI_WRITE);
+	// Data that fits goes through, into the first receive.
+	local.fill(31);
+	ck_assert_int_eq(fi_writedata(ep, local.buf.data(), 256, local.desc(), 0xFFFFFFFFULL, 0, remote.addr(),
+				      remote.key(), &ctx),
+			 0);
+	expect_completion(p.client.cq, &ctx, FI_RMA | FI_WRITE);
+	fi_cq_data_entry e =
+		expect_completion(p.server.cq, &rctx[0], FI_RMA | FI_REMOTE_WRITE | FI_REMOTE_CQ_DATA);
+	ck_assert_uint_eq(e.data, 0xFFFFFFFFULL);
+	ck_assert(remote.check(31, 256));
+	expect_no_completion(p.server.cq);
+	expect_no_completion(p.client.cq);
+}
+END_TEST
+
 namespace {
 
 // Runs one write that the target's device must refuse; checks the error
@@ -615,6 +679,7 @@ Suite *rma_suite()
 	tcase_add_test(tc, write_read_sizes);
 	tcase_add_test(tc, writev_readv_msg);
 	tcase_add_test(tc, inject_write_and_writedata);
+	tcase_add_test(tc, cq_data_wider_than_cq_data_size);
 	tcase_add_test(tc, wrong_key_refused);
 	tcase_add_test(tc, beyond_region_refused);
 	tcase_add_test(tc, no_remote_write_access_refused);
