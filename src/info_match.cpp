@@ -22,7 +22,7 @@ bool tx_match(const fi_tx_attr &cap, const fi_tx_attr *h, std::string &why)
 {
 	if (!h)
 		return true;
-	if (!subset(expand_caps(h->caps), cap.caps))
+	if (!subset(expand_tx_caps(h->caps), cap.caps))
 		return fail(why, "tx_attr->caps");
 	if (!subset(h->op_flags, cap.op_flags))
 		return fail(why, "tx_attr->op_flags");
@@ -45,7 +45,7 @@ bool rx_match(const fi_rx_attr &cap, const fi_rx_attr *h, std::string &why)
 {
 	if (!h)
 		return true;
-	if (!subset(expand_caps(h->caps), cap.caps))
+	if (!subset(expand_rx_caps(h->caps), cap.caps))
 		return fail(why, "rx_attr->caps");
 	if (!subset(h->op_flags, cap.op_flags))
 		return fail(why, "rx_attr->op_flags");
@@ -137,6 +137,16 @@ uint64_t expand_caps(uint64_t caps) noexcept
 	if ((caps & (FI_RMA | FI_ATOMIC)) && !(caps & kRmaDirections))
 		caps |= kRmaDirections;
 	return caps;
+}
+
+uint64_t expand_tx_caps(uint64_t caps) noexcept
+{
+	return expand_caps(caps) & ~(FI_RECV | FI_REMOTE_READ | FI_REMOTE_WRITE);
+}
+
+uint64_t expand_rx_caps(uint64_t caps) noexcept
+{
+	return expand_caps(caps) & ~(FI_SEND | FI_READ | FI_WRITE);
 }
 
 bool threading_satisfies(int have, int want) noexcept
@@ -245,7 +255,7 @@ void apply_hints(uint32_t api_version, fi_info &out, const fi_info *hints,
 	out.rx_attr->mode |= hints->mode & optional_modes;
 	if (hints->tx_attr) {
 		if (hints->tx_attr->caps)
-			out.tx_attr->caps &= expand_caps(hints->tx_attr->caps);
+			out.tx_attr->caps &= expand_tx_caps(hints->tx_attr->caps);
 		out.tx_attr->op_flags = hints->tx_attr->op_flags;
 		if (hints->tx_attr->size)
 			out.tx_attr->size = hints->tx_attr->size;
@@ -258,7 +268,7 @@ void apply_hints(uint32_t api_version, fi_info &out, const fi_info *hints,
 	}
 	if (hints->rx_attr) {
 		if (hints->rx_attr->caps)
-			out.rx_attr->caps &= expand_caps(hints->rx_attr->caps);
+			out.rx_attr->caps &= expand_rx_caps(hints->rx_attr->caps);
 		out.rx_attr->op_flags = hints->rx_attr->op_flags;
 		if (hints->rx_attr->size)
 			out.rx_attr->size = hints->rx_attr->size;

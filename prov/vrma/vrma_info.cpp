@@ -200,7 +200,8 @@ fi_info *build_cap_info(const Port &p, const PortAddr &a, int inline_size)
 	info->src_addr = dup_addr(reinterpret_cast<const sockaddr *>(&a.addr), &info->src_addrlen);
 
 	fi_tx_attr &tx = *info->tx_attr;
-	tx.caps = kMsgCaps | kRmaCaps | FI_FENCE | FI_RMA_PMEM;
+	// Each context holds its own side's directions only (fi_getinfo(3)).
+	tx.caps = (kMsgCaps | kRmaCaps | FI_FENCE | FI_RMA_PMEM) & ~kRxDirections;
 	tx.mode = 0;
 	tx.op_flags = kTxOpFlags;
 	tx.msg_order = kMsgOrder;
@@ -213,7 +214,7 @@ fi_info *build_cap_info(const Port &p, const PortAddr &a, int inline_size)
 	tx.rma_iov_limit = kMaxRmaIov;
 
 	fi_rx_attr &rx = *info->rx_attr;
-	rx.caps = kMsgCaps | kRmaCaps | kOwnRxCaps;
+	rx.caps = (kMsgCaps | kRmaCaps | kOwnRxCaps) & ~kTxDirections;
 	rx.mode = 0;
 	rx.op_flags = kRxOpFlags;
 	rx.msg_order = kMsgOrder;

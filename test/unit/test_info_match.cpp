@@ -20,6 +20,8 @@
 
 using vrma::apply_hints;
 using vrma::expand_caps;
+using vrma::expand_rx_caps;
+using vrma::expand_tx_caps;
 using vrma::hints_match;
 using vrma::mr_mode_satisfies;
 using vrma::progress_satisfies;
@@ -75,8 +77,10 @@ InfoPtr make_cap()
 	info->src_addr = sin;
 	info->src_addrlen = sizeof(*sin);
 
+	// Each context holds its own side's directions (fi_getinfo(3); fabtests'
+	// getinfo_test checks it).
 	fi_tx_attr &tx = *info->tx_attr;
-	tx.caps = kMsgCaps | kRmaCaps;
+	tx.caps = (kMsgCaps | kRmaCaps) & ~(FI_RECV | FI_REMOTE_READ | FI_REMOTE_WRITE);
 	tx.op_flags = kTxOpFlags;
 	tx.msg_order = kMsgOrder;
 	tx.comp_order = kCompOrder;
@@ -86,7 +90,7 @@ InfoPtr make_cap()
 	tx.rma_iov_limit = 1;
 
 	fi_rx_attr &rx = *info->rx_attr;
-	rx.caps = kMsgCaps | kRmaCaps;
+	rx.caps = (kMsgCaps | kRmaCaps) & ~(FI_SEND | FI_READ | FI_WRITE);
 	rx.op_flags = kRxOpFlags;
 	rx.msg_order = kMsgOrder;
 	rx.comp_order = kCompOrder;
@@ -225,6 +229,19 @@ START_TEST(expand_caps_rma_directions)
 	ck_assert_uint_eq(expand_caps(FI_MSG | FI_SEND | FI_RMA), FI_MSG | FI_SEND | FI_RMA | dirs);
 	ck_assert_uint_eq(expand_caps(FI_MSG | FI_RMA | FI_WRITE),
 			  FI_MSG | FI_SEND | FI_RECV | FI_RMA | FI_WRITE);
+}
+END_TEST
+
+START_TEST(expand_caps_per_context)
+{
+	ck_assert_uint_eq(expand_tx_caps(FI_MSG | FI_RMA), FI_MSG | FI_SEND | FI_RMA | FI_READ | FI_WRITE);
+	ck_assert_uint_eq(expand_rx_caps(FI_MSG | FI_RMA),
+			  FI_MSG | FI_RECV | FI_RMA | FI_REMOTE_READ | FI_REMOTE_WRITE);
+	ck_assert_uint_eq(expand_tx_caps(FI_TAGGED | FI_ATOMIC), FI_TAGGED | FI_SEND | FI_ATOMIC | FI_READ | FI_WRITE);
+	// Named directions of the other side are not this context's.
+	ck_assert_uint_eq(expand_tx_caps(FI_MSG | FI_RECV), FI_MSG);
+	ck_assert_uint_eq(expand_rx_caps(FI_RMA | FI_WRITE), FI_RMA);
+	ck_assert_uint_eq(expand_rx_caps(FI_MSG | FI_DIRECTED_RECV), FI_MSG | FI_RECV | FI_DIRECTED_RECV);
 }
 END_TEST
 
@@ -382,14 +399,22 @@ START_TEST(match_caps_implied_directions)
 	hints->caps = FI_RMA | FI_WRITE;
 	ck_reject(kApi, cap, hints.get(), "caps");
 
-	// The same for messages, on the transmit attributes.
+	// On the transmit attributes FI_MSG implies the transmit direction
+	// only: a context that cannot send is refused, receiving is not asked.
 	InfoPtr cap2 = make_cap();
-	cap2->tx_attr->caps &= ~FI_RECV;
+	cap2->tx_attr->caps &= ~FI_SEND;
 	hints->caps = 0;
 	hints->tx_attr->caps = FI_MSG;
 	ck_reject(kApi, cap2, hints.get(), "tx_attr->caps");
-	hints->tx_attr->caps = FI_MSG | FI_SEND;
-	ck_match(kApi, cap2, hints.get());
+	InfoPtr cap3 = make_cap();
+	ck_assert_uint_eq(cap3->tx_attr->caps & FI_RECV, 0);
+	ck_match(kApi, cap3, hints.get());
+	// And the receive attributes: FI_RMA there asks for remote access.
+	hints->tx_attr->caps = 0;
+	hints->rx_attr->caps = FI_RMA;
+	ck_match(kApi, cap3, hints.get());
+	cap3->rx_attr->caps &= ~FI_REMOTE_WRITE;
+	ck_reject(kApi, cap3, hints.get(), "rx_attr->caps");
 }
 END_TEST
 
@@ -883,8 +908,8 @@ START_TEST(pingpong_hints_match_and_apply)
 	// FI_MSG implies both directions; local and remote communication are
 	// kept since neither was named.
 	ck_assert_uint_eq(out->caps, FI_MSG | FI_SEND | FI_RECV | kCommCaps);
-	ck_assert_uint_eq(out->tx_attr->caps, FI_MSG | FI_SEND | FI_RECV);
-	ck_assert_uint_eq(out->rx_attr->caps, FI_MSG | FI_SEND | FI_RECV);
+	ck_assert_uint_eq(out->tx_attr->caps, FI_MSG | FI_SEND);
+	ck_assert_uint_eq(out->rx_attr->caps, FI_MSG | FI_RECV);
 	ck_assert_uint_eq(out->mode, 0);
 	ck_assert_uint_eq(out->tx_attr->size, kDefaultTx);
 	ck_assert_uint_eq(out->rx_attr->size, kDefaultRx);
@@ -987,8 +1012,8 @@ START_TEST(apply_caps_narrowed)
 	hints->caps = FI_RMA;
 	InfoPtr out = applied(kApi, cap, hints.get());
 	ck_assert_uint_eq(out->caps, kRmaCaps | kCommCaps);
-	ck_assert_uint_eq(out->tx_attr->caps, kRmaCaps);
-	ck_assert_uint_eq(out->rx_attr->caps, kRmaCaps);
+	ck_assert_uint_eq(out->tx_attr->caps, FI_RMA | FI_READ | FI_WRITE);
+	ck_assert_uint_eq(out->rx_attr->caps, FI_RMA | FI_REMOTE_READ | FI_REMOTE_WRITE);
 
 	// Naming one of local/remote communication keeps just that one.
 	hints->caps = FI_MSG | FI_REMOTE_COMM;
@@ -999,7 +1024,7 @@ START_TEST(apply_caps_narrowed)
 	hints->caps = 0;
 	out = applied(kApi, cap, hints.get());
 	ck_assert_uint_eq(out->caps, kCapCaps);
-	ck_assert_uint_eq(out->tx_attr->caps, kMsgCaps | kRmaCaps);
+	ck_assert_uint_eq(out->tx_attr->caps, FI_MSG | FI_SEND | FI_RMA | FI_READ | FI_WRITE);
 }
 END_TEST
 
@@ -1011,7 +1036,7 @@ START_TEST(apply_tx_rx_caps)
 	hints->rx_attr->caps = FI_RMA | FI_REMOTE_WRITE;
 	InfoPtr out = applied(kApi, cap, hints.get());
 	ck_assert_uint_eq(out->caps, kCapCaps);
-	ck_assert_uint_eq(out->tx_attr->caps, kMsgCaps);
+	ck_assert_uint_eq(out->tx_attr->caps, FI_MSG | FI_SEND);
 	ck_assert_uint_eq(out->rx_attr->caps, FI_RMA | FI_REMOTE_WRITE);
 }
 END_TEST
@@ -1138,6 +1163,7 @@ Suite *info_match_suite()
 	TCase *tc = tcase_create("helpers");
 	tcase_add_test(tc, expand_caps_msg_directions);
 	tcase_add_test(tc, expand_caps_rma_directions);
+	tcase_add_test(tc, expand_caps_per_context);
 	tcase_add_test(tc, expand_caps_leaves_other_bits);
 	tcase_add_test(tc, threading_stronger_serves_weaker);
 	tcase_add_test(tc, progress_auto_serves_manual);
