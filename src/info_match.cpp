@@ -141,12 +141,12 @@ uint64_t expand_caps(uint64_t caps) noexcept
 
 uint64_t expand_tx_caps(uint64_t caps) noexcept
 {
-	return expand_caps(caps) & ~(FI_RECV | FI_REMOTE_READ | FI_REMOTE_WRITE);
+	return expand_caps(caps) & ~kRxDirections;
 }
 
 uint64_t expand_rx_caps(uint64_t caps) noexcept
 {
-	return expand_caps(caps) & ~(FI_SEND | FI_READ | FI_WRITE);
+	return expand_caps(caps) & ~kTxDirections;
 }
 
 bool threading_satisfies(int have, int want) noexcept

@@ -29,9 +29,13 @@ void apply_hints(uint32_t api_version, fi_info &out, const fi_info *hints,
 
 // Primary capabilities with no direction bit imply all their directions.
 uint64_t expand_caps(uint64_t caps) noexcept;
-// The same for a transmit or a receive context, which hold only their own
-// side's directions (FI_SEND, FI_READ, FI_WRITE; FI_RECV, FI_REMOTE_READ,
-// FI_REMOTE_WRITE): a tx_attr->caps of FI_MSG asks for FI_SEND, not FI_RECV.
+// The direction bits of each side: a transmit context holds only the
+// first, a receive context only the second (fi_getinfo(3)).
+inline constexpr uint64_t kTxDirections = FI_SEND | FI_READ | FI_WRITE;
+inline constexpr uint64_t kRxDirections = FI_RECV | FI_REMOTE_READ | FI_REMOTE_WRITE;
+// expand_caps for a transmit or a receive context, which hold only their
+// own side's directions: a tx_attr->caps of FI_MSG asks for FI_SEND, not
+// FI_RECV.
 uint64_t expand_tx_caps(uint64_t caps) noexcept;
 uint64_t expand_rx_caps(uint64_t caps) noexcept;
 

@@ -80,8 +80,6 @@ inline constexpr uint64_t kMsgCaps = FI_MSG | FI_SEND | FI_RECV;
 inline constexpr uint64_t kRmaCaps =
 	FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
 inline constexpr uint64_t kDomainCaps = FI_LOCAL_COMM | FI_REMOTE_COMM;
-inline constexpr uint64_t kTxDirections = FI_SEND | FI_READ | FI_WRITE;
-inline constexpr uint64_t kRxDirections = FI_RECV | FI_REMOTE_READ | FI_REMOTE_WRITE;
 // FI_RMA_PMEM and FI_RMA_EVENT endpoints own their receive queue: offered
 // only when asked for, and never with messages.
 inline constexpr uint64_t kOwnRxCaps = FI_RMA_PMEM | FI_RMA_EVENT;

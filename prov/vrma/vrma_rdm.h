@@ -312,6 +312,26 @@ void rdm_progress_locked(RdmEp *ep) noexcept;
 void rdm_report_tx(RdmEp *ep, void *context, uint64_t flags, size_t len, bool report, Cntr *cntr,
 		   int err, int prov_errno) noexcept;
 void rdm_report_rx_error(RdmEp *ep, const CqPending &p) noexcept;
+// An error entry: err with prov_errno, and what the operation got done:
+// `len` bytes placed or sent at `buf`, `olen` cut off (FI_ETRUNC).
+inline CqPending rdm_error_entry(void *context, uint64_t flags, void *buf, size_t len, size_t olen,
+				 uint64_t data, uint64_t tag, fi_addr_t src, int err,
+				 int prov_errno = 0) noexcept
+{
+	CqPending p;
+	p.src = src;
+	p.is_error = true;
+	p.err.op_context = context;
+	p.err.flags = flags;
+	p.err.len = len;
+	p.err.buf = buf;
+	p.err.data = data;
+	p.err.tag = tag;
+	p.err.olen = olen;
+	p.err.err = err;
+	p.err.prov_errno = prov_errno;
+	return p;
+}
 // A successful receive: counted, and its entry (without building a
 // CqPending) when `report`.
 void rdm_complete_rx(RdmEp *ep, bool report, const Completion &c, fi_addr_t src) noexcept;

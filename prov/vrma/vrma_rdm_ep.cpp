@@ -666,12 +666,12 @@ void RdmHooks::republish() noexcept
 void RdmHooks::progress() noexcept
 {
 	readers_.fetch_add(1);
-	if (RdmEp *ep = single_.load()) [[likely]] {
-		rdm_progress(ep);
-		readers_.fetch_sub(1, std::memory_order_release);
-		return;
-	}
+	RdmEp *single = single_.load();
+	if (single) [[likely]]
+		rdm_progress(single);
 	readers_.fetch_sub(1, std::memory_order_release);
+	if (single)
+		return;
 	std::lock_guard<std::mutex> guard(lock_);
 	for (RdmEp *ep : eps_)
 		rdm_progress(ep);
@@ -723,14 +723,8 @@ void rdm_report_tx(RdmEp *ep, void *context, uint64_t flags, size_t len, bool re
 		cq_complete(ep->tx_cq, {context, flags, len, nullptr, 0, 0}, FI_ADDR_NOTAVAIL);
 		return;
 	}
-	CqPending p;
-	p.is_error = true;
-	p.err.op_context = context;
-	p.err.flags = flags;
-	p.err.len = len;
-	p.err.err = err;
-	p.err.prov_errno = prov_errno;
-	cq_push(ep->tx_cq, p);
+	cq_push(ep->tx_cq, rdm_error_entry(context, flags, nullptr, len, 0, 0, 0, FI_ADDR_NOTAVAIL, err,
+					   prov_errno));
 }
 
 void rdm_report_rx_error(RdmEp *ep, const CqPending &p) noexcept

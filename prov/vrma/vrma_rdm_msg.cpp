@@ -203,26 +203,6 @@ uint64_t rx_flags(MatchKind kind, const rdm::RdmHeader &h)
 	return recv_flags(kind) | ((h.flags & rdm::kFlagCqData) ? FI_REMOTE_CQ_DATA : 0);
 }
 
-// A receive's error entry: err (FI_ETRUNC with olen, the excess; or what
-// failed) with what was placed.
-CqPending rx_error(void *context, uint64_t flags, void *buf, size_t placed, size_t olen,
-		   uint64_t data, uint64_t tag, fi_addr_t src, int err, int prov_errno = 0)
-{
-	CqPending p;
-	p.src = src;
-	p.is_error = true;
-	p.err.op_context = context;
-	p.err.flags = flags;
-	p.err.len = placed;
-	p.err.buf = buf;
-	p.err.data = data;
-	p.err.tag = tag;
-	p.err.olen = olen;
-	p.err.err = err;
-	p.err.prov_errno = prov_errno;
-	return p;
-}
-
 // Where a message of len bytes goes in r: dst and count name the iov (r's
 // own, or for a multi-receive buffer `piece`, the part of it the message
 // takes); buf is where it starts. Returns the bytes that fit.
@@ -270,8 +250,8 @@ bool place_eager(RdmEp *ep, RdmRecv *r, RdmPeer *peer, const rdm::RdmHeader &h,
 	const bool gone = retire_recv(ep, *r, release);
 	const uint64_t flags = rx_flags(r->kind, h) | (release ? FI_MULTI_RECV : 0);
 	if (placed < h.length)
-		rdm_report_rx_error(ep, rx_error(r->context, flags, buf, placed, h.length - placed,
-						 h.cq_data, h.tag, src, FI_ETRUNC));
+		rdm_report_rx_error(ep, rdm_error_entry(r->context, flags, buf, placed, h.length - placed,
+							h.cq_data, h.tag, src, FI_ETRUNC));
 	else
 		rdm_complete_rx(ep, r->report, {r->context, flags, placed, buf, h.cq_data, h.tag}, src);
 	if (gone)
@@ -303,8 +283,9 @@ void finish_rndv(RdmEp *ep, RdmRxOp *op, int err, int prov_errno)
 		delete op;
 		return;
 	}
-	rdm_report_rx_error(ep, rx_error(op->context, flags, op->buf, op->len, err ? 0 : op->olen,
-					 op->data, op->tag, op->src, err ? err : FI_ETRUNC, prov_errno));
+	rdm_report_rx_error(ep, rdm_error_entry(op->context, flags, op->buf, op->len, err ? 0 : op->olen,
+						op->data, op->tag, op->src, err ? err : FI_ETRUNC,
+						prov_errno));
 	delete op;
 }
 
@@ -323,8 +304,8 @@ bool start_rndv(RdmEp *ep, RdmRecv *r, RdmPeer *peer, const rdm::RdmHeader &h,
 	auto *op = new (std::nothrow) RdmRxOp;
 	if (!op) {
 		VRMA_WARN(FI_LOG_EP_DATA, "RDM: out of memory for a rendezvous receive\n");
-		rdm_report_rx_error(ep, rx_error(r->context, flags, buf, 0, 0, h.cq_data, h.tag, src,
-						 FI_ENOMEM));
+		rdm_report_rx_error(ep, rdm_error_entry(r->context, flags, buf, 0, 0, h.cq_data, h.tag,
+							src, FI_ENOMEM));
 		if (done)
 			rdm_put_recv(ep, r);
 		uint8_t a[kHdr];
@@ -708,12 +689,8 @@ void report_peek(RdmEp *ep, void *context, MatchKind kind, const RdmMsg *m, uint
 
 void report_nomsg(RdmEp *ep, void *context, MatchKind kind)
 {
-	CqPending p;
-	p.is_error = true;
-	p.err.op_context = context;
-	p.err.flags = recv_flags(kind);
-	p.err.err = FI_ENOMSG;
-	rdm_report_rx_error(ep, p);
+	rdm_report_rx_error(ep, rdm_error_entry(context, recv_flags(kind), nullptr, 0, 0, 0, 0,
+						FI_ADDR_NOTAVAIL, FI_ENOMSG));
 }
 
 ssize_t rdm_recv(RdmEp *ep, const iovec *iov, size_t count, fi_addr_t src, uint64_t tag,
@@ -1119,13 +1096,10 @@ ssize_t rdm_cancel(RdmEp *ep, void *context) noexcept
 	RdmRecv *r = ep->matcher.cancel(context);
 	if (!r)
 		return -FI_ENOENT;
-	CqPending p;
-	p.is_error = true;
-	p.err.op_context = context;
-	p.err.flags = recv_flags(r->kind) |
-		      (r->multi ? FI_MULTI_RECV : 0);
-	p.err.buf = r->count ? r->iov[0].iov_base : nullptr;
-	p.err.err = FI_ECANCELED;
+	const CqPending p =
+		rdm_error_entry(context, recv_flags(r->kind) | (r->multi ? FI_MULTI_RECV : 0),
+				r->count ? r->iov[0].iov_base : nullptr, 0, 0, 0, 0, FI_ADDR_NOTAVAIL,
+				FI_ECANCELED);
 	rdm_put_recv(ep, r);
 	rdm_report_rx_error(ep, p);
 	return 0;

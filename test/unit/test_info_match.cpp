@@ -80,7 +80,7 @@ InfoPtr make_cap()
 	// Each context holds its own side's directions (fi_getinfo(3); fabtests'
 	// getinfo_test checks it).
 	fi_tx_attr &tx = *info->tx_attr;
-	tx.caps = (kMsgCaps | kRmaCaps) & ~(FI_RECV | FI_REMOTE_READ | FI_REMOTE_WRITE);
+	tx.caps = (kMsgCaps | kRmaCaps) & ~vrma::kRxDirections;
 	tx.op_flags = kTxOpFlags;
 	tx.msg_order = kMsgOrder;
 	tx.comp_order = kCompOrder;
@@ -90,7 +90,7 @@ InfoPtr make_cap()
 	tx.rma_iov_limit = 1;
 
 	fi_rx_attr &rx = *info->rx_attr;
-	rx.caps = (kMsgCaps | kRmaCaps) & ~(FI_SEND | FI_READ | FI_WRITE);
+	rx.caps = (kMsgCaps | kRmaCaps) & ~vrma::kTxDirections;
 	rx.op_flags = kRxOpFlags;
 	rx.msg_order = kMsgOrder;
 	rx.comp_order = kCompOrder;
