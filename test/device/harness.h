@@ -179,5 +179,6 @@ Suite *split_suite();
 Suite *events_suite();
 Suite *staged_suite();
 Suite *rdm_suite();
+Suite *rdm_rma_suite();
 Suite *av_suite();
 Suite *msg_auto_suite();

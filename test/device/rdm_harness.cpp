@@ -163,6 +163,24 @@ RdmNode::RdmNode(RdmEnv &e, const RdmNodeOptions &opt) : env(e)
 		ck_assert_int_eq(fi_cntr_open(env.domain, &cntr_attr, &rx_cntr, nullptr), 0);
 		ck_assert_int_eq(fi_ep_bind(ep, &rx_cntr->fid, FI_RECV), 0);
 	}
+	// The RMA counters, each bound with its one flag.
+	const struct {
+		bool want;
+		fid_cntr **cntr;
+		uint64_t flags;
+	} rma_cntrs[] = {
+		{opt.write_cntr, &write_cntr, FI_WRITE},
+		{opt.read_cntr, &read_cntr, FI_READ},
+		{opt.remote_write_cntr, &remote_write_cntr, FI_REMOTE_WRITE},
+		{opt.remote_read_cntr, &remote_read_cntr, FI_REMOTE_READ},
+	};
+	for (const auto &k : rma_cntrs) {
+		if (!k.want)
+			continue;
+		ck_assert_int_eq(fi_cntr_open(env.domain, &cntr_attr, k.cntr, nullptr), 0);
+		const int rc = fi_ep_bind(ep, &(*k.cntr)->fid, k.flags);
+		ck_assert_msg(rc == 0, "fi_ep_bind(counter, 0x%" PRIx64 "): %d (%s)", k.flags, rc, fi_strerror(-rc));
+	}
 	if (opt.min_multi_recv) {
 		size_t min = opt.min_multi_recv;
 		ck_assert_int_eq(fi_setopt(&ep->fid, FI_OPT_ENDPOINT, FI_OPT_MIN_MULTI_RECV, &min, sizeof min), 0);
@@ -206,6 +224,11 @@ void RdmNode::close_ep()
 	if (rx_cntr)
 		ck_assert_int_eq(fi_close(&rx_cntr->fid), 0);
 	rx_cntr = nullptr;
+	for (fid_cntr **c : {&write_cntr, &read_cntr, &remote_write_cntr, &remote_read_cntr}) {
+		if (*c)
+			ck_assert_int_eq(fi_close(&(*c)->fid), 0);
+		*c = nullptr;
+	}
 }
 
 fi_addr_t RdmNode::insert_addr(const sockaddr_in &addr)

@@ -11,7 +11,9 @@
 // helpers are for one thread: multi-threaded tests read their CQs by hand.
 //
 // No memory registration: the domain is opened without FI_MR_LOCAL, so
-// buffers are plain memory and every desc is NULL. The endpoint is opened
+// buffers are plain memory and every desc is NULL (the RMA tests register
+// their target regions themselves, on an RdmEnv whose hints ask for RMA;
+// RdmNodeOptions binds the RMA counters). The endpoint is opened
 // with mode FI_CONTEXT, so every operation context is a struct fi_context
 // that stays untouched until the operation completes.
 #pragma once
@@ -78,6 +80,11 @@ struct RdmNodeOptions {
 	size_t cq_size = 0;
 	bool tx_cntr = false; // a counter bound with FI_SEND
 	bool rx_cntr = false; // a counter bound with FI_RECV
+	// RMA counters, each bound on its own: FI_WRITE and FI_READ (the
+	// node's own operations), FI_REMOTE_WRITE and FI_REMOTE_READ (peers'
+	// operations on it: needs FI_RMA_EVENT in the env's caps).
+	bool write_cntr = false, read_cntr = false;
+	bool remote_write_cntr = false, remote_read_cntr = false;
 	uint16_t port = 0;    // listening port asked in src_addr before fi_enable (0: any)
 	size_t min_multi_recv = 0; // FI_OPT_MIN_MULTI_RECV set before fi_enable when not 0
 	size_t tx_size = 0, rx_size = 0; // 0: the info's
@@ -94,6 +101,8 @@ struct RdmNode {
 	fid_ep *ep = nullptr;
 	fid_cntr *tx_cntr = nullptr;
 	fid_cntr *rx_cntr = nullptr;
+	fid_cntr *write_cntr = nullptr, *read_cntr = nullptr;               // FI_WRITE, FI_READ
+	fid_cntr *remote_write_cntr = nullptr, *remote_read_cntr = nullptr; // FI_REMOTE_WRITE, FI_REMOTE_READ
 	sockaddr_in name{}; // fi_getname after fi_enable
 	std::deque<Completion> backlog;
 	std::vector<std::pair<const RdmNode *, fi_addr_t>> peers;
@@ -172,3 +181,4 @@ fi_msg_tagged make_tmsg(const iovec *iov, size_t count, fi_addr_t addr, uint64_t
 } // namespace vt
 
 Suite *rdm_suite();
+Suite *rdm_rma_suite();

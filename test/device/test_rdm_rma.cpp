@@ -1,0 +1,1449 @@
+// RMA on vrma's native reliable-datagram endpoint (FI_EP_RDM, prov_name
+// "vrma"): fi_getinfo with and without the memory-registration modes RMA
+// needs, the nine fi_rma calls of every size (one domain and two, desc NULL
+// and from a registered region, stack and heap buffers, unaligned), gather
+// and scatter on both sides, injection, remote CQ data (full 64 bits, its
+// source, no receive consumed), the completion flags (delivery, inject,
+// transmit complete, FI_MORE, FI_FENCE, FI_COMMIT_COMPLETE refused,
+// selective completion), loopback through the endpoint's own address,
+// FI_RMA_EVENT counters of a target that only waits on them, remote access
+// errors and the connection after them, and the calls refused at once.
+//
+// Every target region lies between sentinel guards and the test keeps an
+// image of what it must hold: each check compares the whole region and
+// its guards, so a byte written where it should not be is caught as well
+// as a byte missing. One tcase per group (CK_RUN_SUITE=rdm_rma
+// CK_RUN_CASE=<group>): rdm_rma_basic, rdm_rma_data, rdm_rma_flags,
+// rdm_rma_events, rdm_rma_errors.
+#include "rdm_harness.h"
+
+#include <atomic>
+#include <cinttypes>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+using namespace vt;
+
+namespace {
+
+constexpr size_t KiB = 1024;
+constexpr size_t MiB = 1024 * 1024;
+constexpr size_t kPage = 4096;
+// Bytes after every local receive (read) buffer that must stay untouched.
+constexpr size_t kSlack = 64;
+// Sentinel bytes on each side of a Mem.
+constexpr size_t kGuard = 256;
+constexpr uint8_t kSentinel = 0xcc;
+
+constexpr uint64_t kRmaCaps = FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
+constexpr uint64_t kRemoteAccess = FI_REMOTE_READ | FI_REMOTE_WRITE;
+constexpr uint64_t kLocalAccess = FI_READ | FI_WRITE;
+// Completion flags: the initiator's write and read, the target's entry for
+// remote CQ data.
+constexpr uint64_t kWriteDone = FI_RMA | FI_WRITE;
+constexpr uint64_t kReadDone = FI_RMA | FI_READ;
+constexpr uint64_t kRemoteData = FI_RMA | FI_REMOTE_WRITE | FI_REMOTE_CQ_DATA;
+
+// The RDM hints (FI_CONTEXT, mr_mode VIRT_ADDR | ALLOCATED | PROV_KEY) with
+// messages, tagged messages and RMA in every direction with FI_FENCE.
+fi_info *rma_hints(uint64_t extra_caps = 0)
+{
+	return rdm_hints(kRdmCaps | kRmaCaps | FI_FENCE | extra_caps);
+}
+
+struct OwnedHints {
+	fi_info *h;
+	explicit OwnedHints(fi_info *hints) : h(hints) {}
+	~OwnedHints() { fi_freeinfo(h); }
+	OwnedHints(const OwnedHints &) = delete;
+	OwnedHints &operator=(const OwnedHints &) = delete;
+};
+
+// An RdmEnv opened from rma_hints(extra_caps).
+struct RmaEnv : private OwnedHints, RdmEnv {
+	explicit RmaEnv(uint64_t extra_caps = 0) : OwnedHints(rma_hints(extra_caps)), RdmEnv(h)
+	{
+		ck_assert_msg((info->caps & kRmaCaps) == kRmaCaps, "the native RDM entry's caps 0x%" PRIx64 " lack 0x%" PRIx64,
+			      info->caps, kRmaCaps & ~info->caps);
+	}
+};
+
+const char *err_name(ssize_t rc)
+{
+	return fi_strerror(static_cast<int>(rc < 0 ? -rc : rc));
+}
+
+// Posts op (retrying -FI_EAGAIN while every node, or only `only`,
+// progresses); it must be accepted.
+void post(const std::function<ssize_t()> &op, const char *what, RdmNode *only = nullptr)
+{
+	const ssize_t rc = post_retry(op, only);
+	ck_assert_msg(rc == 0, "%s: %zd (%s)", what, rc, err_name(rc));
+}
+
+// A call that must be refused at once with `want`.
+void expect_rc(ssize_t rc, ssize_t want, const char *what)
+{
+	ck_assert_msg(rc == want, "%s: %zd (%s), expected %zd (%s)", what, rc, err_name(rc), want, err_name(want));
+}
+
+// len bytes on a page boundary between kGuard sentinel bytes each side,
+// with the image of what they must hold: put() writes memory and image
+// (the CPU's doing), expect() only the image (what the device is to
+// write). reg() registers the len bytes, not the guards.
+class Mem {
+public:
+	uint8_t *p = nullptr;
+	fid_mr *mr = nullptr;
+
+	explicit Mem(size_t len) : len_(len), want_(len, kSentinel)
+	{
+		total_ = kPage + (len + kGuard + kPage - 1) / kPage * kPage;
+		base_ = static_cast<uint8_t *>(aligned_alloc(kPage, total_));
+		ck_assert_ptr_nonnull(base_);
+		p = base_ + kPage;
+		memset(base_, kSentinel, total_);
+	}
+	~Mem()
+	{
+		close_mr();
+		free(base_);
+	}
+	Mem(const Mem &) = delete;
+	Mem &operator=(const Mem &) = delete;
+
+	size_t len() const { return len_; }
+	void reg(RdmEnv &env, uint64_t access, uint64_t flags = 0)
+	{
+		const int rc = fi_mr_reg(env.domain, p, len_, access, 0, 0, flags, &mr, nullptr);
+		ck_assert_msg(rc == 0, "fi_mr_reg(%zu bytes, access 0x%" PRIx64 ", flags 0x%" PRIx64 "): %d (%s)", len_,
+			      access, flags, rc, err_name(rc));
+	}
+	void close_mr()
+	{
+		if (mr)
+			ck_assert_int_eq(fi_close(&mr->fid), 0);
+		mr = nullptr;
+	}
+	uint64_t key() const { return fi_mr_key(mr); }
+	void *desc() const { return fi_mr_desc(mr); }
+	// The remote address of byte off (FI_MR_VIRT_ADDR).
+	uint64_t addr(size_t off = 0) const { return reinterpret_cast<uintptr_t>(p) + off; }
+
+	// Everything back to the sentinel, memory and image.
+	void reset()
+	{
+		memset(base_, kSentinel, total_);
+		std::fill(want_.begin(), want_.end(), kSentinel);
+	}
+	void put(size_t off, size_t n, uint32_t seed, size_t from = 0)
+	{
+		ck_assert_uint_le(off + n, len_);
+		fill_pattern(p + off, n, seed, from);
+		fill_pattern(want_.data() + off, n, seed, from);
+	}
+	void expect(size_t off, size_t n, uint32_t seed, size_t from = 0)
+	{
+		ck_assert_uint_le(off + n, len_);
+		fill_pattern(want_.data() + off, n, seed, from);
+	}
+	bool matches() const
+	{
+		std::atomic_thread_fence(std::memory_order_acquire);
+		if (memcmp(p, want_.data(), len_))
+			return false;
+		for (size_t i = 0; i < kGuard; i++)
+			if (p[-1 - static_cast<ptrdiff_t>(i)] != kSentinel || p[len_ + i] != kSentinel)
+				return false;
+		return true;
+	}
+	// Memory and guards as the image says, now; names the first difference.
+	void check(const char *what) const
+	{
+		std::atomic_thread_fence(std::memory_order_acquire);
+		expect_filled(p - kGuard, kGuard, kSentinel, (std::string(what) + ": the guard before the region").c_str());
+		expect_filled(p + len_, kGuard, kSentinel, (std::string(what) + ": the guard after the region").c_str());
+		for (size_t i = 0; i < len_; i++)
+			if (p[i] != want_[i])
+				ck_abort_msg("%s: byte %zu of the %zu-byte region is 0x%02x, expected 0x%02x%s", what, i, len_,
+					     p[i], want_[i], want_[i] == kSentinel ? " (untouched)" : "");
+	}
+	// Progresses every node until the memory matches the image (what a
+	// completion without delivery semantics leaves on the way), then checks.
+	void await(const char *what) const
+	{
+		progress_until([&] { return matches(); });
+		check(what);
+	}
+
+private:
+	size_t len_, total_ = 0;
+	uint8_t *base_ = nullptr;
+	std::vector<uint8_t> want_;
+};
+
+// A counter of the domain (FI_CNTR_EVENTS_COMP, waitable).
+struct Cntr {
+	fid_cntr *c = nullptr;
+	explicit Cntr(RdmEnv &env)
+	{
+		fi_cntr_attr attr{};
+		attr.events = FI_CNTR_EVENTS_COMP;
+		attr.wait_obj = FI_WAIT_UNSPEC;
+		ck_assert_int_eq(fi_cntr_open(env.domain, &attr, &c, nullptr), 0);
+	}
+	~Cntr()
+	{
+		if (c)
+			ck_assert_int_eq(fi_close(&c->fid), 0);
+	}
+	Cntr(const Cntr &) = delete;
+	Cntr &operator=(const Cntr &) = delete;
+};
+
+// Completions expected by context: each once, successful, with exactly
+// its flags; any other entry fails the test.
+class Expected {
+public:
+	void add(const void *ctx, uint64_t flags, std::string what) { want_.push_back({ctx, flags, std::move(what)}); }
+
+	void take(const Completion &c)
+	{
+		for (Want &w : want_) {
+			if (w.ctx != c.context())
+				continue;
+			ck_assert_msg(!w.got, "%s: completed twice: %s", w.what.c_str(), c.describe().c_str());
+			ck_assert_msg(c.ok, "%s: %s", w.what.c_str(), c.describe().c_str());
+			ck_assert_msg(c.e.flags == w.flags, "%s: flags 0x%" PRIx64 " expected, got %s", w.what.c_str(), w.flags,
+				      c.describe().c_str());
+			w.got = true;
+			got_++;
+			return;
+		}
+		ck_abort_msg("a completion nobody expected: %s", c.describe().c_str());
+	}
+
+	bool done() const { return got_ == want_.size(); }
+
+	void wait(RdmNode &n)
+	{
+		while (!done())
+			take(next(n));
+	}
+
+	// Reads only these nodes' CQs (the others may belong to another
+	// thread); fails the test after timeout_ms.
+	void wait_alone(std::initializer_list<RdmNode *> nodes, int timeout_ms = kTimeoutMs)
+	{
+		Deadline d(timeout_ms);
+		while (!done()) {
+			for (RdmNode *n : nodes) {
+				n->poll();
+				while (!n->backlog.empty()) {
+					Completion c = n->backlog.front();
+					n->backlog.pop_front();
+					take(c);
+				}
+			}
+			if (!done() && d.expired())
+				ck_abort_msg("%zu of %zu completions within %d ms; first missing: %s", got_, want_.size(),
+					     timeout_ms, missing().c_str());
+		}
+	}
+
+	std::string missing() const
+	{
+		for (const Want &w : want_)
+			if (!w.got)
+				return w.what;
+		return "(none)";
+	}
+
+private:
+	struct Want {
+		const void *ctx;
+		uint64_t flags;
+		std::string what;
+		bool got = false;
+	};
+	std::vector<Want> want_;
+	size_t got_ = 0;
+};
+
+// fi_write of len bytes from src into remote at off; the target memory
+// must then hold them (and nothing else changed). Then the CPU puts another
+// pattern there, and fi_read brings it back into back (len + kSlack bytes
+// of room), with nothing written beyond len.
+void write_then_read(RdmNode &a, fi_addr_t to, Mem &remote, size_t off, size_t len, uint8_t *src, void *src_desc,
+		     uint8_t *back, void *back_desc, uint32_t seed, const char *what)
+{
+	char w[160];
+	fill_pattern(src, len, seed);
+	fi_context wctx, rctx;
+	snprintf(w, sizeof w, "fi_write: %s", what);
+	post([&] { return fi_write(a.ep, src, len, src_desc, to, remote.addr(off), remote.key(), &wctx); }, w);
+	expect_ok(a, &wctx, kWriteDone, w);
+	remote.expect(off, len, seed);
+	remote.await(w);
+
+	remote.put(off, len, seed + 1);
+	memset(back, kSentinel, len + kSlack);
+	snprintf(w, sizeof w, "fi_read: %s", what);
+	post([&] { return fi_read(a.ep, back, len, back_desc, to, remote.addr(off), remote.key(), &rctx); }, w);
+	expect_ok(a, &rctx, kReadDone, w);
+	expect_pattern(back, len, seed + 1, w);
+	expect_filled(back + len, kSlack, kSentinel, w);
+	remote.check(w); // a read leaves the target as it was
+}
+
+// fi_writemsg of one local buffer to one remote range, with these flags.
+ssize_t writemsg1(RdmNode &a, fi_addr_t to, const void *buf, size_t len, void *desc, const Mem &remote, size_t off,
+		  uint64_t flags, void *ctx, uint64_t data = 0)
+{
+	iovec iov{const_cast<void *>(buf), len};
+	fi_rma_iov rma{remote.addr(off), len, remote.key()};
+	fi_msg_rma m{};
+	m.msg_iov = &iov;
+	m.desc = &desc;
+	m.iov_count = 1;
+	m.addr = to;
+	m.rma_iov = &rma;
+	m.rma_iov_count = 1;
+	m.context = ctx;
+	m.data = data;
+	return fi_writemsg(a.ep, &m, flags);
+}
+
+ssize_t readmsg1(RdmNode &a, fi_addr_t to, void *buf, size_t len, void *desc, const Mem &remote, size_t off,
+		 uint64_t flags, void *ctx)
+{
+	iovec iov{buf, len};
+	fi_rma_iov rma{remote.addr(off), len, remote.key()};
+	fi_msg_rma m{};
+	m.msg_iov = &iov;
+	m.desc = &desc;
+	m.iov_count = 1;
+	m.addr = to;
+	m.rma_iov = &rma;
+	m.rma_iov_count = 1;
+	m.context = ctx;
+	return fi_readmsg(a.ep, &m, flags);
+}
+
+// The target's entry for remote CQ data: no context, exactly kRemoteData,
+// the full 64-bit value, the bytes written, the initiator's address in the
+// target's AV (FI_ADDR_NOTAVAIL if it is not there); the data is in place
+// when the entry is read.
+Completion expect_remote_data(RdmNode &t, uint64_t data, size_t len, fi_addr_t src, const Mem &region,
+			      const char *what)
+{
+	Completion c = expect_ok(t, nullptr, kRemoteData, what);
+	ck_assert_msg(c.e.data == data, "%s: data 0x%" PRIx64 ", expected 0x%" PRIx64, what, c.e.data, data);
+	ck_assert_msg(c.e.len == len, "%s: len %zu, expected %zu", what, c.e.len, len);
+	ck_assert_msg(c.src == src, "%s: source %" PRIu64 ", expected %" PRIu64, what, c.src, src);
+	region.check(what);
+	return c;
+}
+
+void setup()
+{
+	rdm_reset();
+}
+
+} // namespace
+
+// ---------------------------------------------------------------------------
+// rdm_rma_basic
+
+// RMA is offered with the registration modes it needs (the keys are the
+// provider's, the addresses virtual), and only then: without them the
+// native entry still serves messages, but not RMA.
+START_TEST(rdm_rma_getinfo)
+{
+	fi_info *h = rdm_hints(FI_RMA | FI_RMA_EVENT);
+	fi_info *list = get_info(h, kRdmNodeAddr, nullptr, FI_SOURCE);
+	const fi_info *i = find_native_rdm(list);
+	ck_assert_msg(i, "caps FI_RMA | FI_RMA_EVENT: no native vrma RDM entry among: %s", info_names(list).c_str());
+	ck_assert_msg((i->caps & (FI_RMA | FI_RMA_EVENT)) == (FI_RMA | FI_RMA_EVENT), "caps 0x%" PRIx64, i->caps);
+	ck_assert_msg(i->tx_attr->rma_iov_limit > 1, "rma_iov_limit %zu", i->tx_attr->rma_iov_limit);
+	ck_assert_msg(i->tx_attr->caps & FI_RMA, "tx caps 0x%" PRIx64, i->tx_attr->caps);
+	fi_freeinfo(list);
+	fi_freeinfo(h);
+
+	// Everything the other tests use, asked for explicitly.
+	h = rma_hints(FI_RMA_EVENT);
+	list = get_info(h, kRdmNodeAddr, nullptr, FI_SOURCE);
+	i = find_native_rdm(list);
+	ck_assert_msg(i, "full RMA caps: no native vrma RDM entry among: %s", info_names(list).c_str());
+	const uint64_t want = kRdmCaps | kRmaCaps | FI_FENCE | FI_RMA_EVENT;
+	ck_assert_msg((i->caps & want) == want, "caps 0x%" PRIx64 " lack 0x%" PRIx64, i->caps, want & ~i->caps);
+	ck_assert_msg((i->tx_attr->caps & (FI_READ | FI_WRITE)) == (FI_READ | FI_WRITE), "tx caps 0x%" PRIx64,
+		      i->tx_attr->caps);
+	ck_assert_uint_ge(i->tx_attr->rma_iov_limit, 5);
+	ck_assert_uint_ge(i->tx_attr->iov_limit, 4);
+	ck_assert_uint_gt(i->tx_attr->inject_size, 0);
+	ck_assert_uint_ge(i->ep_attr->max_msg_size, MiB);
+	ck_assert_uint_eq(i->domain_attr->cq_data_size, 8);
+	// Keys are the provider's and addresses virtual; no local registration,
+	// and remote CQ data takes no receive (no FI_RX_CQ_DATA).
+	const int need = FI_MR_VIRT_ADDR | FI_MR_PROV_KEY;
+	ck_assert_msg((i->domain_attr->mr_mode & need) == need, "mr_mode 0x%x", i->domain_attr->mr_mode);
+	ck_assert_msg(!(i->domain_attr->mr_mode & FI_MR_LOCAL), "mr_mode 0x%x", i->domain_attr->mr_mode);
+	ck_assert_msg(!(i->mode & ~FI_CONTEXT), "mode 0x%" PRIx64, i->mode);
+	ck_assert_msg(!(i->rx_attr->mode & FI_RX_CQ_DATA), "rx mode 0x%" PRIx64, i->rx_attr->mode);
+	fi_freeinfo(list);
+	fi_freeinfo(h);
+
+	// mr_mode 0 (scalable keys, offsets): no native RDM entry with RMA ...
+	for (uint64_t caps : {uint64_t(FI_RMA), uint64_t(kRdmCaps | FI_RMA), uint64_t(FI_RMA | FI_READ | FI_REMOTE_WRITE)}) {
+		h = rdm_hints(caps);
+		h->domain_attr->mr_mode = 0;
+		list = nullptr;
+		const int rc = fi_getinfo(FI_VERSION(1, 17), kRdmNodeAddr, nullptr, FI_SOURCE, h, &list);
+		ck_assert_msg(rc == 0 || rc == -FI_ENODATA, "fi_getinfo(mr_mode 0, caps 0x%" PRIx64 "): %d (%s)", caps, rc,
+			      err_name(rc));
+		ck_assert_msg(!find_native_rdm(list), "mr_mode 0, caps 0x%" PRIx64 ": a native RDM entry among %s", caps,
+			      info_names(list).c_str());
+		fi_freeinfo(list);
+		fi_freeinfo(h);
+	}
+	// ... but one for tagged messages.
+	h = rdm_hints(FI_TAGGED);
+	h->domain_attr->mr_mode = 0;
+	fi_info *t = rdm_get_info(h);
+	ck_assert_msg(t->caps & FI_TAGGED, "caps 0x%" PRIx64, t->caps);
+	ck_assert_msg(!(t->caps & FI_RMA), "mr_mode 0: caps 0x%" PRIx64 " offer FI_RMA", t->caps);
+	fi_freeinfo(t);
+	fi_freeinfo(h);
+}
+END_TEST
+
+// ---------------------------------------------------------------------------
+// rdm_rma_data
+
+START_TEST(rdm_rma_write_read_sizes)
+{
+	char what[128];
+	uint32_t seed = 1;
+	{
+		RmaEnv env;
+		RdmNode a(env), b(env);
+		connect_all({&a, &b});
+		const fi_addr_t to = a.addr_of(b);
+		Mem remote(MiB + 2 * kPage);
+		remote.reg(env, kRemoteAccess);
+		Mem src(MiB + kPage), back(MiB + kPage);
+		// Heap buffers, desc NULL, every size.
+		for (size_t len : {size_t(0), size_t(1), size_t(8), size_t(63), size_t(200), size_t(4096), size_t(65536), MiB}) {
+			snprintf(what, sizeof what, "%zu bytes, heap, desc NULL", len);
+			remote.reset();
+			write_then_read(a, to, remote, 0, len, src.p, nullptr, back.p, nullptr, seed, what);
+			seed += 2;
+		}
+		// Stack buffers, desc NULL.
+		for (size_t len : {size_t(1), size_t(63), size_t(200)}) {
+			uint8_t s[256], r[256 + kSlack];
+			snprintf(what, sizeof what, "%zu bytes, stack, desc NULL", len);
+			remote.reset();
+			write_then_read(a, to, remote, 16, len, s, nullptr, r, nullptr, seed, what);
+			seed += 2;
+		}
+		// Nothing page-aligned: remote at 4097, local at +3 and +5.
+		remote.reset();
+		write_then_read(a, to, remote, kPage + 1, MiB - 3, src.p + 3, nullptr, back.p + 5, nullptr, seed,
+				"1 MiB - 3 bytes, unaligned, desc NULL");
+		seed += 2;
+		// desc from registered local regions.
+		Mem lsrc(256 * KiB + kPage), lback(256 * KiB + kPage);
+		lsrc.reg(env, kLocalAccess);
+		lback.reg(env, kLocalAccess);
+		for (size_t len : {size_t(1), size_t(63), size_t(200), size_t(4096), size_t(65536)}) {
+			snprintf(what, sizeof what, "%zu bytes, registered, desc given", len);
+			remote.reset();
+			write_then_read(a, to, remote, 0, len, lsrc.p, lsrc.desc(), lback.p, lback.desc(), seed, what);
+			seed += 2;
+		}
+		remote.reset();
+		write_then_read(a, to, remote, 123, 256 * KiB - 7, lsrc.p + 7, lsrc.desc(), lback.p + 1, lback.desc(), seed,
+				"256 KiB - 7 bytes, unaligned in registered regions");
+		seed += 2;
+		expect_none(a);
+		expect_none(b, 300, "the target of one-sided operations");
+	}
+	// Two domains: the region is the target's domain's, the local one the
+	// initiator's.
+	{
+		RmaEnv e1, e2;
+		RdmNode x(e1), y(e2);
+		connect_all({&x, &y});
+		const fi_addr_t to = x.addr_of(y);
+		Mem remote(256 * KiB + kPage);
+		remote.reg(e2, kRemoteAccess);
+		Mem src(256 * KiB + kPage), back(256 * KiB + kPage);
+		Mem lsrc(8 * KiB), lback(8 * KiB);
+		lsrc.reg(e1, kLocalAccess);
+		lback.reg(e1, kLocalAccess);
+		write_then_read(x, to, remote, 0, 256 * KiB + 100, src.p, nullptr, back.p, nullptr, seed,
+				"256 KiB + 100 bytes to another domain, desc NULL");
+		seed += 2;
+		remote.reset();
+		write_then_read(x, to, remote, 1000, 4096, lsrc.p, lsrc.desc(), lback.p, lback.desc(), seed,
+				"4096 bytes to another domain, desc given");
+		seed += 2;
+		remote.reset();
+		write_then_read(x, to, remote, 5, 17, src.p, nullptr, back.p, nullptr, seed,
+				"17 bytes to another domain, desc NULL");
+		expect_none(x);
+		expect_none(y, 300, "the target of one-sided operations");
+	}
+}
+END_TEST
+
+// Gather and scatter: fi_writev / fi_readv with four local pieces in
+// separate buffers, fi_writemsg / fi_readmsg with three local pieces and
+// five remote segments over two regions (uneven, one empty).
+START_TEST(rdm_rma_vector)
+{
+	RmaEnv env;
+	RdmNode a(env), b(env);
+	connect_all({&a, &b});
+	ck_assert_uint_ge(a.info->tx_attr->iov_limit, 4);
+	ck_assert_uint_ge(a.info->tx_attr->rma_iov_limit, 5);
+	const fi_addr_t to = a.addr_of(b);
+	Mem ra(64 * KiB), rb(16 * KiB);
+	ra.reg(env, kRemoteAccess);
+	rb.reg(env, kRemoteAccess);
+
+	// fi_writev: 700 + 1 + 3000 + 395 bytes from four buffers into one
+	// range at offset 100.
+	{
+		const size_t s[4] = {700, 1, 3000, 395};
+		std::vector<uint8_t> piece[4];
+		iovec iov[4];
+		size_t from = 0;
+		for (int k = 0; k < 4; k++) {
+			piece[k].resize(s[k]);
+			fill_pattern(piece[k].data(), s[k], 11, from);
+			iov[k] = {piece[k].data(), s[k]};
+			from += s[k];
+		}
+		ck_assert_uint_eq(from, 4096);
+		fi_context ctx;
+		post([&] { return fi_writev(a.ep, iov, nullptr, 4, to, ra.addr(100), ra.key(), &ctx); }, "fi_writev");
+		expect_ok(a, &ctx, kWriteDone, "fi_writev");
+		ra.expect(100, 4096, 11);
+		ra.await("fi_writev of 4 pieces");
+
+		// fi_readv of new content into 2000 + 96 + 1 + 1999 bytes.
+		ra.put(100, 4096, 12);
+		const size_t r[4] = {2000, 96, 1, 1999};
+		std::vector<uint8_t> dst[4];
+		void *desc[4] = {nullptr, nullptr, nullptr, nullptr};
+		for (int k = 0; k < 4; k++) {
+			dst[k].assign(r[k] + kSlack, kSentinel);
+			iov[k] = {dst[k].data(), r[k]};
+		}
+		post([&] { return fi_readv(a.ep, iov, desc, 4, to, ra.addr(100), ra.key(), &ctx); }, "fi_readv");
+		expect_ok(a, &ctx, kReadDone, "fi_readv");
+		from = 0;
+		for (int k = 0; k < 4; k++) {
+			char what[48];
+			snprintf(what, sizeof what, "fi_readv piece %d", k);
+			expect_pattern(dst[k].data(), r[k], 12, what, from);
+			expect_filled(dst[k].data() + r[k], kSlack, kSentinel, what);
+			from += r[k];
+		}
+		ra.check("after fi_readv");
+	}
+
+	// fi_writemsg: 3000 bytes of a registered region (desc given), one
+	// stack byte, 5191 heap bytes, into five segments: 100 bytes of ra, an
+	// empty one, 4000 of ra, 1 of rb, 4091 of rb, with gaps between.
+	{
+		struct Seg {
+			Mem *m;
+			size_t off, len;
+		};
+		const Seg seg[5] = {{&ra, 0, 100}, {&ra, 200, 0}, {&ra, 1000, 4000}, {&rb, 7, 1}, {&rb, 4096 + 5, 4091}};
+		fi_rma_iov rma[5];
+		for (int j = 0; j < 5; j++)
+			rma[j] = {seg[j].m->addr(seg[j].off), seg[j].len, seg[j].m->key()};
+		ra.reset();
+		rb.reset();
+		Mem lreg(3000);
+		lreg.reg(env, kLocalAccess);
+		uint8_t one;
+		std::vector<uint8_t> heap(5191);
+		fill_pattern(lreg.p, 3000, 21, 0);
+		fill_pattern(&one, 1, 21, 3000);
+		fill_pattern(heap.data(), 5191, 21, 3001);
+		iovec iov[3] = {{lreg.p, 3000}, {&one, 1}, {heap.data(), 5191}};
+		void *desc[3] = {lreg.desc(), nullptr, nullptr};
+		fi_context ctx;
+		fi_msg_rma m{};
+		m.msg_iov = iov;
+		m.desc = desc;
+		m.iov_count = 3;
+		m.addr = to;
+		m.rma_iov = rma;
+		m.rma_iov_count = 5;
+		m.context = &ctx;
+		post([&] { return fi_writemsg(a.ep, &m, FI_COMPLETION); }, "fi_writemsg 3 -> 5");
+		expect_ok(a, &ctx, kWriteDone, "fi_writemsg 3 -> 5");
+		size_t from = 0;
+		for (const Seg &s : seg) {
+			s.m->expect(s.off, s.len, 21, from);
+			from += s.len;
+		}
+		ck_assert_uint_eq(from, 8192);
+		ra.await("fi_writemsg, region a");
+		rb.await("fi_writemsg, region b");
+
+		// fi_readmsg of new content in the same segments into 4096 bytes
+		// of a registered region, an empty NULL piece, 4096 heap bytes.
+		from = 0;
+		for (const Seg &s : seg) {
+			s.m->put(s.off, s.len, 22, from);
+			from += s.len;
+		}
+		Mem lback(4096 + kSlack);
+		lback.reg(env, kLocalAccess);
+		std::vector<uint8_t> hback(4096 + kSlack, kSentinel);
+		iovec riov[3] = {{lback.p, 4096}, {nullptr, 0}, {hback.data(), 4096}};
+		void *rdesc[3] = {lback.desc(), nullptr, nullptr};
+		m.msg_iov = riov;
+		m.desc = rdesc;
+		post([&] { return fi_readmsg(a.ep, &m, FI_COMPLETION); }, "fi_readmsg 3 <- 5");
+		expect_ok(a, &ctx, kReadDone, "fi_readmsg 3 <- 5");
+		expect_pattern(lback.p, 4096, 22, "fi_readmsg piece 0", 0);
+		expect_filled(lback.p + 4096, kSlack, kSentinel, "fi_readmsg piece 0");
+		expect_pattern(hback.data(), 4096, 22, "fi_readmsg piece 2", 4096);
+		expect_filled(hback.data() + 4096, kSlack, kSentinel, "fi_readmsg piece 2");
+		ra.check("after fi_readmsg, region a");
+		rb.check("after fi_readmsg, region b");
+	}
+	expect_none(a);
+	expect_none(b, 300, "the target of one-sided operations");
+}
+END_TEST
+
+// fi_inject_write: the buffer is the caller's again when the call returns,
+// no CQ entry, the FI_WRITE counter counts each; fi_writemsg(FI_INJECT)
+// completes when asked; beyond inject_size: -FI_EINVAL.
+START_TEST(rdm_rma_inject)
+{
+	RmaEnv env;
+	RdmNodeOptions o;
+	o.write_cntr = true;
+	RdmNode a(env, o), b(env);
+	connect_all({&a, &b});
+	const fi_addr_t to = a.addr_of(b);
+	const size_t inj = a.info->tx_attr->inject_size;
+	ck_assert_uint_ge(inj, 200);
+	Mem r(inj + 8 * KiB);
+	r.reg(env, kRemoteAccess);
+	const size_t off[4] = {0, 64, 512, 4096};
+	const size_t len[4] = {1, 64, 200, inj};
+	uint64_t count = 0;
+	for (int k = 0; k < 4; k++) {
+		char what[64];
+		snprintf(what, sizeof what, "fi_inject_write of %zu bytes", len[k]);
+		std::vector<uint8_t> src(len[k]);
+		fill_pattern(src.data(), len[k], 30 + k);
+		post([&] { return fi_inject_write(a.ep, src.data(), len[k], to, r.addr(off[k]), r.key()); }, what);
+		memset(src.data(), 0xee, len[k]); // reusable at once
+		r.expect(off[k], len[k], 30 + k);
+		expect_cntr(a.write_cntr, ++count, what);
+		r.await(what);
+	}
+	// Several in a row, the buffer rewritten between them.
+	std::vector<uint8_t> buf(100);
+	for (int k = 0; k < 8; k++) {
+		fill_pattern(buf.data(), 100, 40 + k);
+		post([&] { return fi_inject_write(a.ep, buf.data(), 100, to, r.addr(1024 + k * 128), r.key()); },
+		     "fi_inject_write in a row");
+		r.expect(1024 + k * 128, 100, 40 + k);
+	}
+	memset(buf.data(), 0xee, buf.size());
+	count += 8;
+	expect_cntr(a.write_cntr, count, "8 fi_inject_write in a row");
+	r.await("8 fi_inject_write in a row");
+	expect_none(a, 300, "fi_inject_write (no CQ entry)");
+
+	// fi_writemsg(FI_INJECT | FI_COMPLETION): reusable at once, completes.
+	{
+		std::vector<uint8_t> src(150);
+		fill_pattern(src.data(), 150, 50);
+		fi_context ctx;
+		post([&] { return writemsg1(a, to, src.data(), 150, nullptr, r, 2048, FI_INJECT | FI_COMPLETION, &ctx); },
+		     "fi_writemsg(FI_INJECT)");
+		memset(src.data(), 0xee, src.size());
+		r.expect(2048, 150, 50);
+		expect_ok(a, &ctx, kWriteDone, "fi_writemsg(FI_INJECT | FI_COMPLETION)");
+		expect_cntr(a.write_cntr, ++count, "fi_writemsg(FI_INJECT)");
+		r.await("fi_writemsg(FI_INJECT)");
+	}
+
+	// Beyond inject_size: refused, nothing written, nothing counted.
+	std::vector<uint8_t> big(inj + 1);
+	fill_pattern(big.data(), inj + 1, 60);
+	expect_rc(fi_inject_write(a.ep, big.data(), inj + 1, to, r.addr(4096), r.key()), -FI_EINVAL,
+		  "fi_inject_write of inject_size + 1 bytes");
+	settle(200);
+	ck_assert_uint_eq(fi_cntr_read(a.write_cntr), count);
+	ck_assert_uint_eq(fi_cntr_readerr(a.write_cntr), 0);
+	r.check("after the refused fi_inject_write");
+	expect_none(a, 100, "the refused fi_inject_write");
+	expect_none(b, 100, "the target of injected writes");
+}
+END_TEST
+
+// Remote CQ data: one entry at the target per write carrying it (full 64
+// bits, length, source), none for plain writes, no application receive
+// consumed.
+START_TEST(rdm_rma_writedata)
+{
+	RmaEnv env;
+	ck_assert_uint_eq(env.info->domain_attr->cq_data_size, 8);
+	RdmNode a(env), b(env), c(env);
+	connect_all({&a, &b});
+	const fi_addr_t c_to_b = c.insert(b); // b does not know c
+	const fi_addr_t to = a.addr_of(b), from_a = b.addr_of(a);
+	Mem r(128 * KiB);
+	r.reg(env, kRemoteAccess);
+	// A receive posted first: the writes below must leave it alone.
+	std::vector<uint8_t> rbuf(256 + kSlack, kSentinel);
+	fi_context rctx, sctx, ctx;
+	ck_assert_int_eq(fi_recv(b.ep, rbuf.data(), 256, nullptr, FI_ADDR_UNSPEC, &rctx), 0);
+
+	// fi_writedata, 64 KiB + 5, data 0x0123456789abcdef.
+	{
+		const size_t len = 64 * KiB + 5;
+		std::vector<uint8_t> src(len);
+		fill_pattern(src.data(), len, 70);
+		post([&] { return fi_writedata(a.ep, src.data(), len, nullptr, 0x0123456789abcdefULL, to, r.addr(0), r.key(), &ctx); },
+		     "fi_writedata");
+		r.expect(0, len, 70);
+		expect_remote_data(b, 0x0123456789abcdefULL, len, from_a, r, "fi_writedata 0x0123456789abcdef");
+		expect_ok(a, &ctx, kWriteDone, "fi_writedata");
+	}
+	// fi_writedata with data 0 (still an entry, with FI_REMOTE_CQ_DATA).
+	{
+		std::vector<uint8_t> src(300);
+		fill_pattern(src.data(), 300, 71);
+		post([&] { return fi_writedata(a.ep, src.data(), 300, nullptr, 0, to, r.addr(66000), r.key(), &ctx); },
+		     "fi_writedata 0");
+		r.expect(66000, 300, 71);
+		expect_remote_data(b, 0, 300, from_a, r, "fi_writedata 0");
+		expect_ok(a, &ctx, kWriteDone, "fi_writedata 0");
+	}
+	// fi_inject_writedata: both values; the buffer is reusable at once.
+	{
+		const uint64_t data[2] = {0x0123456789abcdefULL, 0};
+		for (int k = 0; k < 2; k++) {
+			std::vector<uint8_t> src(100);
+			fill_pattern(src.data(), 100, 72 + k);
+			post([&] { return fi_inject_writedata(a.ep, src.data(), 100, data[k], to, r.addr(70000 + k * 200), r.key()); },
+			     "fi_inject_writedata");
+			memset(src.data(), 0xee, src.size());
+			r.expect(70000 + k * 200, 100, 72 + k);
+			expect_remote_data(b, data[k], 100, from_a, r, k ? "fi_inject_writedata 0" : "fi_inject_writedata 0x0123456789abcdef");
+		}
+	}
+	// fi_writemsg(FI_REMOTE_CQ_DATA): two local pieces, two segments.
+	{
+		std::vector<uint8_t> p0(300), p1(200);
+		fill_pattern(p0.data(), 300, 74, 0);
+		fill_pattern(p1.data(), 200, 74, 300);
+		iovec iov[2] = {{p0.data(), 300}, {p1.data(), 200}};
+		fi_rma_iov rma[2] = {{r.addr(80000), 250, r.key()}, {r.addr(90000), 250, r.key()}};
+		fi_msg_rma m{};
+		m.msg_iov = iov;
+		m.iov_count = 2;
+		m.addr = to;
+		m.rma_iov = rma;
+		m.rma_iov_count = 2;
+		m.context = &ctx;
+		m.data = 0xfedcba9876543210ULL;
+		post([&] { return fi_writemsg(a.ep, &m, FI_REMOTE_CQ_DATA | FI_COMPLETION); }, "fi_writemsg(FI_REMOTE_CQ_DATA)");
+		r.expect(80000, 250, 74, 0);
+		r.expect(90000, 250, 74, 250);
+		expect_remote_data(b, 0xfedcba9876543210ULL, 500, from_a, r, "fi_writemsg(FI_REMOTE_CQ_DATA)");
+		expect_ok(a, &ctx, kWriteDone, "fi_writemsg(FI_REMOTE_CQ_DATA)");
+	}
+	// Without FI_REMOTE_CQ_DATA, the message's data field carries nothing.
+	{
+		std::vector<uint8_t> src(64);
+		fill_pattern(src.data(), 64, 75);
+		post([&] { return writemsg1(a, to, src.data(), 64, nullptr, r, 95000, FI_COMPLETION, &ctx, 0x1111); },
+		     "fi_writemsg with data but no FI_REMOTE_CQ_DATA");
+		r.expect(95000, 64, 75);
+		expect_ok(a, &ctx, kWriteDone, "fi_writemsg with data but no FI_REMOTE_CQ_DATA");
+		r.await("fi_writemsg with data but no FI_REMOTE_CQ_DATA");
+		expect_none(b, 200, "a write without FI_REMOTE_CQ_DATA");
+	}
+	// 0 bytes: the entry with its data and len 0, nothing written.
+	{
+		uint8_t none = 0x5a;
+		post([&] { return fi_writedata(a.ep, &none, 0, nullptr, 0x8000000000000001ULL, to, r.addr(100000), r.key(), &ctx); },
+		     "0-byte fi_writedata");
+		expect_remote_data(b, 0x8000000000000001ULL, 0, from_a, r, "0-byte fi_writedata");
+		expect_ok(a, &ctx, kWriteDone, "0-byte fi_writedata");
+	}
+	// From a peer b's AV does not hold: source FI_ADDR_NOTAVAIL.
+	{
+		std::vector<uint8_t> src(1000);
+		fill_pattern(src.data(), 1000, 76);
+		post([&] { return fi_writedata(c.ep, src.data(), 1000, nullptr, 0x5a5a5a5aa5a5a5a5ULL, c_to_b, r.addr(110000), r.key(), &ctx); },
+		     "fi_writedata from a peer outside the AV");
+		r.expect(110000, 1000, 76);
+		expect_remote_data(b, 0x5a5a5a5aa5a5a5a5ULL, 1000, FI_ADDR_NOTAVAIL, r, "fi_writedata from a peer outside the AV");
+		expect_ok(c, &ctx, kWriteDone, "fi_writedata from a peer outside the AV");
+	}
+	// The receive posted first is still there: a message takes it.
+	std::vector<uint8_t> msg(100);
+	fill_pattern(msg.data(), 100, 77);
+	post([&] { return fi_send(a.ep, msg.data(), 100, nullptr, to, &sctx); }, "fi_send after the writes");
+	Completion rc = expect_ok(b, &rctx, FI_RECV | FI_MSG, "the receive posted before the writes");
+	ck_assert_uint_eq(rc.e.len, 100);
+	ck_assert_uint_eq(rc.src, from_a);
+	expect_pattern(rbuf.data(), 100, 77, "the message after the writes");
+	expect_filled(rbuf.data() + 100, 256 - 100 + kSlack, kSentinel, "the message after the writes");
+	expect_ok(a, &sctx, FI_SEND | FI_MSG, "fi_send after the writes");
+	r.check("at the end");
+	expect_none(a);
+	expect_none(b);
+	expect_none(c);
+}
+END_TEST
+
+// A node writes and reads its own region through its own address.
+START_TEST(rdm_rma_loopback)
+{
+	RmaEnv env;
+	RdmNode a(env);
+	const fi_addr_t self = a.insert(a);
+	Mem r(512 * KiB);
+	r.reg(env, kRemoteAccess);
+	Mem src(512 * KiB), back(512 * KiB);
+	uint32_t seed = 90;
+	for (size_t len : {size_t(100), size_t(4096), 300 * KiB}) {
+		char what[64];
+		snprintf(what, sizeof what, "%zu bytes to self", len);
+		r.reset();
+		write_then_read(a, self, r, 8, len, src.p, nullptr, back.p, nullptr, seed, what);
+		seed += 2;
+	}
+	// fi_inject_write to self.
+	r.reset();
+	std::vector<uint8_t> small(64);
+	fill_pattern(small.data(), 64, seed);
+	post([&] { return fi_inject_write(a.ep, small.data(), 64, self, r.addr(1000), r.key()); }, "fi_inject_write to self");
+	memset(small.data(), 0xee, small.size());
+	r.expect(1000, 64, seed++);
+	r.await("fi_inject_write to self");
+	// fi_writedata to self: the write's completion and the remote CQ data
+	// entry, both on this node's CQ, in either order.
+	std::vector<uint8_t> d(2000);
+	fill_pattern(d.data(), 2000, seed);
+	fi_context ctx;
+	post([&] { return fi_writedata(a.ep, d.data(), 2000, nullptr, 0xabcdef0123456789ULL, self, r.addr(4096), r.key(), &ctx); },
+	     "fi_writedata to self");
+	r.expect(4096, 2000, seed++);
+	bool got_write = false, got_data = false;
+	for (int k = 0; k < 2; k++) {
+		Completion c = next(a);
+		ck_assert_msg(c.ok, "fi_writedata to self: %s", c.describe().c_str());
+		if (c.e.op_context == &ctx) {
+			ck_assert_msg(!got_write && c.e.flags == kWriteDone, "fi_writedata to self: %s", c.describe().c_str());
+			got_write = true;
+			continue;
+		}
+		ck_assert_msg(!got_data && !c.e.op_context && c.e.flags == kRemoteData, "fi_writedata to self: %s",
+			      c.describe().c_str());
+		ck_assert_uint_eq(c.e.data, 0xabcdef0123456789ULL);
+		ck_assert_uint_eq(c.e.len, 2000);
+		ck_assert_uint_eq(c.src, self);
+		r.check("fi_writedata to self, when its entry is read");
+		got_data = true;
+	}
+	// fi_readmsg from two segments of its own region.
+	r.put(20000, 500, seed, 0);
+	r.put(30000, 700, seed, 500);
+	std::vector<uint8_t> rb(1200 + kSlack, kSentinel);
+	iovec iov{rb.data(), 1200};
+	fi_rma_iov rma[2] = {{r.addr(20000), 500, r.key()}, {r.addr(30000), 700, r.key()}};
+	fi_msg_rma m{};
+	m.msg_iov = &iov;
+	m.iov_count = 1;
+	m.addr = self;
+	m.rma_iov = rma;
+	m.rma_iov_count = 2;
+	m.context = &ctx;
+	post([&] { return fi_readmsg(a.ep, &m, FI_COMPLETION); }, "fi_readmsg from self");
+	expect_ok(a, &ctx, kReadDone, "fi_readmsg from self");
+	expect_pattern(rb.data(), 1200, seed, "fi_readmsg from self");
+	expect_filled(rb.data() + 1200, kSlack, kSentinel, "fi_readmsg from self");
+	r.check("at the end");
+	expect_none(a);
+}
+END_TEST
+
+// ---------------------------------------------------------------------------
+// rdm_rma_flags
+
+START_TEST(rdm_rma_flags)
+{
+	RmaEnv ea, eb;
+	RdmNode a(ea), b(eb);
+	connect_all({&a, &b});
+	const fi_addr_t to = a.addr_of(b);
+	Mem r(512 * KiB);
+	r.reg(eb, kRemoteAccess);
+	Mem src(512 * KiB), back(512 * KiB);
+	fi_context ctx;
+	uint32_t seed = 100;
+
+	// The connection first.
+	fill_pattern(src.p, 8, seed);
+	post([&] { return fi_write(a.ep, src.p, 8, nullptr, to, r.addr(0), r.key(), &ctx); }, "first write");
+	expect_ok(a, &ctx, kWriteDone, "first write");
+	r.expect(0, 8, seed++);
+	r.await("first write");
+
+	// FI_DELIVERY_COMPLETE: in the target's memory when the completion is
+	// read (checked at once, nothing called on the target in between).
+	for (size_t len : {size_t(8), size_t(200), 64 * KiB, 256 * KiB}) {
+		char what[64];
+		snprintf(what, sizeof what, "FI_DELIVERY_COMPLETE, %zu bytes", len);
+		r.reset();
+		fill_pattern(src.p, len, seed);
+		post([&] { return writemsg1(a, to, src.p, len, nullptr, r, 100, FI_DELIVERY_COMPLETE | FI_COMPLETION, &ctx); },
+		     what);
+		r.expect(100, len, seed++);
+		expect_ok(a, &ctx, kWriteDone, what);
+		r.check(what);
+	}
+
+	// FI_INJECT_COMPLETE: the buffer is the caller's again at the
+	// completion; the target gets what it held before.
+	for (size_t len : {size_t(4096), 256 * KiB}) {
+		char what[64];
+		snprintf(what, sizeof what, "FI_INJECT_COMPLETE, %zu bytes", len);
+		r.reset();
+		fill_pattern(src.p, len, seed);
+		post([&] { return writemsg1(a, to, src.p, len, nullptr, r, 0, FI_INJECT_COMPLETE | FI_COMPLETION, &ctx); },
+		     what);
+		r.expect(0, len, seed++);
+		expect_ok(a, &ctx, kWriteDone, what);
+		memset(src.p, 0xee, len);
+		r.await(what);
+	}
+
+	// FI_TRANSMIT_COMPLETE.
+	{
+		r.reset();
+		fill_pattern(src.p, 64 * KiB, seed);
+		post([&] { return writemsg1(a, to, src.p, 64 * KiB, nullptr, r, 3, FI_TRANSMIT_COMPLETE | FI_COMPLETION, &ctx); },
+		     "FI_TRANSMIT_COMPLETE");
+		r.expect(3, 64 * KiB, seed++);
+		expect_ok(a, &ctx, kWriteDone, "FI_TRANSMIT_COMPLETE");
+		r.await("FI_TRANSMIT_COMPLETE");
+	}
+
+	// FI_MORE: eight writes announcing more, then one without; all nine
+	// complete and land.
+	{
+		r.reset();
+		fi_context mctx[9];
+		Expected e;
+		for (int k = 0; k < 9; k++) {
+			const size_t len = 1000 + 333 * k, off = k * 8 * KiB;
+			fill_pattern(src.p + off, len, seed + k);
+			const uint64_t flags = (k < 8 ? FI_MORE : 0) | FI_COMPLETION;
+			post([&] { return writemsg1(a, to, src.p + off, len, nullptr, r, off, flags, &mctx[k]); },
+			     k < 8 ? "fi_writemsg(FI_MORE)" : "fi_writemsg ending the FI_MORE chain");
+			r.expect(off, len, seed + k);
+			e.add(&mctx[k], kWriteDone, "write " + std::to_string(k) + " of the FI_MORE chain");
+		}
+		seed += 9;
+		e.wait(a);
+		r.await("the FI_MORE chain");
+	}
+
+	// FI_FENCE: a read, then a fenced write to the same bytes; the read
+	// sees what was there before the write.
+	for (size_t len : {size_t(4096), 64 * KiB, 256 * KiB}) {
+		char what[80];
+		snprintf(what, sizeof what, "fi_read then fenced write, %zu bytes", len);
+		r.reset();
+		r.put(0, len, seed);
+		fill_pattern(src.p, len, seed + 1);
+		memset(back.p, kSentinel, len + kSlack);
+		fi_context rctx, wctx;
+		post([&] { return fi_read(a.ep, back.p, len, nullptr, to, r.addr(0), r.key(), &rctx); }, what);
+		post([&] { return writemsg1(a, to, src.p, len, nullptr, r, 0, FI_FENCE | FI_COMPLETION, &wctx); }, what);
+		Expected e;
+		e.add(&rctx, kReadDone, std::string(what) + " (the read)");
+		e.add(&wctx, kWriteDone, std::string(what) + " (the fenced write)");
+		e.wait(a);
+		expect_pattern(back.p, len, seed, what);
+		expect_filled(back.p + len, kSlack, kSentinel, what);
+		r.expect(0, len, seed + 1);
+		r.await(what);
+		seed += 2;
+	}
+
+	// FI_COMMIT_COMPLETE: no persistent memory on RDM yet.
+	{
+		r.reset();
+		fill_pattern(src.p, 64, seed);
+		expect_rc(writemsg1(a, to, src.p, 64, nullptr, r, 0, FI_COMMIT_COMPLETE | FI_COMPLETION, &ctx), -FI_EBADFLAGS,
+			  "fi_writemsg(FI_COMMIT_COMPLETE)");
+		expect_none(a, 200, "the refused FI_COMMIT_COMPLETE write");
+		r.check("the refused FI_COMMIT_COMPLETE write");
+	}
+	expect_none(b, 100, "the target of one-sided operations");
+
+	// FI_SELECTIVE_COMPLETION: only the calls with FI_COMPLETION report;
+	// the FI_WRITE and FI_READ counters count every operation.
+	{
+		RdmNodeOptions o;
+		o.cq_bind_flags = FI_SELECTIVE_COMPLETION;
+		o.write_cntr = o.read_cntr = true;
+		RdmNode s(ea, o);
+		connect_all({&s, &b});
+		const fi_addr_t sto = s.addr_of(b);
+		r.reset();
+		fi_context wc[4], rc[3];
+		uint8_t *p = src.p;
+		fill_pattern(p, 4 * KiB, seed);
+		post([&] { return fi_write(s.ep, p, 1000, nullptr, sto, r.addr(0), r.key(), &wc[0]); }, "fi_write");
+		post([&] { return writemsg1(s, sto, p + 1000, 1000, nullptr, r, 2000, FI_COMPLETION, &wc[1]); },
+		     "fi_writemsg(FI_COMPLETION)");
+		post([&] { return writemsg1(s, sto, p + 2000, 1000, nullptr, r, 4000, 0, &wc[2]); }, "fi_writemsg(0)");
+		post([&] { return fi_inject_write(s.ep, p + 3000, 64, sto, r.addr(6000), r.key()); }, "fi_inject_write");
+		post([&] { return fi_writedata(s.ep, p + 3100, 500, nullptr, 0x77, sto, r.addr(7000), r.key(), &wc[3]); },
+		     "fi_writedata");
+		r.expect(0, 1000, seed, 0);
+		r.expect(2000, 1000, seed, 1000);
+		r.expect(4000, 1000, seed, 2000);
+		r.expect(6000, 64, seed, 3000);
+		r.expect(7000, 500, seed, 3100);
+		expect_cntr(s.write_cntr, 5, "FI_WRITE counter, selective completion (the inject and fi_writedata too)");
+		r.await("writes with selective completion");
+		expect_remote_data(b, 0x77, 500, b.addr_of(s), r, "fi_writedata without a completion at the initiator");
+		// The reads, once the writes are in place.
+		uint8_t *bk = back.p;
+		memset(bk, kSentinel, 3 * 1024 + kSlack);
+		post([&] { return fi_read(s.ep, bk, 1000, nullptr, sto, r.addr(0), r.key(), &rc[0]); }, "fi_read");
+		post([&] { return readmsg1(s, sto, bk + 1024, 1000, nullptr, r, 2000, FI_COMPLETION, &rc[1]); },
+		     "fi_readmsg(FI_COMPLETION)");
+		post([&] { return readmsg1(s, sto, bk + 2048, 1000, nullptr, r, 4000, 0, &rc[2]); }, "fi_readmsg(0)");
+		expect_cntr(s.read_cntr, 3, "FI_READ counter, selective completion");
+		Expected e;
+		e.add(&wc[1], kWriteDone, "fi_writemsg(FI_COMPLETION)");
+		e.add(&rc[1], kReadDone, "fi_readmsg(FI_COMPLETION)");
+		e.wait(s);
+		expect_none(s, 300, "operations without FI_COMPLETION");
+		expect_pattern(bk, 1000, seed, "fi_read without a completion", 0);
+		expect_pattern(bk + 1024, 1000, seed, "fi_readmsg(FI_COMPLETION)", 1000);
+		expect_pattern(bk + 2048, 1000, seed, "fi_readmsg(0)", 2000);
+		expect_filled(bk + 3072, kSlack, kSentinel, "after the reads");
+		ck_assert_uint_eq(fi_cntr_read(s.write_cntr), 5);
+		ck_assert_uint_eq(fi_cntr_readerr(s.write_cntr), 0);
+		ck_assert_uint_eq(fi_cntr_readerr(s.read_cntr), 0);
+	}
+	expect_none(a);
+	expect_none(b, 100, "the target at the end");
+}
+END_TEST
+
+// ---------------------------------------------------------------------------
+// rdm_rma_events
+
+// A target with FI_RMA_EVENT counts the remote writes and reads of two
+// initiators (one of them not in its AV) on its endpoint's counters, and
+// per region on the counters bound to each region; it calls nothing but
+// fi_cntr_wait, from a thread of its own.
+START_TEST(rdm_rma_events_two_peers)
+{
+	RmaEnv et(FI_RMA_EVENT), ei;
+	ck_assert_msg(et.info->caps & FI_RMA_EVENT, "caps 0x%" PRIx64, et.info->caps);
+	Cntr aw(et), ar(et), bw(et), br(et); // the regions' counters
+	RdmNodeOptions topt;
+	topt.remote_write_cntr = topt.remote_read_cntr = true;
+	RdmNode t(et, topt), i1(ei), i2(ei);
+	t.insert(i1); // i2 stays unknown to t
+	const fi_addr_t to[2] = {i1.insert(t), i2.insert(t)};
+	RdmNode *in[2] = {&i1, &i2};
+	Mem ra(64 * KiB), rb(64 * KiB);
+	ra.reg(et, kRemoteAccess, FI_RMA_EVENT);
+	rb.reg(et, kRemoteAccess, FI_RMA_EVENT);
+	ck_assert_int_eq(fi_mr_bind(ra.mr, &aw.c->fid, FI_REMOTE_WRITE), 0);
+	ck_assert_int_eq(fi_mr_bind(ra.mr, &ar.c->fid, FI_REMOTE_READ), 0);
+	ck_assert_int_eq(fi_mr_bind(rb.mr, &bw.c->fid, FI_REMOTE_WRITE), 0);
+	ck_assert_int_eq(fi_mr_bind(rb.mr, &br.c->fid, FI_REMOTE_READ), 0);
+	ck_assert_int_eq(fi_mr_enable(ra.mr), 0);
+	ck_assert_int_eq(fi_mr_enable(rb.mr), 0);
+
+	// Per initiator k, in its own 32 KiB of each region: 4 fi_write to a,
+	// 2 to b, 1 fi_inject_write to a, 1 fi_writemsg over a and b (N = 8
+	// writes: a 6, b 3); 2 fi_read from a, 1 from b (M = 3 reads: a 2,
+	// b 1), of bytes the CPU put there first.
+	constexpr uint64_t kWrites = 8, kReads = 3;
+	struct Wait {
+		fid_cntr *c;
+		uint64_t want;
+		const char *what;
+		int rc = 1;
+	};
+	Wait waits[6] = {{t.remote_write_cntr, 2 * kWrites, "the endpoint's FI_REMOTE_WRITE counter"},
+			 {t.remote_read_cntr, 2 * kReads, "the endpoint's FI_REMOTE_READ counter"},
+			 {aw.c, 2 * 6, "region a's FI_REMOTE_WRITE counter"},
+			 {ar.c, 2 * 2, "region a's FI_REMOTE_READ counter"},
+			 {bw.c, 2 * 3, "region b's FI_REMOTE_WRITE counter"},
+			 {br.c, 2 * 1, "region b's FI_REMOTE_READ counter"}};
+	for (int k = 0; k < 2; k++) {
+		ra.put(k * 32 * KiB + 28 * KiB, 1000, 200 + k);
+		rb.put(k * 32 * KiB + 28 * KiB, 500, 210 + k);
+	}
+	std::vector<uint8_t> src[2], back[2];
+	for (int k = 0; k < 2; k++) {
+		src[k].resize(16 * KiB);
+		fill_pattern(src[k].data(), src[k].size(), 220 + k);
+		back[k].assign(3 * 1024 + kSlack, kSentinel);
+	}
+	fi_context wctx[2][7], rctx[2][3];
+
+	// The target's thread: nothing but fi_cntr_wait, which progresses it.
+	std::atomic<bool> waiting{false};
+	std::thread waiter([&] {
+		waiting = true;
+		for (Wait &w : waits)
+			w.rc = fi_cntr_wait(w.c, w.want, 10000);
+	});
+	while (!waiting)
+		std::this_thread::yield();
+
+	// This thread reads the initiators' CQs only (the target's belongs to
+	// the waiter).
+	Expected e;
+	for (int k = 0; k < 2; k++) {
+		RdmNode &n = *in[k];
+		const size_t base = k * 32 * KiB;
+		const uint8_t *s = src[k].data();
+		for (int j = 0; j < 4; j++) {
+			post([&] { return fi_write(n.ep, s + j * 2000, 2000, nullptr, to[k], ra.addr(base + j * 4096), ra.key(), &wctx[k][j]); },
+			     "fi_write to region a", &n);
+			ra.expect(base + j * 4096, 2000, 220 + k, j * 2000);
+		}
+		for (int j = 0; j < 2; j++) {
+			post([&] { return fi_write(n.ep, s + 8000 + j * 1000, 1000, nullptr, to[k], rb.addr(base + j * 4096), rb.key(), &wctx[k][4 + j]); },
+			     "fi_write to region b", &n);
+			rb.expect(base + j * 4096, 1000, 220 + k, 8000 + j * 1000);
+		}
+		post([&] { return fi_inject_write(n.ep, s + 10000, 64, to[k], ra.addr(base + 20000), ra.key()); },
+		     "fi_inject_write to region a", &n);
+		ra.expect(base + 20000, 64, 220 + k, 10000);
+		{
+			iovec iov{const_cast<uint8_t *>(s) + 11000, 600};
+			fi_rma_iov rma[2] = {{ra.addr(base + 24000), 300, ra.key()}, {rb.addr(base + 24000), 300, rb.key()}};
+			fi_msg_rma m{};
+			m.msg_iov = &iov;
+			m.iov_count = 1;
+			m.addr = to[k];
+			m.rma_iov = rma;
+			m.rma_iov_count = 2;
+			m.context = &wctx[k][6];
+			post([&] { return fi_writemsg(n.ep, &m, FI_COMPLETION); }, "fi_writemsg over regions a and b", &n);
+			ra.expect(base + 24000, 300, 220 + k, 11000);
+			rb.expect(base + 24000, 300, 220 + k, 11300);
+		}
+		uint8_t *bk = back[k].data();
+		for (int j = 0; j < 2; j++)
+			post([&] { return fi_read(n.ep, bk + j * 1024, 1000, nullptr, to[k], ra.addr(base + 28 * KiB), ra.key(), &rctx[k][j]); },
+			     "fi_read from region a", &n);
+		post([&] { return fi_read(n.ep, bk + 2048, 500, nullptr, to[k], rb.addr(base + 28 * KiB), rb.key(), &rctx[k][2]); },
+		     "fi_read from region b", &n);
+		for (int j = 0; j < 7; j++)
+			e.add(&wctx[k][j], kWriteDone, "initiator " + std::to_string(k + 1) + " write " + std::to_string(j));
+		for (int j = 0; j < 3; j++)
+			e.add(&rctx[k][j], kReadDone, "initiator " + std::to_string(k + 1) + " read " + std::to_string(j));
+	}
+	e.wait_alone({&i1, &i2}, 2 * kTimeoutMs);
+	waiter.join();
+
+	for (const Wait &w : waits)
+		ck_assert_msg(w.rc == 0, "%s: fi_cntr_wait(%" PRIu64 ", 10000 ms) gave %d (%s) at %" PRIu64, w.what, w.want,
+			      w.rc, err_name(w.rc), fi_cntr_read(w.c));
+	settle(100);
+	for (const Wait &w : waits) {
+		ck_assert_msg(fi_cntr_read(w.c) == w.want, "%s: %" PRIu64 ", expected exactly %" PRIu64, w.what,
+			      fi_cntr_read(w.c), w.want);
+		ck_assert_msg(fi_cntr_readerr(w.c) == 0, "%s: %" PRIu64 " errors", w.what, fi_cntr_readerr(w.c));
+	}
+	ra.check("region a");
+	rb.check("region b");
+	for (int k = 0; k < 2; k++) {
+		expect_pattern(back[k].data(), 1000, 200 + k, "fi_read from region a");
+		expect_pattern(back[k].data() + 1024, 1000, 200 + k, "fi_read from region a");
+		expect_pattern(back[k].data() + 2048, 500, 210 + k, "fi_read from region b");
+		expect_filled(back[k].data() + 2548, kSlack, kSentinel, "after the reads");
+	}
+	// Counters only: nothing on the target's CQ.
+	expect_none(t, 200, "the FI_RMA_EVENT target");
+	expect_none(i1);
+	expect_none(i2);
+}
+END_TEST
+
+// ---------------------------------------------------------------------------
+// rdm_rma_errors
+
+// What the target's device refuses: an error entry with the context, the
+// target memory untouched; the next good write to the peer succeeds.
+START_TEST(rdm_rma_remote_errors)
+{
+	RmaEnv env;
+	RdmNode a(env), b(env);
+	connect_all({&a, &b});
+	const fi_addr_t to = a.addr_of(b);
+	Mem good(64 * KiB), ro(4096), gone(4096);
+	good.reg(env, kRemoteAccess);
+	ro.reg(env, FI_REMOTE_READ);
+	gone.reg(env, kRemoteAccess);
+	const uint64_t gone_key = gone.key(), gone_addr = gone.addr();
+	gone.close_mr();
+	const uint64_t bad_key = good.key() ^ 0x00ffff00ULL;
+	ck_assert_uint_ne(bad_key, good.key());
+	ck_assert_uint_ne(bad_key, ro.key());
+	Mem src(64 * KiB), back(64 * KiB);
+	fill_pattern(src.p, 64 * KiB, 150);
+	uint32_t seed = 160;
+	size_t good_off = 0;
+	auto check_all = [&](const char *what) {
+		good.check(what);
+		ro.check(what);
+		gone.check(what);
+	};
+	// A good write to the peer, at a fresh place each time.
+	auto good_write = [&](const char *what) {
+		std::vector<uint8_t> s(512);
+		fill_pattern(s.data(), 512, seed);
+		fi_context ctx;
+		post([&] { return fi_write(a.ep, s.data(), 512, nullptr, to, good.addr(good_off), good.key(), &ctx); }, what);
+		expect_ok(a, &ctx, kWriteDone, what);
+		good.expect(good_off, 512, seed++);
+		good_off += 1024;
+		good.await(what);
+		check_all(what);
+	};
+	good_write("the write before any error");
+
+	struct Case {
+		const char *what;
+		uint64_t addr;
+		size_t len;
+		uint64_t key;
+	};
+	const Case cases[] = {
+		{"a bad key", good.addr(0), 256, bad_key},
+		{"an address beyond the region's end", good.addr(64 * KiB - 100), 256, good.key()},
+		{"an address before the region", good.addr(0) - 64, 128, good.key()},
+		{"a region without FI_REMOTE_WRITE", ro.addr(0), 256, ro.key()},
+		{"a closed region", gone_addr, 256, gone_key},
+	};
+	for (const Case &c : cases) {
+		char what[96];
+		snprintf(what, sizeof what, "write with %s", c.what);
+		fi_context ctx;
+		post([&] { return fi_write(a.ep, src.p, c.len, nullptr, to, c.addr, c.key, &ctx); }, what);
+		const bool closed = c.key == gone_key;
+		fi_cq_err_entry err = expect_err(a, &ctx, closed ? 0 : FI_EACCES, what);
+		if (closed)
+			ck_assert_msg(err.err == FI_EACCES || err.err == FI_EIO, "%s: err %d (%s)", what, err.err,
+				      fi_strerror(err.err));
+		check_all(what);
+		snprintf(what, sizeof what, "the good write after a write with %s", c.what);
+		good_write(what);
+	}
+
+	// A read with a bad key, then a good read.
+	{
+		fi_context ctx;
+		post([&] { return fi_read(a.ep, back.p, 256, nullptr, to, good.addr(0), bad_key, &ctx); }, "read with a bad key");
+		expect_err(a, &ctx, FI_EACCES, "read with a bad key");
+		check_all("read with a bad key");
+		good.put(32 * KiB, 300, seed);
+		memset(back.p, kSentinel, 300 + kSlack);
+		post([&] { return fi_read(a.ep, back.p, 300, nullptr, to, good.addr(32 * KiB), good.key(), &ctx); },
+		     "the good read after a read with a bad key");
+		expect_ok(a, &ctx, kReadDone, "the good read after a read with a bad key");
+		expect_pattern(back.p, 300, seed++, "the good read after a read with a bad key");
+		expect_filled(back.p + 300, kSlack, kSentinel, "the good read after a read with a bad key");
+	}
+	good_write("the last write");
+	expect_none(a);
+	expect_none(b, 100, "the target of refused operations");
+}
+END_TEST
+
+// Calls refused at once with -FI_EINVAL or -FI_EBADFLAGS: nothing posted,
+// counted, written or completed.
+START_TEST(rdm_rma_bad_input)
+{
+	RmaEnv env;
+	RdmNodeOptions o;
+	o.write_cntr = o.read_cntr = true;
+	RdmNode a(env, o), b(env);
+	connect_all({&a, &b});
+	const fi_addr_t to = a.addr_of(b);
+	const size_t iov_limit = a.info->tx_attr->iov_limit, rma_limit = a.info->tx_attr->rma_iov_limit;
+	const size_t inj = a.info->tx_attr->inject_size;
+	Mem r(64 * KiB);
+	r.reg(env, kRemoteAccess);
+	std::vector<uint8_t> src(64 * KiB), back(64 * KiB + kSlack, kSentinel);
+	fill_pattern(src.data(), src.size(), 170);
+	fi_context ctx;
+	auto msg = [&](const iovec *iov, size_t n, const fi_rma_iov *rma, size_t rn) {
+		fi_msg_rma m{};
+		m.msg_iov = iov;
+		m.iov_count = n;
+		m.addr = to;
+		m.rma_iov = rma;
+		m.rma_iov_count = rn;
+		m.context = &ctx;
+		return m;
+	};
+
+	// NULL buffers with a length.
+	expect_rc(fi_write(a.ep, nullptr, 64, nullptr, to, r.addr(), r.key(), &ctx), -FI_EINVAL, "fi_write from NULL");
+	expect_rc(fi_read(a.ep, nullptr, 64, nullptr, to, r.addr(), r.key(), &ctx), -FI_EINVAL, "fi_read into NULL");
+	expect_rc(fi_inject_write(a.ep, nullptr, 8, to, r.addr(), r.key()), -FI_EINVAL, "fi_inject_write from NULL");
+	expect_rc(fi_writedata(a.ep, nullptr, 64, nullptr, 1, to, r.addr(), r.key(), &ctx), -FI_EINVAL,
+		  "fi_writedata from NULL");
+	{
+		iovec iov[2] = {{src.data(), 32}, {nullptr, 32}};
+		expect_rc(fi_writev(a.ep, iov, nullptr, 2, to, r.addr(), r.key(), &ctx), -FI_EINVAL,
+			  "fi_writev with a NULL piece of 32 bytes");
+		iov[0].iov_base = back.data();
+		expect_rc(fi_readv(a.ep, iov, nullptr, 2, to, r.addr(), r.key(), &ctx), -FI_EINVAL,
+			  "fi_readv with a NULL piece of 32 bytes");
+	}
+	// More local pieces than iov_limit.
+	{
+		std::vector<iovec> iov(iov_limit + 1);
+		for (size_t k = 0; k < iov.size(); k++)
+			iov[k] = {src.data() + k * 16, 16};
+		expect_rc(fi_writev(a.ep, iov.data(), nullptr, iov.size(), to, r.addr(), r.key(), &ctx), -FI_EINVAL,
+			  "fi_writev beyond iov_limit");
+		fi_rma_iov rma{r.addr(), 16 * iov.size(), r.key()};
+		fi_msg_rma m = msg(iov.data(), iov.size(), &rma, 1);
+		expect_rc(fi_writemsg(a.ep, &m, FI_COMPLETION), -FI_EINVAL, "fi_writemsg beyond iov_limit");
+		for (size_t k = 0; k < iov.size(); k++)
+			iov[k] = {back.data() + k * 16, 16};
+		expect_rc(fi_readv(a.ep, iov.data(), nullptr, iov.size(), to, r.addr(), r.key(), &ctx), -FI_EINVAL,
+			  "fi_readv beyond iov_limit");
+		expect_rc(fi_readmsg(a.ep, &m, FI_COMPLETION), -FI_EINVAL, "fi_readmsg beyond iov_limit");
+	}
+	// No remote segment, more than rma_iov_limit.
+	{
+		iovec iov{src.data(), 64};
+		fi_rma_iov one{r.addr(), 64, r.key()};
+		fi_msg_rma m = msg(&iov, 1, &one, 0);
+		expect_rc(fi_writemsg(a.ep, &m, FI_COMPLETION), -FI_EINVAL, "fi_writemsg with rma_iov_count 0");
+		iov.iov_base = back.data();
+		expect_rc(fi_readmsg(a.ep, &m, FI_COMPLETION), -FI_EINVAL, "fi_readmsg with rma_iov_count 0");
+		std::vector<fi_rma_iov> rma(rma_limit + 1);
+		for (size_t k = 0; k < rma.size(); k++)
+			rma[k] = {r.addr(k * 32), 16, r.key()};
+		iov = {src.data(), 16 * rma.size()};
+		m = msg(&iov, 1, rma.data(), rma.size());
+		expect_rc(fi_writemsg(a.ep, &m, FI_COMPLETION), -FI_EINVAL, "fi_writemsg beyond rma_iov_limit");
+		iov.iov_base = back.data();
+		expect_rc(fi_readmsg(a.ep, &m, FI_COMPLETION), -FI_EINVAL, "fi_readmsg beyond rma_iov_limit");
+	}
+	// More local bytes than the remote segments hold.
+	{
+		iovec iov{src.data(), 128};
+		fi_rma_iov rma{r.addr(), 64, r.key()};
+		fi_msg_rma m = msg(&iov, 1, &rma, 1);
+		expect_rc(fi_writemsg(a.ep, &m, FI_COMPLETION), -FI_EINVAL, "fi_writemsg of 128 bytes into 64");
+		iov.iov_base = back.data();
+		expect_rc(fi_readmsg(a.ep, &m, FI_COMPLETION), -FI_EINVAL, "fi_readmsg of 64 bytes into 128");
+		iovec three[3] = {{src.data(), 50}, {src.data() + 100, 50}, {src.data() + 200, 50}};
+		fi_rma_iov two[2] = {{r.addr(0), 64, r.key()}, {r.addr(1024), 64, r.key()}};
+		m = msg(three, 3, two, 2);
+		expect_rc(fi_writemsg(a.ep, &m, FI_COMPLETION), -FI_EINVAL, "fi_writemsg of 3 x 50 bytes into 2 x 64");
+	}
+	// Flags.
+	{
+		iovec iov{src.data(), 64};
+		fi_rma_iov rma{r.addr(), 64, r.key()};
+		fi_msg_rma m = msg(&iov, 1, &rma, 1);
+		expect_rc(fi_writemsg(a.ep, &m, FI_COMMIT_COMPLETE | FI_COMPLETION), -FI_EBADFLAGS,
+			  "fi_writemsg(FI_COMMIT_COMPLETE)");
+		expect_rc(fi_writemsg(a.ep, &m, FI_MULTI_RECV | FI_COMPLETION), -FI_EBADFLAGS,
+			  "fi_writemsg with an unknown flag (FI_MULTI_RECV)");
+		iov.iov_base = back.data();
+		expect_rc(fi_readmsg(a.ep, &m, FI_INJECT | FI_COMPLETION), -FI_EINVAL, "fi_readmsg(FI_INJECT)");
+		expect_rc(fi_readmsg(a.ep, &m, FI_REMOTE_CQ_DATA | FI_COMPLETION), -FI_EINVAL,
+			  "fi_readmsg(FI_REMOTE_CQ_DATA)");
+		expect_rc(fi_readmsg(a.ep, &m, FI_MULTI_RECV | FI_COMPLETION), -FI_EBADFLAGS,
+			  "fi_readmsg with an unknown flag (FI_MULTI_RECV)");
+	}
+	// Injection beyond inject_size.
+	{
+		std::vector<uint8_t> big(inj + 1);
+		fill_pattern(big.data(), big.size(), 171);
+		expect_rc(fi_inject_write(a.ep, big.data(), inj + 1, to, r.addr(), r.key()), -FI_EINVAL,
+			  "fi_inject_write of inject_size + 1 bytes");
+		expect_rc(fi_inject_writedata(a.ep, big.data(), inj + 1, 5, to, r.addr(), r.key()), -FI_EINVAL,
+			  "fi_inject_writedata of inject_size + 1 bytes");
+	}
+
+	// Nothing was posted.
+	expect_none(a, 300, "refused calls");
+	expect_none(b, 100, "the target of refused calls");
+	r.check("after the refused calls");
+	expect_filled(back.data(), back.size(), kSentinel, "the read buffer after the refused calls");
+	ck_assert_uint_eq(fi_cntr_read(a.write_cntr), 0);
+	ck_assert_uint_eq(fi_cntr_read(a.read_cntr), 0);
+	ck_assert_uint_eq(fi_cntr_readerr(a.write_cntr), 0);
+	ck_assert_uint_eq(fi_cntr_readerr(a.read_cntr), 0);
+	// The endpoint goes on: one good write, alone.
+	post([&] { return fi_write(a.ep, src.data(), 64, nullptr, to, r.addr(), r.key(), &ctx); }, "the good write");
+	expect_ok(a, &ctx, kWriteDone, "the good write after refused calls");
+	r.expect(0, 64, 170);
+	r.await("the good write after refused calls");
+	expect_cntr(a.write_cntr, 1, "FI_WRITE counter after refused calls");
+	ck_assert_uint_eq(fi_cntr_read(a.read_cntr), 0);
+	expect_none(a);
+	expect_none(b);
+}
+END_TEST
+
+Suite *rdm_rma_suite()
+{
+	Suite *s = suite_create("rdm_rma");
+	auto add = [&](const char *name, int timeout, std::initializer_list<const TTest *> tests) {
+		TCase *tc = tcase_create(name);
+		tcase_set_timeout(tc, timeout);
+		tcase_add_checked_fixture(tc, setup, nullptr);
+		for (const TTest *t : tests)
+			tcase_add_test(tc, t);
+		suite_add_tcase(s, tc);
+	};
+	add("rdm_rma_basic", 30, {rdm_rma_getinfo});
+	add("rdm_rma_data", 180,
+	    {rdm_rma_write_read_sizes, rdm_rma_vector, rdm_rma_inject, rdm_rma_writedata, rdm_rma_loopback});
+	add("rdm_rma_flags", 120, {rdm_rma_flags});
+	add("rdm_rma_events", 90, {rdm_rma_events_two_peers});
+	add("rdm_rma_errors", 120, {rdm_rma_remote_errors, rdm_rma_bad_input});
+	return s;
+}
