@@ -2,10 +2,13 @@
 //
 //  - vrma_bench_main.cpp    command line, usage, main
 //  - vrma_bench_common.cpp  errors, names, fi_getinfo, addresses
-//  - vrma_bench_msg.cpp     RMA over FI_EP_MSG (write, read, writedata,
-//                           inject_write; bw, lat, rate)
+//  - vrma_bench_msg.cpp     RMA (write, read, writedata, inject_write; bw,
+//                           lat, rate) over FI_EP_MSG, and over FI_EP_RDM
+//                           with the same measuring code
 //  - vrma_bench_rdm.cpp     two-sided messages (send, tagged) over FI_EP_RDM,
 //                           and over FI_EP_MSG as the floor RDM is held to
+//  - vrma_bench_ctl.cpp     the TCP control connection of the FI_EP_RDM runs
+//                           (and of the two-sided FI_EP_MSG ones)
 //  - vrma_bench_runner.cpp  what both modules share: a side's fabric objects
 //                           (Endpoint), the roles (server, client, loopback)
 //                           and the measuring of one size (ClientRunner)
@@ -186,9 +189,9 @@ private:
 	double ticks_per_us_ = 1000; // steady_clock stamps are in ns
 };
 
-// The RMA operations go over FI_EP_MSG (vrma_bench_msg.cpp); send and
-// tagged are two-sided messages (vrma_bench_rdm.cpp). The numeric values of
-// the RMA ones travel in the MSG module's connection data.
+// The RMA operations go over FI_EP_MSG or FI_EP_RDM (vrma_bench_msg.cpp);
+// send and tagged are two-sided messages (vrma_bench_rdm.cpp). The numeric
+// values of the RMA ones travel in the RMA module's connection data.
 enum class Op : uint8_t { write, read, writedata, inject_write, send, tagged };
 enum class Mode : uint8_t { bw, lat, rate };
 enum class Role { loopback, server, client };
@@ -235,7 +238,7 @@ struct Options {
 	bool port_given = false;
 	Op op = Op::write;
 	Mode mode = Mode::bw;
-	EpType ep_type = EpType::msg; // rdm for send/tagged unless -e says otherwise
+	EpType ep_type = EpType::msg; // rdm for send/tagged unless -e says otherwise; either for RMA
 	size_t window = 64;
 	std::vector<size_t> sizes; // empty: the mode's default
 	bool sizes_all = false;
@@ -309,6 +312,76 @@ inline uint8_t pattern_byte(size_t i, uint8_t salt)
 {
 	return static_cast<uint8_t>(i * 131 + (i >> 8) * 7 + salt);
 }
+
+// ---------------------------------------------------------------- control connection (vrma_bench_ctl.cpp)
+
+// A TCP connection between server and client of the runs whose endpoints
+// have no connection data of their own (FI_EP_RDM; and the two-sided runs
+// over FI_EP_MSG): it carries the fabric addresses and the set-up, never
+// anything inside a timed section. Both ends are this program, on hosts of
+// the same byte order: records go as they are in memory.
+class Socket {
+public:
+	Socket() = default;
+	explicit Socket(int fd) : fd_(fd) {}
+	Socket(const Socket &) = delete;
+	Socket &operator=(const Socket &) = delete;
+	Socket(Socket &&o) noexcept : fd_(o.fd_) { o.fd_ = -1; }
+	Socket &operator=(Socket &&o) noexcept
+	{
+		std::swap(fd_, o.fd_);
+		return *this;
+	}
+	~Socket();
+	int fd() const { return fd_; }
+
+private:
+	int fd_ = -1;
+};
+
+// Every hello over the control connection starts with this header: the
+// magic says which module sent it, so that a client and a server started
+// for different modules say so instead of misreading each other's records.
+struct CtlHeader {
+	uint32_t magic;
+	uint32_t version;
+};
+constexpr uint32_t kCtlMagicTwoSided = 0x76627432; // "vbt2": vrma_bench_rdm.cpp
+constexpr uint32_t kCtlMagicRma = 0x76627231;      // "vbr1": RMA over FI_EP_RDM, vrma_bench_msg.cpp
+// The longest fabric address (fi_getname) a hello carries.
+constexpr size_t kMaxAddr = 256;
+
+// Called while a control read waits: the side keeps its fabric progressing
+// (manual progress: a peer's completion may need our reads of the CQ).
+using Idle = std::function<void()>;
+
+// Listens on host (nullptr: every address) and port ("0": any free one);
+// returns the socket and the port taken.
+Socket tcp_listen(const char *host, const std::string &port, std::string &bound_port);
+// Waits until fd is readable; nothing to read (false) after `limit` seconds
+// (<= 0: never). Stops when the other side of a loopback run failed.
+bool wait_readable(int fd, double limit, const Idle &idle);
+Socket tcp_accept(const Socket &listener, const Idle &idle);
+// Connects, retrying while nothing listens yet (the server may start just
+// after the client) for up to `limit` seconds.
+Socket tcp_connect(const std::string &host, const std::string &port, double limit);
+void send_all(const Socket &s, const void *buf, size_t len);
+void recv_all(const Socket &s, void *buf, size_t len, double limit, const char *what, const Idle &idle);
+// Receives the peer's hello, `len` bytes starting with a CtlHeader, into
+// `hello`. The header is read first: a hello of the other module fails with
+// what to change (after sending `mine` when `answer`, so that a peer still
+// waiting for our hello learns it too), another version fails as well.
+void recv_hello(const Socket &s, void *hello, size_t len, const CtlHeader &mine, bool answer, double limit,
+		const char *who, const Idle &idle);
+// Non-blocking: whether the peer closed the connection (or it broke).
+bool peer_hung_up(const Socket &s);
+
+// A wildcard IP address in a peer's fabric address (a provider that bound
+// to every address) becomes the address the control connection reached the
+// peer at.
+void fill_wildcard(uint32_t addr_format, uint8_t *addr, uint32_t addrlen, const Socket &s);
+// Host and port of an IP fabric address, for fi_getinfo's node and service.
+bool ip_node(uint32_t addr_format, const uint8_t *addr, uint32_t addrlen, std::string &host, std::string &port);
 
 // ---------------------------------------------------------------- one side's fabric objects (vrma_bench_runner.cpp)
 
@@ -462,8 +535,10 @@ struct RunInfo {
 	size_t window = 0;
 	std::string inject_flush; // how bw/rate injects are waited for
 	std::string sample_clock; // what timed the latency samples
-	// Two-sided runs only (empty for RMA, whose output has none of these).
-	std::string endpoint;      // "rdm" or "msg"
+	// "rdm" or "msg" for two-sided runs; "rdm" for RMA over FI_EP_RDM,
+	// empty for RMA over FI_EP_MSG (whose output stays as it always was).
+	std::string endpoint;
+	// Two-sided runs only (RMA output has none of these).
 	std::string data_progress; // "manual", "auto", ...
 	size_t inject_size = 0;
 };
@@ -664,8 +739,8 @@ void print_row(const Row &row);
 void write_json(const std::string &path, const RunInfo &ri, const std::vector<Row> &rows);
 int plot(const Options &opt);
 
-// vrma_bench_msg.cpp: RMA over FI_EP_MSG.
-int run_msg(const Options &opt);
+// vrma_bench_msg.cpp: RMA over FI_EP_MSG or FI_EP_RDM.
+int run_rma(const Options &opt);
 
 // vrma_bench_rdm.cpp: two-sided messages over FI_EP_RDM or FI_EP_MSG.
 int run_two_sided(const Options &opt);

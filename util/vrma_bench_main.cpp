@@ -1,6 +1,7 @@
 // vrma_bench: benchmark of libfabric providers over the public API only:
-// RMA over FI_EP_MSG (vrma_bench_msg.cpp) and two-sided messages over
-// FI_EP_RDM or FI_EP_MSG (vrma_bench_rdm.cpp). This file: the command line.
+// RMA over FI_EP_MSG or FI_EP_RDM (vrma_bench_msg.cpp) and two-sided
+// messages over FI_EP_RDM or FI_EP_MSG (vrma_bench_rdm.cpp). This file: the
+// command line.
 
 #include "vrma_bench.h"
 
@@ -26,13 +27,16 @@ const char kUsage[] =
 	"  -p NAME               provider (vrma, verbs, tcp, ...)\n"
 	"  -d NAME               domain\n"
 	"  -P PORT               server port (default 47600; loopback: a free port unless given);\n"
-	"                        send/tagged: the TCP port of the control connection\n"
+	"                        -e rdm and send/tagged: the TCP port of the control connection\n"
 	"  --addr ADDR           address the server (or loopback) listens on (default: the provider's)\n"
 	"  -e msg|rdm            endpoint type (default: msg for the RMA operations, rdm for send and\n"
-	"                        tagged; -e msg -o send is the two-sided floor over FI_EP_MSG)\n"
+	"                        tagged; -e rdm alone means -o tagged; -e msg -o send is the\n"
+	"                        two-sided floor over FI_EP_MSG; -e rdm -o write measures RMA over\n"
+	"                        FI_EP_RDM as -e msg -o write does over FI_EP_MSG)\n"
 	"benchmark (client and loopback):\n"
-	"  -o OP                 RMA: write | read | writedata | inject_write (default write);\n"
-	"                        two-sided messages: tagged (fi_tsend/fi_trecv) | send (fi_send/fi_recv)\n"
+	"  -o OP                 RMA, over -e msg or -e rdm: write | read | writedata | inject_write\n"
+	"                        (default write); two-sided messages: tagged (fi_tsend/fi_trecv) |\n"
+	"                        send (fi_send/fi_recv)\n"
 	"  -m MODE               bw | lat | rate (default bw)\n"
 	"  -w N                  operations outstanding in bw and rate modes (default 64)\n"
 	"  -S all|N[,N...]       sizes in bytes (suffixes k, m: KiB, MiB); all: powers of two up to\n"
@@ -43,7 +47,7 @@ const char kUsage[] =
 	"                        bw and rate modes also run one window before calibrating)\n"
 	"  --duration SEC        time per size when -I is not given (default 1)\n"
 	"  --timeout SEC         give up after SEC without progress (default 30)\n"
-	"operation flags (start the server with the same --delivery-complete, --commit-complete, --fence):\n"
+	"RMA flags (start the server with the same --delivery-complete, --commit-complete, --fence):\n"
 	"  --delivery-complete   FI_DELIVERY_COMPLETE in tx op_flags and on every operation\n"
 	"  --commit-complete     FI_COMMIT_COMPLETE likewise, caps FI_RMA_PMEM\n"
 	"  --fence               FI_FENCE on every operation (caps FI_FENCE)\n"
@@ -59,10 +63,16 @@ const char kUsage[] =
 	"  --plot FILE.png       plot --json-in files with gnuplot (no benchmark run)\n"
 	"  --json-in FILE        a result file to plot (repeatable)\n"
 	"\n"
-	"lat mode: the client writes SIZE bytes into the server's buffer, the server waits for the\n"
-	"last byte (writedata: for the remote CQ data) and writes back; one-way latency = round\n"
+	"RMA lat mode: the client writes SIZE bytes into the server's buffer, the server waits for\n"
+	"the last byte (writedata: for the remote CQ data) and writes back; one-way latency = round\n"
 	"trip / 2 (read: one read's completion time). bw and rate modes keep -w operations\n"
 	"outstanding and check the data at the end of each size.\n"
+	"RMA over -e rdm: the same runs and checks as over -e msg, on an FI_EP_RDM endpoint (caps\n"
+	"FI_RMA and its four directions) with an FI_AV_TABLE address vector. The fabric addresses,\n"
+	"regions and keys go over a TCP connection to port -P (never timed); before the first\n"
+	"size, 100 untimed command round trips and a read make the connection (vrma's RDM endpoint\n"
+	"connects on the first operation). The server: -e rdm and any RMA -o (the client's counts),\n"
+	"e.g. vrma_bench -p vrma -e rdm -o write --server.\n"
 	"tagged and send: the server's fabric address reaches the client over a TCP connection to\n"
 	"port -P, which then carries the client's commands and the server's data check (never\n"
 	"timed); each side inserts the other into an FI_AV_TABLE address vector (FI_EP_RDM) or\n"
@@ -278,10 +288,8 @@ Options parse_args(int argc, char **argv)
 	// -e rdm alone means tagged messages; send and tagged alone mean RDM.
 	if (ep_type == EpType::rdm && !op_given)
 		opt.op = Op::tagged;
+	// RMA runs over either endpoint type (-e msg by default).
 	opt.ep_type = ep_type.value_or(is_two_sided(opt.op) ? EpType::rdm : EpType::msg);
-	if (opt.ep_type == EpType::rdm && !is_two_sided(opt.op))
-		usage_error("-e rdm measures two-sided messages (-o tagged or -o send), not -o %s",
-			    op_name(opt.op));
 	if (is_two_sided(opt.op) && opt.flags)
 		usage_error("--%s applies to the RMA operations, not to -o %s",
 			    flags_name(opt.flags).substr(0, flags_name(opt.flags).find(',')).c_str(),
@@ -306,7 +314,7 @@ int main(int argc, char **argv)
 		const Options opt = parse_args(argc, argv);
 		if (!opt.plot_out.empty())
 			return plot(opt);
-		return is_two_sided(opt.op) ? run_two_sided(opt) : run_msg(opt);
+		return is_two_sided(opt.op) ? run_two_sided(opt) : run_rma(opt);
 	} catch (const BenchError &e) {
 		return e.status;
 	} catch (const std::exception &e) {

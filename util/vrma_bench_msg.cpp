@@ -1,13 +1,24 @@
 // vrma_bench: RMA bandwidth, latency and message-rate benchmark for any
-// libfabric provider offering FI_EP_MSG endpoints with FI_RMA (vrma, verbs,
-// tcp). It uses the public libfabric API only.
+// libfabric provider offering FI_RMA on FI_EP_MSG endpoints (vrma, verbs,
+// tcp) or on FI_EP_RDM endpoints (-e rdm: vrma's own, "verbs;ofi_rxm",
+// tcp). It uses the public libfabric API only. The two endpoint types
+// differ only in how the sides find each other and part; every measured
+// operation, command and check is the same code, so that `-e msg -o write`
+// and `-e rdm -o write` numbers compare.
 //
 // Protocol between client and server (both ends are this program, on hosts
 // of the same byte order):
-//  - fi_connect and fi_accept carry a CmData each way: the region's remote
-//    address (0 without FI_MR_VIRT_ADDR: addresses are then offsets), its
-//    key and the size of its data areas; the client adds the operation, the
-//    mode and the flags, which the server takes over for its own writes.
+//  - A CmData goes each way: the region's remote address (0 without
+//    FI_MR_VIRT_ADDR: addresses are then offsets), its key and the size of
+//    its data areas; the client adds the operation, the mode and the flags,
+//    which the server takes over for its own writes. FI_EP_MSG: fi_connect
+//    and fi_accept carry it. FI_EP_RDM: the TCP control connection to port
+//    -P (vrma_bench_ctl.cpp) does, as the two-sided runs carry their fabric
+//    addresses: the server's RmaHello (its fabric address), the client's
+//    (its address and CmData), the server's RmaAnswer (its CmData, or why
+//    it refuses); each side inserts the other into an FI_AV_TABLE address
+//    vector. Nothing else goes over that connection until the client is
+//    done.
 //  - Each side registers one region: a tx area and an rx area of data_size
 //    bytes each, then a control area. Writes go from the local tx area to
 //    the peer's rx area; reads from the peer's tx area into the local rx
@@ -16,7 +27,19 @@
 //    server's control area. The server polls the record's last 8 bytes
 //    (seq) and answers by writing seq into the client's ack slot. Like the
 //    latency ping-pong's last-byte polling, this relies on the last bytes
-//    of a write being placed last, which RC devices and tcp do.
+//    of a write being placed last, which RC devices and tcp do (over
+//    FI_EP_RDM: the provider's connection to the peer, an RC queue pair or
+//    a TCP stream, for vrma, ofi_rxm and tcp).
+//  - FI_EP_RDM endpoints connect on the first operation to a peer (vrma's,
+//    ofi_rxm's): before the first size the client makes kWarmupRoundTrips
+//    untimed command round trips and one read, so that no connection set-up
+//    falls into a calibration or a measured run (FI_EP_MSG connects in
+//    fi_connect, before any of that too).
+//  - The end: the client's quit command, acked; FI_EP_MSG: fi_shutdown.
+//    FI_EP_RDM: the client closes its fabric objects, then the control
+//    connection; the server closes its own after that end-of-file (as the
+//    two-sided runs do: ofi_rxm over verbs crashed in fi_close when both
+//    sides closed at once).
 
 #include "vrma_bench.h"
 
@@ -42,11 +65,18 @@ uint64_t completion_op_flags(uint8_t flags)
 	       ((flags & kFlagCommit) ? FI_COMMIT_COMPLETE : 0);
 }
 
-InfoPtr make_hints(const Options &opt)
+// FI_RMA on FI_EP_MSG (as it always asked); on FI_EP_RDM the directions
+// spelled out, since nothing else (FI_MSG) is asked for.
+constexpr uint64_t kRdmRmaCaps = FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
+
+// addr_format: FI_EP_RDM clients ask in the format of the server's address.
+InfoPtr make_hints(const Options &opt, uint32_t addr_format)
 {
+	const bool rdm = opt.ep_type == EpType::rdm;
 	InfoPtr hints = alloc_hints();
-	hints->ep_attr->type = FI_EP_MSG;
-	hints->caps = FI_RMA;
+	hints->ep_attr->type = rdm ? FI_EP_RDM : FI_EP_MSG;
+	hints->caps = rdm ? kRdmRmaCaps : FI_RMA;
+	hints->addr_format = addr_format;
 	if (opt.flags & kFlagCommit)
 		hints->caps |= FI_RMA_PMEM;
 	if (opt.flags & kFlagFence)
@@ -65,7 +95,8 @@ InfoPtr make_hints(const Options &opt)
 
 std::string hints_text(const Options &opt)
 {
-	std::string caps = "FI_RMA";
+	const bool rdm = opt.ep_type == EpType::rdm;
+	std::string caps = rdm ? "FI_RMA|FI_READ|FI_WRITE|FI_REMOTE_READ|FI_REMOTE_WRITE" : "FI_RMA";
 	if (opt.flags & kFlagCommit)
 		caps += "|FI_RMA_PMEM";
 	if (opt.flags & kFlagFence)
@@ -75,15 +106,16 @@ std::string hints_text(const Options &opt)
 		op_flags = "FI_DELIVERY_COMPLETE";
 	if (opt.flags & kFlagCommit)
 		op_flags += op_flags.empty() ? "FI_COMMIT_COMPLETE" : "|FI_COMMIT_COMPLETE";
-	return "FI_EP_MSG, FI_THREAD_DOMAIN, caps " + caps + ", tx op_flags " +
-	       (op_flags.empty() ? "0" : op_flags);
+	return std::string(rdm ? "FI_EP_RDM" : "FI_EP_MSG") + ", FI_THREAD_DOMAIN, caps " + caps +
+	       ", tx op_flags " + (op_flags.empty() ? "0" : op_flags);
 }
 
 // The first fi_info the provider offers for the options; a refusal is "not
 // supported" (exit status 2).
-InfoPtr get_info(const Options &opt, const char *node, const char *service, uint64_t flags)
+InfoPtr get_info(const Options &opt, const char *node, const char *service, uint64_t flags,
+		 uint32_t addr_format = FI_FORMAT_UNSPEC)
 {
-	InfoPtr hints = make_hints(opt);
+	InfoPtr hints = make_hints(opt, addr_format);
 	return first_info(opt, hints.get(), hints_text(opt), node, service, flags);
 }
 
@@ -104,6 +136,28 @@ struct CmData {
 };
 static_assert(sizeof(CmData) == 32, "CmData is sent as is");
 
+// FI_EP_RDM: what the control connection carries in place of the CM's.
+constexpr uint32_t kRmaCtlVersion = 1;
+
+// The server's first hello (cm not yet filled: its region waits for the
+// client's sizes), and the client's hello (cm as fi_connect carries it).
+struct RmaHello {
+	CtlHeader header; // kCtlMagicRma, kRmaCtlVersion
+	uint32_t addr_format;
+	uint32_t addrlen;
+	uint8_t addr[kMaxAddr]; // fi_getname of the endpoint
+	CmData cm;
+};
+
+// The server's answer to the client's hello: cm as fi_accept carries it,
+// or why the server refuses (status: the exit status it ends with).
+struct RmaAnswer {
+	int32_t status;
+	uint32_t reserved;
+	CmData cm;
+	char text[224];
+};
+
 // Control area, after the two data areas; offsets keep every slot 8-byte
 // aligned (they are read through atomic_ref).
 constexpr size_t kCtrlCmdIn = 0;     // Command written by the client
@@ -116,6 +170,11 @@ constexpr size_t kCtrlBytes = 384;
 
 constexpr uint64_t kCmdLat = 1;  // ping-pong `count` times with `size` bytes
 constexpr uint64_t kCmdQuit = 2; // the client is done
+constexpr uint64_t kCmdPing = 3; // acked, nothing else: the FI_EP_RDM warm-up
+
+// FI_EP_RDM: the connection warm-up's command round trips (the two-sided
+// runs make as many untimed round trips).
+constexpr uint64_t kWarmupRoundTrips = 100;
 
 struct Command {
 	uint64_t kind;
@@ -126,6 +185,11 @@ struct Command {
 
 constexpr uint8_t kServerSalt = 0xa5;
 
+// The server's operation slots; the most receives that remote CQ data
+// consumes a side keeps posted (FI_RX_CQ_DATA).
+constexpr size_t kServerTxSlots = 16;
+constexpr size_t kMaxRxCqData = 256;
+
 // ---------------------------------------------------------------- one endpoint
 
 // One side of a connection: the Endpoint's fabric objects, region and
@@ -135,6 +199,10 @@ public:
 	Side(const Options &opt, bool is_client) : Endpoint(opt, is_client) {}
 
 protected:
+	const bool rdm_ = opt_.ep_type == EpType::rdm;
+	// The peer as every operation names it: FI_EP_RDM, its index in the
+	// address vector; FI_EP_MSG ignores it (0).
+	fi_addr_t peer_addr_ = 0;
 	size_t data_size_ = 0;
 	bool virt_addr_ = false;
 	uint64_t peer_base_ = 0;
@@ -180,23 +248,16 @@ protected:
 		selective_ = is_client_ && op == Op::inject_write && use_msg_;
 	}
 
-	// Completion queue, counter, region, MR and the enabled endpoint.
+	// Completion queue, counter, region, MR and the enabled endpoint, once
+	// the operation (set_operation) and data_size_ are known. An FI_EP_RDM
+	// server, whose endpoint must exist before a client tells them, takes
+	// the same steps in two goes (RdmServer).
 	void setup_endpoint(fi_info *info, size_t tx_slots, uint64_t requested_key)
 	{
 		inject_size_ = info->tx_attr->inject_size;
 		max_msg_size_ = info->ep_attr->max_msg_size;
-		rx_posts_ = op_ == Op::writedata &&
-			    ((info->mode | info->rx_attr->mode) & FI_RX_CQ_DATA);
-		const size_t rx_depth = rx_posts_ ? std::clamp<size_t>(info->rx_attr->size, 1, 256) : 0;
-
-		fi_cq_attr cq_attr{};
-		cq_attr.size = tx_slots + rx_depth + 64;
-		cq_attr.format = FI_CQ_FORMAT_DATA;
-		cq_attr.wait_obj = FI_WAIT_NONE;
-		int rc = fi_cq_open(domain_.get(), &cq_attr, cq_.out(), nullptr);
-		if (rc)
-			fail_call("fi_cq_open", rc);
-
+		const size_t rx_depth = plan_rx_cq_data(info);
+		open_cq(tx_slots + rx_depth + 64);
 		if (is_client_ && op_ == Op::inject_write && info->domain_attr->cntr_cnt > 0) {
 			fi_cntr_attr cntr_attr{};
 			cntr_attr.events = FI_CNTR_EVENTS_COMP;
@@ -204,26 +265,58 @@ protected:
 			if (fi_cntr_open(domain_.get(), &cntr_attr, cntr_.out(), nullptr))
 				cntr_.reset(); // injects are then flushed with a read
 		}
+		register_region(info, requested_key);
+		init_slots(tx_slots, rx_depth);
+		open_active(info);
+		post_rx_cq_data(rx_depth);
+	}
 
+	// Whether remote CQ data consumes receives we post (writedata under
+	// FI_RX_CQ_DATA; sets rx_posts_), and how many to keep posted.
+	size_t plan_rx_cq_data(const fi_info *info)
+	{
+		rx_posts_ = op_ == Op::writedata &&
+			    ((info->mode | info->rx_attr->mode) & FI_RX_CQ_DATA);
+		return rx_posts_ ? std::clamp<size_t>(info->rx_attr->size, 1, kMaxRxCqData) : 0;
+	}
+
+	void open_cq(size_t entries)
+	{
+		fi_cq_attr cq_attr{};
+		cq_attr.size = entries;
+		cq_attr.format = FI_CQ_FORMAT_DATA;
+		cq_attr.wait_obj = FI_WAIT_NONE;
+		const int rc = fi_cq_open(domain_.get(), &cq_attr, cq_.out(), nullptr);
+		if (rc)
+			fail_call("fi_cq_open", rc);
+	}
+
+	// The region (tx and rx areas of data_size_, the control area),
+	// registered for every access.
+	void register_region(const fi_info *info, uint64_t requested_key)
+	{
 		const size_t len = alloc_region(2 * data_size_ + kCtrlBytes);
-		rc = fi_mr_reg(domain_.get(), base_, len,
-			       FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE, 0, requested_key,
-			       0, mr_.out(), nullptr);
+		const int rc = fi_mr_reg(domain_.get(), base_, len,
+					 FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE, 0, requested_key,
+					 0, mr_.out(), nullptr);
 		if (rc)
 			fail_call("fi_mr_reg", rc);
 		desc_ = fi_mr_desc(mr_.get());
 		if (fi_mr_key(mr_.get()) == FI_KEY_NOTAVAIL)
 			fail(kExitUnsupported, "fi_mr_key: the key is not available (FI_MR_RAW): not supported");
 		virt_addr_ = info->domain_attr->mr_mode & FI_MR_VIRT_ADDR;
+	}
 
-		init_slots(tx_slots, rx_depth);
-
-		rc = fi_endpoint(domain_.get(), info, ep_.out(), nullptr);
+	// The endpoint, bound to the event queue (FI_EP_MSG) or the address
+	// vector (FI_EP_RDM), the CQ and the counter, and enabled.
+	void open_active(fi_info *info)
+	{
+		int rc = fi_endpoint(domain_.get(), info, ep_.out(), nullptr);
 		if (rc)
 			fail_call("fi_endpoint", rc);
-		rc = fi_ep_bind(ep_.get(), &eq_.get()->fid, 0);
+		rc = rdm_ ? fi_ep_bind(ep_.get(), &av_.get()->fid, 0) : fi_ep_bind(ep_.get(), &eq_.get()->fid, 0);
 		if (rc)
-			fail_call("fi_ep_bind(eq)", rc);
+			fail_call(rdm_ ? "fi_ep_bind(av)" : "fi_ep_bind(eq)", rc);
 		rc = fi_ep_bind(ep_.get(), &cq_.get()->fid,
 				FI_TRANSMIT | FI_RECV | (selective_ ? FI_SELECTIVE_COMPLETION : 0));
 		if (rc)
@@ -236,12 +329,67 @@ protected:
 		rc = fi_enable(ep_.get());
 		if (rc)
 			fail_call("fi_enable", rc);
-		if (rx_posts_) {
-			rx_repost_pending_ = rx_depth;
-			repost_rx();
-			if (rx_repost_pending_)
-				fail(kExitError, "fi_recv: the endpoint took only %zu of %zu receives",
-				     rx_depth - rx_repost_pending_, rx_depth);
+	}
+
+	// Posts the rx_depth receives that remote CQ data consumes (rx_posts_).
+	void post_rx_cq_data(size_t rx_depth)
+	{
+		if (!rx_posts_)
+			return;
+		rx_repost_pending_ = rx_depth;
+		repost_rx();
+		if (rx_repost_pending_)
+			fail(kExitError, "fi_recv: the endpoint took only %zu of %zu receives",
+			     rx_depth - rx_repost_pending_, rx_depth);
+	}
+
+	// FI_EP_RDM: the address vector (FI_AV_TABLE: the peer is index 0).
+	void open_av()
+	{
+		fi_av_attr av_attr{};
+		av_attr.type = FI_AV_TABLE;
+		av_attr.count = 2;
+		const int rc = fi_av_open(domain_.get(), &av_attr, av_.out(), nullptr);
+		if (rc)
+			fail_call("fi_av_open(FI_AV_TABLE)", rc);
+	}
+
+	// FI_EP_RDM: the peer's fabric address (from its hello) into the
+	// address vector; every operation names it by peer_addr_.
+	void insert_peer(const uint8_t *addr)
+	{
+		const int n = fi_av_insert(av_.get(), addr, 1, &peer_addr_, 0, nullptr);
+		if (n != 1)
+			fail(kExitError, "%s: fi_av_insert of the peer's address: %s (%d)", who(),
+			     n < 0 ? fi_strerror(-n) : "not inserted", n);
+	}
+
+	// FI_EP_RDM: our hello, with our endpoint's fabric address; cm empty.
+	RmaHello my_hello() const
+	{
+		RmaHello h{};
+		h.header = CtlHeader{kCtlMagicRma, kRmaCtlVersion};
+		h.addr_format = info_->addr_format;
+		size_t len = sizeof h.addr;
+		const int rc = fi_getname(&ep_.get()->fid, h.addr, &len);
+		if (rc == -FI_ETOOSMALL)
+			fail(kExitUnsupported, "the provider's addresses are %zu bytes, vrma_bench carries %zu: not supported",
+			     len, sizeof h.addr);
+		if (rc)
+			fail_call("fi_getname", rc);
+		h.addrlen = static_cast<uint32_t>(len);
+		return h;
+	}
+
+	// FI_EP_RDM: progresses for `seconds`, so that the provider's own
+	// messages (acknowledgements, connection teardown) get done while both
+	// sides still exist.
+	void linger(double seconds)
+	{
+		const auto start = Clock::now();
+		while (seconds_since(start) < seconds) {
+			progress();
+			usleep(100);
 		}
 	}
 
@@ -265,6 +413,11 @@ protected:
 			return std::nullopt;
 		CmData d;
 		memcpy(&d, entry_buf + sizeof(fi_eq_cm_entry), sizeof d);
+		return valid_cm_data(d);
+	}
+
+	static std::optional<CmData> valid_cm_data(const CmData &d)
+	{
 		if (d.magic != kCmMagic || d.version != kCmVersion)
 			return std::nullopt;
 		return d;
@@ -313,7 +466,7 @@ protected:
 		}
 	}
 
-	// Non-blocking: fails when the peer went away.
+	// FI_EP_MSG, non-blocking: fails when the peer went away.
 	void check_connection()
 	{
 		uint8_t buf[sizeof(fi_eq_cm_entry) + 256];
@@ -345,8 +498,8 @@ protected:
 			// Remote CQ data consumes receives in order: the next one to
 			// repost is the oldest consumed.
 			Slot &slot = rx_slots_[rx_next_ % rx_slots_.size()];
-			ssize_t rc = fi_recv(ep_.get(), base_ + ctrl_off() + kCtrlScratch, 8, desc_, 0,
-					     &slot.ctx);
+			ssize_t rc = fi_recv(ep_.get(), base_ + ctrl_off() + kCtrlScratch, 8, desc_,
+					     rdm_ ? FI_ADDR_UNSPEC : 0, &slot.ctx);
 			if (rc == -FI_EAGAIN)
 				return;
 			if (rc)
@@ -414,17 +567,17 @@ protected:
 			switch (op) {
 			case Op::write:
 				call = "fi_write";
-				return fi_write(ep_.get(), local, size, desc_, 0, remote, peer_key_, ctx);
+				return fi_write(ep_.get(), local, size, desc_, peer_addr_, remote, peer_key_, ctx);
 			case Op::read:
 				call = "fi_read";
-				return fi_read(ep_.get(), local, size, desc_, 0, remote, peer_key_, ctx);
+				return fi_read(ep_.get(), local, size, desc_, peer_addr_, remote, peer_key_, ctx);
 			case Op::writedata:
 				call = "fi_writedata";
-				return fi_writedata(ep_.get(), local, size, desc_, data, 0, remote, peer_key_,
-						    ctx);
+				return fi_writedata(ep_.get(), local, size, desc_, data, peer_addr_, remote,
+						    peer_key_, ctx);
 			case Op::inject_write:
 				call = "fi_inject_write";
-				return fi_inject_write(ep_.get(), local, size, 0, remote, peer_key_);
+				return fi_inject_write(ep_.get(), local, size, peer_addr_, remote, peer_key_);
 			case Op::send:
 			case Op::tagged:
 				break; // two-sided: never here (vrma_bench_rdm.cpp)
@@ -455,6 +608,7 @@ protected:
 		msg.iov_count = 1;
 		msg.rma_iov = &rma;
 		msg.rma_iov_count = 1;
+		msg.addr = peer_addr_;
 		msg.context = ctx;
 		msg.data = data;
 		return is_read ? fi_readmsg(ep_.get(), &msg, flags) : fi_writemsg(ep_.get(), &msg, flags);
@@ -540,9 +694,128 @@ protected:
 
 // ---------------------------------------------------------------- server
 
+// What both servers share: the client's request taking effect, and the
+// answering of its commands. MsgServer and RdmServer differ in how the
+// client reaches them and leaves.
 class Server : public Side, public BenchServer {
 public:
 	explicit Server(const Options &opt) : Side(opt, false) {}
+
+	// Answers commands until the client quits.
+	void serve() override
+	{
+		uint64_t last_seq = 0;
+		unsigned spins = 0;
+		const size_t cmd_off = ctrl_off() + kCtrlCmdIn;
+		for (;;) {
+			progress();
+			const uint64_t seq = load_u64(cmd_off + offsetof(Command, seq));
+			if (seq != last_seq) {
+				last_seq = seq;
+				Command cmd;
+				memcpy(&cmd, base_ + cmd_off, sizeof cmd);
+				if (cmd.kind == kCmdQuit) {
+					ack(seq);
+					finish();
+					return;
+				}
+				if (cmd.kind == kCmdPing) {
+					ack(seq);
+					continue;
+				}
+				if (cmd.kind != kCmdLat || cmd.size == 0 || cmd.size > data_size_)
+					fail(kExitError, "server: malformed command (kind %" PRIu64 ", size %" PRIu64 ")",
+					     cmd.kind, cmd.size);
+				store_u8(rx_off() + cmd.size - 1, 0);
+				// Counted before the ack: the client's first write may
+				// arrive, and be counted, while the ack is waited for.
+				const uint64_t seen = remote_data_count_;
+				ack(seq);
+				pong(cmd.size, cmd.count, seen);
+				continue;
+			}
+			if ((++spins & 4095) == 0) {
+				check_peer();
+				if (g_abort.load(std::memory_order_relaxed))
+					stop_quietly();
+			}
+		}
+	}
+
+protected:
+	// Non-blocking: fails when the client went away.
+	virtual void check_peer() = 0;
+	// After the answer to the client's quit: waits until the client is
+	// done with it before our objects close.
+	virtual void finish() = 0;
+
+	// Why the client's request (its CmData) cannot be served; nothing when
+	// it can.
+	std::optional<std::string> request_error(const CmData &peer) const
+	{
+		if ((peer.flags & kHintFlags) != (opt_.flags & kHintFlags))
+			return "the client runs with flags " + flags_name(peer.flags & kHintFlags) + ", the server with " +
+			       flags_name(opt_.flags & kHintFlags) +
+			       ": give both the same --delivery-complete/--commit-complete/--fence";
+		if (peer.op > static_cast<uint8_t>(Op::inject_write) || peer.mode > static_cast<uint8_t>(Mode::rate) ||
+		    peer.data_size == 0 || peer.data_size > kLargestSize || peer.data_size % 64)
+			return std::string("malformed connection request");
+		return std::nullopt;
+	}
+
+	// The client's request takes effect: its operation, mode and flags
+	// for our own writes, its sizes and region.
+	void take_request(const CmData &peer)
+	{
+		set_operation(static_cast<Op>(peer.op), static_cast<Mode>(peer.mode), peer.flags & ~kFlagMore);
+		data_size_ = peer.data_size;
+		peer_base_ = peer.base;
+		peer_key_ = peer.key;
+	}
+
+	// The data the client reads: our pattern in the tx area.
+	void fill_tx()
+	{
+		for (size_t i = 0; i < data_size_; ++i)
+			base_[tx_off() + i] = pattern_byte(i, kServerSalt);
+	}
+
+	void announce(uint8_t client_flags) const
+	{
+		if (opt_.role == Role::server)
+			fprintf(stderr, "vrma_bench: client connected%s: op %s, mode %s, flags %s\n",
+				rdm_ ? " (rdm)" : "", op_name(op_), mode_name(mode_), flags_name(client_flags).c_str());
+	}
+
+private:
+	void ack(uint64_t seq)
+	{
+		memcpy(base_ + ctrl_off() + kCtrlAckOut, &seq, sizeof seq);
+		rma_ctrl(true, ctrl_off() + kCtrlAckOut, ctrl_off() + kCtrlAckIn, sizeof seq,
+			 "the answer to the client");
+	}
+
+	// `seen`: remote CQ data entries counted before the command was acked.
+	void pong(size_t size, uint64_t count, uint64_t seen)
+	{
+		const size_t last = rx_off() + size - 1;
+		for (uint64_t i = 0; i < count; ++i) {
+			const uint8_t value = static_cast<uint8_t>(i % 255 + 1);
+			if (op_ == Op::writedata)
+				wait_remote_data(seen, value, "the client's write (remote CQ data)");
+			else
+				wait_byte(last, value, "the client's write");
+			base_[tx_off() + size - 1] = value;
+			post_data(op_, size, 0, value, op_completes(op_) ? acquire_tx() : nullptr);
+		}
+	}
+};
+
+// The server of an FI_EP_MSG run: listens with a passive endpoint; the
+// client's CmData comes with its connection request.
+class MsgServer final : public Server {
+public:
+	explicit MsgServer(const Options &opt) : Server(opt) {}
 
 	ListenAddress listen() override
 	{
@@ -605,83 +878,32 @@ public:
 			reject();
 			fail(kExitError, "server: the connection request does not come from vrma_bench %u", kCmVersion);
 		}
-		if ((peer->flags & kHintFlags) != (opt_.flags & kHintFlags)) {
+		if (const std::optional<std::string> why = request_error(*peer)) {
 			reject();
-			fail(kExitError,
-			     "server: the client runs with flags %s, the server with %s: give both the same --delivery-complete/--commit-complete/--fence",
-			     flags_name(peer->flags & kHintFlags).c_str(),
-			     flags_name(opt_.flags & kHintFlags).c_str());
+			fail(kExitError, "server: %s", why->c_str());
 		}
-		if (peer->op > static_cast<uint8_t>(Op::inject_write) ||
-		    peer->mode > static_cast<uint8_t>(Mode::rate) || peer->data_size == 0 ||
-		    peer->data_size > kLargestSize || peer->data_size % 64) {
-			reject();
-			fail(kExitError, "server: malformed connection request");
-		}
-		set_operation(static_cast<Op>(peer->op), static_cast<Mode>(peer->mode),
-			      peer->flags & ~kFlagMore);
-		data_size_ = peer->data_size;
-		peer_base_ = peer->base;
-		peer_key_ = peer->key;
+		take_request(*peer);
 
 		int rc = fi_domain(fabric_.get(), conn_info_.get(), domain_.out(), nullptr);
 		if (rc)
 			fail_call("fi_domain", rc);
-		setup_endpoint(conn_info_.get(), 16, 0x5e5e);
-		for (size_t i = 0; i < data_size_; ++i)
-			base_[tx_off() + i] = pattern_byte(i, kServerSalt);
+		setup_endpoint(conn_info_.get(), kServerTxSlots, 0x5e5e);
+		fill_tx();
 		const CmData mine = my_cm_data();
 		rc = fi_accept(ep_.get(), &mine, sizeof mine);
 		if (rc)
 			fail_call("fi_accept", rc);
 		wait_eq(FI_CONNECTED, &ep_.get()->fid, buf, sizeof buf, "the connection to complete",
 			opt_.timeout);
-		if (opt_.role == Role::server)
-			fprintf(stderr, "vrma_bench: client connected: op %s, mode %s, flags %s\n",
-				op_name(op_), mode_name(mode_), flags_name(peer->flags).c_str());
+		announce(peer->flags);
 	}
 
-	// Answers commands until the client quits.
-	void serve() override
-	{
-		uint64_t last_seq = 0;
-		unsigned spins = 0;
-		const size_t cmd_off = ctrl_off() + kCtrlCmdIn;
-		for (;;) {
-			progress();
-			const uint64_t seq = load_u64(cmd_off + offsetof(Command, seq));
-			if (seq != last_seq) {
-				last_seq = seq;
-				Command cmd;
-				memcpy(&cmd, base_ + cmd_off, sizeof cmd);
-				if (cmd.kind == kCmdQuit) {
-					ack(seq);
-					finish();
-					return;
-				}
-				if (cmd.kind != kCmdLat || cmd.size == 0 || cmd.size > data_size_)
-					fail(kExitError, "server: malformed command (kind %" PRIu64 ", size %" PRIu64 ")",
-					     cmd.kind, cmd.size);
-				store_u8(rx_off() + cmd.size - 1, 0);
-				// Counted before the ack: the client's first write may
-				// arrive, and be counted, while the ack is waited for.
-				const uint64_t seen = remote_data_count_;
-				ack(seq);
-				pong(cmd.size, cmd.count, seen);
-				continue;
-			}
-			if ((++spins & 4095) == 0) {
-				check_connection();
-				if (g_abort.load(std::memory_order_relaxed))
-					stop_quietly();
-			}
-		}
-	}
+protected:
+	void check_peer() override { check_connection(); }
 
-private:
 	// The client shuts down after our last answer; closing first could make
 	// it miss that answer.
-	void finish()
+	void finish() override
 	{
 		uint8_t buf[sizeof(fi_eq_cm_entry) + 256];
 		const auto start = Clock::now();
@@ -697,62 +919,159 @@ private:
 		}
 	}
 
+private:
 	void reject()
 	{
 		int rc = fi_reject(pep_.get(), conn_info_->handle, nullptr, 0);
 		if (rc)
 			fprintf(stderr, "vrma_bench: fi_reject: %s (%d)\n", fi_strerror(-rc), rc);
 	}
+};
 
-	void ack(uint64_t seq)
+// The server of an FI_EP_RDM run: its endpoint exists from listen() on
+// (the client needs its fabric address first), its region only once the
+// client's hello gave the sizes.
+class RdmServer final : public Server {
+public:
+	explicit RdmServer(const Options &opt) : Server(opt) {}
+
+	// Opens the endpoint and the control listener.
+	ListenAddress listen() override
 	{
-		memcpy(base_ + ctrl_off() + kCtrlAckOut, &seq, sizeof seq);
-		rma_ctrl(true, ctrl_off() + kCtrlAckOut, ctrl_off() + kCtrlAckIn, sizeof seq,
-			 "the answer to the client");
+		std::string node = opt_.bind_addr;
+		if (node.empty() && opt_.role == Role::loopback) {
+			// The client's fi_getinfo needs an address, not a wildcard:
+			// the provider's first local address.
+			InfoPtr local = get_info(opt_, nullptr, nullptr, 0);
+			if (local->src_addr && local->src_addrlen >= sizeof(sockaddr_in))
+				node = sockaddr_host(static_cast<const sockaddr *>(local->src_addr));
+		}
+		const char *fnode = node.empty() ? nullptr : node.c_str();
+		info_ = get_info(opt_, fnode, nullptr, fnode ? FI_SOURCE : 0);
+		inject_size_ = info_->tx_attr->inject_size;
+		max_msg_size_ = info_->ep_attr->max_msg_size;
+		open_fabric(info_.get(), false);
+		const int rc = fi_domain(fabric_.get(), info_.get(), domain_.out(), nullptr);
+		if (rc)
+			fail_call("fi_domain", rc);
+		open_av();
+		// Sized before the client's operation is known: room for the
+		// receives remote CQ data may need.
+		open_cq(kServerTxSlots + kMaxRxCqData + 64);
+		open_active(info_.get());
+		hello_ = my_hello();
+
+		ListenAddress a;
+		a.host = !opt_.bind_addr.empty() ? opt_.bind_addr : opt_.role == Role::loopback ? "127.0.0.1" : "";
+		const bool ephemeral = opt_.role == Role::loopback && !opt_.port_given;
+		listener_ = tcp_listen(a.host.empty() ? nullptr : a.host.c_str(),
+				       std::to_string(ephemeral ? 0 : opt_.port), a.port);
+		a.ok = true;
+		return a;
 	}
 
-	// `seen`: remote CQ data entries counted before the command was acked.
-	void pong(size_t size, uint64_t count, uint64_t seen)
+	std::string describe() const override
 	{
-		const size_t last = rx_off() + size - 1;
-		for (uint64_t i = 0; i < count; ++i) {
-			const uint8_t value = static_cast<uint8_t>(i % 255 + 1);
-			if (op_ == Op::writedata)
-				wait_remote_data(seen, value, "the client's write (remote CQ data)");
-			else
-				wait_byte(last, value, "the client's write");
-			base_[tx_off() + size - 1] = value;
-			post_data(op_, size, 0, value, op_completes(op_) ? acquire_tx() : nullptr);
-		}
+		return std::string("control over TCP; provider ") + info_->fabric_attr->prov_name + ", domain " +
+		       info_->domain_attr->name + ", endpoint rdm";
+	}
+
+	void accept() override
+	{
+		ctl_ = tcp_accept(listener_, nullptr);
+		listener_ = Socket();
+		send_all(ctl_, &hello_, sizeof hello_);
+		RmaHello peer;
+		recv_hello(ctl_, &peer, sizeof peer, hello_.header, false, opt_.timeout, "server", nullptr);
+		const std::optional<CmData> cm = valid_cm_data(peer.cm);
+		if (!cm || peer.addrlen == 0 || peer.addrlen > sizeof peer.addr)
+			refuse("malformed hello from the client");
+		if (const std::optional<std::string> why = request_error(*cm))
+			refuse(*why);
+		take_request(*cm);
+
+		const size_t rx_depth = plan_rx_cq_data(info_.get());
+		register_region(info_.get(), 0x5e5e);
+		init_slots(kServerTxSlots, rx_depth);
+		post_rx_cq_data(rx_depth);
+		fill_tx();
+		fill_wildcard(peer.addr_format, peer.addr, peer.addrlen, ctl_);
+		insert_peer(peer.addr);
+
+		RmaAnswer answer{};
+		answer.cm = my_cm_data();
+		send_all(ctl_, &answer, sizeof answer);
+		announce(cm->flags);
+	}
+
+protected:
+	void check_peer() override
+	{
+		if (peer_hung_up(ctl_))
+			fail(kExitError, "server: the client closed the control connection before it finished");
+	}
+
+	// The client closes its fabric objects, then the control connection;
+	// we keep progressing until then and close ours after (see the
+	// protocol above).
+	void finish() override
+	{
+		const Idle idle = [this] { progress(); };
+		uint8_t byte;
+		if (wait_readable(ctl_.fd(), opt_.timeout, idle) && recv(ctl_.fd(), &byte, 1, 0) > 0)
+			fail(kExitError, "server: the client sent more after quitting");
+		linger(0.05);
+		close_fabric();
+	}
+
+private:
+	Socket listener_, ctl_;
+	RmaHello hello_{};
+
+	// Tells the client why we do not serve it, and ends.
+	[[noreturn]] void refuse(const std::string &why)
+	{
+		RmaAnswer answer{};
+		answer.status = kExitError;
+		snprintf(answer.text, sizeof answer.text, "%s", why.c_str());
+		send_all(ctl_, &answer, sizeof answer);
+		fail(kExitError, "server: %s", why.c_str());
 	}
 };
 
 // ---------------------------------------------------------------- client
 
+// What both clients share: every timed run and check. MsgClient and
+// RdmClient differ in how they reach the server and leave.
 class Client : public Side, public ClientRunner {
 public:
 	explicit Client(const Options &opt) : Side(opt, true), ClientRunner(opt) {}
 
-	void connect(const std::string &host, const std::string &port, size_t max_size) override
+	RunInfo run_info() const override
 	{
-		info_ = get_info(opt_, host.c_str(), port.c_str(), 0);
-		open_fabric(info_.get(), true);
-		int rc = fi_domain(fabric_.get(), info_.get(), domain_.out(), nullptr);
-		if (rc)
-			fail_call("fi_domain", rc);
+		RunInfo ri = common_run_info(info_.get(), op_, mode_);
+		ri.flags = flags_;
+		if (op_ == Op::inject_write && mode_ != Mode::lat)
+			ri.inject_flush = cntr_ ? "counter" : "read";
+		// FI_EP_MSG runs print and write what they always did.
+		if (rdm_)
+			ri.endpoint = ep_type_name(EpType::rdm);
+		return ri;
+	}
+
+protected:
+	// Before the endpoint: the operation, and the data areas' size for
+	// max_size bytes.
+	void plan(size_t max_size)
+	{
 		set_operation(opt_.op, opt_.mode, opt_.flags);
 		data_size_ = (max_size + 63) / 64 * 64;
-		set_window(info_->tx_attr->size);
-		setup_endpoint(info_.get(), window_ + 16, 0xc1c1);
-		check_cm_data_size(&ep_.get()->fid);
-		const CmData mine = my_cm_data();
-		rc = fi_connect(ep_.get(), info_->dest_addr, &mine, sizeof mine);
-		if (rc)
-			fail_call("fi_connect", rc);
-		uint8_t buf[sizeof(fi_eq_cm_entry) + 256];
-		ssize_t len = wait_eq(FI_CONNECTED, &ep_.get()->fid, buf, sizeof buf,
-				      "the connection to the server", opt_.timeout);
-		const std::optional<CmData> peer = parse_cm_data(buf, len);
+	}
+
+	// The server's CmData (fi_accept's, or the FI_EP_RDM answer's): its
+	// region.
+	void take_answer(const std::optional<CmData> &peer)
+	{
 		if (!peer)
 			fail(kExitError, "client: the server's answer carries no vrma_bench %u connection data",
 			     kCmVersion);
@@ -763,24 +1082,6 @@ public:
 		peer_key_ = peer->key;
 	}
 
-	RunInfo run_info() const override
-	{
-		RunInfo ri = common_run_info(info_.get(), op_, mode_);
-		ri.flags = flags_;
-		if (op_ == Op::inject_write && mode_ != Mode::lat)
-			ri.inject_flush = cntr_ ? "counter" : "read";
-		return ri;
-	}
-
-	void quit() override
-	{
-		send_command(kCmdQuit, 0, 0);
-		int rc = fi_shutdown(ep_.get(), 0);
-		if (rc)
-			fprintf(stderr, "vrma_bench: fi_shutdown: %s (%d)\n", fi_strerror(-rc), rc);
-	}
-
-protected:
 	std::optional<std::string> skip_reason(size_t size) const override
 	{
 		const bool injects = op_ == Op::inject_write || (flags_ & kFlagInject);
@@ -827,6 +1128,17 @@ protected:
 	// A read's latency is its completion time; the others' half a round trip.
 	unsigned trips_per_iteration() const override { return op_ == Op::read ? 1 : 2; }
 
+	void send_command(uint64_t kind, size_t size, uint64_t count)
+	{
+		const Command cmd{kind, size, count, ++cmd_seq_};
+		memcpy(base_ + ctrl_off() + kCtrlCmdOut, &cmd, sizeof cmd);
+		rma_ctrl(true, ctrl_off() + kCtrlCmdOut, ctrl_off() + kCtrlCmdIn, sizeof cmd,
+			 "the command to the server");
+		progress_until(
+			"the server's answer", [&] { return load_u64(ctrl_off() + kCtrlAckIn) == cmd.seq; },
+			[this] { progress(); });
+	}
+
 private:
 	uint64_t cmd_seq_ = 0;
 
@@ -843,7 +1155,9 @@ private:
 	}
 
 	// Injects have no completions: each window is flushed with the write
-	// counter or, without counters, with a read that RC orders after them.
+	// counter or, without counters, with a read that RC orders after them
+	// (over FI_EP_RDM: the provider's connection to the peer, as for the
+	// commands; vrma, ofi_rxm and tcp have counters anyway).
 	// Two windows are in flight, as an application keeps its queue busy:
 	// the next window is posted before waiting for the one before it.
 	double inject_run(size_t size, uint64_t n, std::vector<double> *samples, bool show)
@@ -930,17 +1244,6 @@ private:
 		return seconds_since(start);
 	}
 
-	void send_command(uint64_t kind, size_t size, uint64_t count)
-	{
-		const Command cmd{kind, size, count, ++cmd_seq_};
-		memcpy(base_ + ctrl_off() + kCtrlCmdOut, &cmd, sizeof cmd);
-		rma_ctrl(true, ctrl_off() + kCtrlCmdOut, ctrl_off() + kCtrlCmdIn, sizeof cmd,
-			 "the command to the server");
-		progress_until(
-			"the server's answer", [&] { return load_u64(ctrl_off() + kCtrlAckIn) == cmd.seq; },
-			[this] { progress(); });
-	}
-
 	static std::string hex(const uint8_t *p, size_t len)
 	{
 		std::string out;
@@ -983,11 +1286,121 @@ private:
 	}
 };
 
+// The client of an FI_EP_MSG run: fi_connect carries its CmData, the
+// connection's answer the server's.
+class MsgClient final : public Client {
+public:
+	explicit MsgClient(const Options &opt) : Client(opt) {}
+
+	void connect(const std::string &host, const std::string &port, size_t max_size) override
+	{
+		info_ = get_info(opt_, host.c_str(), port.c_str(), 0);
+		open_fabric(info_.get(), true);
+		int rc = fi_domain(fabric_.get(), info_.get(), domain_.out(), nullptr);
+		if (rc)
+			fail_call("fi_domain", rc);
+		plan(max_size);
+		set_window(info_->tx_attr->size);
+		setup_endpoint(info_.get(), window_ + 16, 0xc1c1);
+		check_cm_data_size(&ep_.get()->fid);
+		const CmData mine = my_cm_data();
+		rc = fi_connect(ep_.get(), info_->dest_addr, &mine, sizeof mine);
+		if (rc)
+			fail_call("fi_connect", rc);
+		uint8_t buf[sizeof(fi_eq_cm_entry) + 256];
+		ssize_t len = wait_eq(FI_CONNECTED, &ep_.get()->fid, buf, sizeof buf,
+				      "the connection to the server", opt_.timeout);
+		take_answer(parse_cm_data(buf, len));
+	}
+
+	void quit() override
+	{
+		send_command(kCmdQuit, 0, 0);
+		int rc = fi_shutdown(ep_.get(), 0);
+		if (rc)
+			fprintf(stderr, "vrma_bench: fi_shutdown: %s (%d)\n", fi_strerror(-rc), rc);
+	}
+};
+
+// The client of an FI_EP_RDM run: the control connection carries the
+// fabric addresses and CmData both ways (see the protocol above).
+class RdmClient final : public Client {
+public:
+	explicit RdmClient(const Options &opt) : Client(opt) {}
+
+	void connect(const std::string &host, const std::string &port, size_t max_size) override
+	{
+		ctl_ = tcp_connect(host, port, opt_.timeout);
+		RmaHello server;
+		recv_hello(ctl_, &server, sizeof server, CtlHeader{kCtlMagicRma, kRmaCtlVersion}, true, opt_.timeout,
+			   "client", nullptr);
+		if (server.addrlen == 0 || server.addrlen > sizeof server.addr)
+			fail(kExitError, "client: malformed hello from the server");
+		fill_wildcard(server.addr_format, server.addr, server.addrlen, ctl_);
+		// The server's address picks the fabric and domain that reach it.
+		std::string node, service;
+		const bool ip = ip_node(server.addr_format, server.addr, server.addrlen, node, service);
+		info_ = get_info(opt_, ip ? node.c_str() : nullptr, ip ? service.c_str() : nullptr, 0,
+				 server.addr_format);
+		open_fabric(info_.get(), false);
+		const int rc = fi_domain(fabric_.get(), info_.get(), domain_.out(), nullptr);
+		if (rc)
+			fail_call("fi_domain", rc);
+		open_av();
+		plan(max_size);
+		set_window(info_->tx_attr->size);
+		setup_endpoint(info_.get(), window_ + 16, 0xc1c1);
+		RmaHello mine = my_hello();
+		mine.cm = my_cm_data();
+		send_all(ctl_, &mine, sizeof mine);
+		insert_peer(server.addr);
+
+		RmaAnswer answer;
+		recv_all(ctl_, &answer, sizeof answer, opt_.timeout, "the server's answer", [this] { progress(); });
+		if (answer.status != 0) {
+			answer.text[sizeof answer.text - 1] = '\0';
+			// In a loopback run the server said why already.
+			if (opt_.role == Role::loopback)
+				throw BenchError{answer.status};
+			fail(answer.status, "the server reports: %s", answer.text);
+		}
+		take_answer(valid_cm_data(answer.cm));
+		warm_up();
+	}
+
+	void quit() override
+	{
+		send_command(kCmdQuit, 0, 0);
+		linger(0.1);
+		// First our fabric objects, then the control connection, whose
+		// end tells the server to close its own (RdmServer::finish).
+		close_fabric();
+		ctl_ = Socket();
+	}
+
+private:
+	Socket ctl_;
+
+	// The endpoint connects on the first operation to the server (vrma's,
+	// ofi_rxm's): untimed command round trips (an RMA write each way) and
+	// a read, so that neither connection set-up nor first-touch costs fall
+	// into the first size's calibration or measured run. Each size's own
+	// warm-up follows as for FI_EP_MSG (ClientRunner::measure).
+	void warm_up()
+	{
+		for (uint64_t i = 0; i < kWarmupRoundTrips; ++i)
+			send_command(kCmdPing, 0, 0);
+		rma_ctrl(false, ctrl_off() + kCtrlCheck, tx_off(), 8, "the warm-up read");
+	}
+};
+
 } // namespace
 
-int run_msg(const Options &opt)
+int run_rma(const Options &opt)
 {
-	return run_roles<Server, Client>(opt);
+	if (opt.ep_type == EpType::rdm)
+		return run_roles<RdmServer, RdmClient>(opt);
+	return run_roles<MsgServer, MsgClient>(opt);
 }
 
 } // namespace vrma_bench

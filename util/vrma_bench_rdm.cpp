@@ -5,11 +5,13 @@
 //
 // Protocol (both ends are this program, on hosts of the same byte order):
 //  - The client opens a TCP connection to the server's port -P, the control
-//    channel. Each side sends a Hello: endpoint type, address format and
-//    fabric address (fi_getname of the RDM endpoint, or of the MSG passive
-//    endpoint); the client's also carries its largest size and window, which
-//    size the server's receive pool. RDM: each side inserts the other into
-//    its FI_AV_TABLE address vector. MSG: the client connects to the address.
+//    channel (vrma_bench_ctl.cpp). Each side sends a Hello (it starts as a
+//    CtlHeader, whose magic tells it from the RMA module's): endpoint type,
+//    address format and fabric address (fi_getname of the RDM endpoint, or
+//    of the MSG passive endpoint); the client's also carries its largest
+//    size and window, which size the server's receive pool. RDM: each side
+//    inserts the other into its FI_AV_TABLE address vector. MSG: the client
+//    connects to the address.
 //  - Per run the client sends a Command (ping-pong or stream: op, size,
 //    count, window, salt); the server posts its receives and answers Ready,
 //    the run goes over the fabric, and the server answers Done with the
@@ -29,11 +31,8 @@
 #include <rdma/fi_eq.h>
 #include <rdma/fi_tagged.h>
 
-#include <arpa/inet.h>
-#include <netdb.h>
 #include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <poll.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -44,7 +43,7 @@
 namespace vrma_bench {
 namespace {
 
-constexpr uint32_t kCtlMagic = 0x76627432; // "vbt2"
+constexpr uint32_t kCtlMagic = kCtlMagicTwoSided;
 constexpr uint32_t kCtlVersion = 1;
 constexpr uint64_t kTagData = 0x7a6b00d1;
 constexpr uint64_t kTagAck = 0x7a6b00ac;
@@ -52,7 +51,6 @@ constexpr uint8_t kReplySalt = 0x5a;
 constexpr size_t kRxPoolMax = 64u << 20; // receive buffers of a streaming receiver
 constexpr uint64_t kWarmupRoundTrips = 100;
 constexpr size_t kWarmupSize = 8;
-constexpr size_t kMaxAddr = 256;
 constexpr size_t kAlign = 64;
 constexpr size_t kMaxPostedRx = 512;
 
@@ -71,6 +69,10 @@ struct Hello {
 	uint32_t addrlen;  // 0: no address (the client of an FI_EP_MSG run)
 	uint8_t addr[kMaxAddr];
 };
+// recv_hello reads the first 8 bytes as a CtlHeader.
+static_assert(offsetof(Hello, magic) == offsetof(CtlHeader, magic) &&
+		      offsetof(Hello, version) == offsetof(CtlHeader, version),
+	      "a Hello starts as a CtlHeader");
 
 constexpr uint32_t kCmdPingPong = 1;
 constexpr uint32_t kCmdStream = 2;
@@ -92,217 +94,6 @@ struct Reply {
 	int32_t status;  // 0, or the exit status the server ends with
 	char text[248]; // why, when status != 0
 };
-
-// ---------------------------------------------------------------- control channel (TCP)
-
-class Socket {
-public:
-	Socket() = default;
-	explicit Socket(int fd) : fd_(fd) {}
-	Socket(const Socket &) = delete;
-	Socket &operator=(const Socket &) = delete;
-	Socket(Socket &&o) noexcept : fd_(o.fd_) { o.fd_ = -1; }
-	Socket &operator=(Socket &&o) noexcept
-	{
-		std::swap(fd_, o.fd_);
-		return *this;
-	}
-	~Socket()
-	{
-		if (fd_ >= 0)
-			close(fd_);
-	}
-	int fd() const { return fd_; }
-
-private:
-	int fd_ = -1;
-};
-
-// Called while a control read waits: the side keeps its fabric progressing
-// (manual progress: a peer's completion may need our reads of the CQ).
-using Idle = std::function<void()>;
-
-addrinfo *resolve_tcp(const char *host, const std::string &port, bool passive)
-{
-	addrinfo hints{};
-	hints.ai_family = AF_UNSPEC;
-	hints.ai_socktype = SOCK_STREAM;
-	hints.ai_flags = passive ? AI_PASSIVE : 0;
-	addrinfo *res = nullptr;
-	const int rc = getaddrinfo(host, port.c_str(), &hints, &res);
-	if (rc)
-		fail(kExitError, "control connection: cannot resolve %s port %s: %s", host ? host : "*",
-		     port.c_str(), gai_strerror(rc));
-	return res;
-}
-
-// Listens on host (nullptr: every address) and port ("0": any free one);
-// returns the socket and the port taken.
-Socket tcp_listen(const char *host, const std::string &port, std::string &bound_port)
-{
-	addrinfo *res = resolve_tcp(host, port, true);
-	int err = 0;
-	for (addrinfo *ai = res; ai; ai = ai->ai_next) {
-		Socket s(socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol));
-		if (s.fd() < 0) {
-			err = errno;
-			continue;
-		}
-		const int one = 1;
-		setsockopt(s.fd(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-		if (bind(s.fd(), ai->ai_addr, ai->ai_addrlen) || ::listen(s.fd(), 1)) {
-			err = errno;
-			continue;
-		}
-		sockaddr_storage name{};
-		socklen_t len = sizeof name;
-		getsockname(s.fd(), reinterpret_cast<sockaddr *>(&name), &len);
-		bound_port = std::to_string(ntohs(name.ss_family == AF_INET6
-							  ? reinterpret_cast<sockaddr_in6 *>(&name)->sin6_port
-							  : reinterpret_cast<sockaddr_in *>(&name)->sin_port));
-		freeaddrinfo(res);
-		return s;
-	}
-	freeaddrinfo(res);
-	fail(kExitError, "control connection: cannot listen on %s port %s: %s", host ? host : "*",
-	     port.c_str(), strerror(err));
-}
-
-// Waits until fd is readable; nothing to read (false) after `limit` seconds
-// (<= 0: never). Stops when the other side of a loopback run failed.
-bool wait_readable(int fd, double limit, const Idle &idle)
-{
-	const auto start = Clock::now();
-	for (;;) {
-		pollfd p{fd, POLLIN, 0};
-		const int n = poll(&p, 1, idle ? 1 : 100);
-		if (n > 0)
-			return true;
-		if (n < 0 && errno != EINTR)
-			fail(kExitError, "control connection: poll: %s", strerror(errno));
-		if (g_abort.load(std::memory_order_relaxed))
-			stop_quietly();
-		if (idle)
-			idle();
-		if (limit > 0 && seconds_since(start) > limit)
-			return false;
-	}
-}
-
-Socket tcp_accept(const Socket &listener, const Idle &idle)
-{
-	wait_readable(listener.fd(), 0, idle);
-	Socket s(accept4(listener.fd(), nullptr, nullptr, SOCK_CLOEXEC));
-	if (s.fd() < 0)
-		fail(kExitError, "control connection: accept: %s", strerror(errno));
-	const int one = 1;
-	setsockopt(s.fd(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-	return s;
-}
-
-// Connects, retrying while nothing listens yet (the server may start just
-// after the client) for up to `limit` seconds.
-Socket tcp_connect(const std::string &host, const std::string &port, double limit)
-{
-	const auto start = Clock::now();
-	for (;;) {
-		addrinfo *res = resolve_tcp(host.c_str(), port, false);
-		int err = 0;
-		for (addrinfo *ai = res; ai; ai = ai->ai_next) {
-			Socket s(socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol));
-			if (s.fd() < 0 || connect(s.fd(), ai->ai_addr, ai->ai_addrlen)) {
-				err = errno;
-				continue;
-			}
-			freeaddrinfo(res);
-			const int one = 1;
-			setsockopt(s.fd(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-			return s;
-		}
-		freeaddrinfo(res);
-		if (g_abort.load(std::memory_order_relaxed))
-			stop_quietly();
-		if (err != ECONNREFUSED || (limit > 0 && seconds_since(start) > limit))
-			fail(kExitError, "control connection to %s port %s: %s (no vrma_bench --server with the same -e there?)",
-			     host.c_str(), port.c_str(), strerror(err));
-		usleep(100000);
-	}
-}
-
-void send_all(const Socket &s, const void *buf, size_t len)
-{
-	const auto *p = static_cast<const uint8_t *>(buf);
-	while (len) {
-		const ssize_t n = send(s.fd(), p, len, MSG_NOSIGNAL);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			fail(kExitError, "control connection: send: %s", strerror(errno));
-		p += n;
-		len -= static_cast<size_t>(n);
-	}
-}
-
-void recv_all(const Socket &s, void *buf, size_t len, double limit, const char *what, const Idle &idle)
-{
-	auto *p = static_cast<uint8_t *>(buf);
-	while (len) {
-		if (!wait_readable(s.fd(), limit, idle))
-			fail(kExitError, "nothing on the control connection for %.0f s while waiting for %s (see --timeout)",
-			     limit, what);
-		const ssize_t n = recv(s.fd(), p, len, 0);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0)
-			fail(kExitError, "control connection: recv: %s", strerror(errno));
-		if (n == 0) {
-			if (g_abort.load())
-				stop_quietly();
-			fail(kExitError, "the peer closed the control connection while we waited for %s", what);
-		}
-		p += n;
-		len -= static_cast<size_t>(n);
-	}
-}
-
-// A wildcard IP address in a peer's fabric address (a provider that bound
-// to every address) becomes the address the control connection reached the
-// peer at.
-void fill_wildcard(Hello &h, const Socket &s)
-{
-	if (h.addr_format != FI_SOCKADDR_IN && h.addr_format != FI_SOCKADDR_IN6 &&
-	    h.addr_format != FI_SOCKADDR)
-		return;
-	auto *sa = reinterpret_cast<sockaddr *>(h.addr);
-	if (h.addrlen < sizeof(sockaddr_in) || !sockaddr_host(sa).empty())
-		return;
-	sockaddr_storage peer{};
-	socklen_t len = sizeof peer;
-	if (getpeername(s.fd(), reinterpret_cast<sockaddr *>(&peer), &len) || peer.ss_family != sa->sa_family)
-		return;
-	if (sa->sa_family == AF_INET)
-		reinterpret_cast<sockaddr_in *>(sa)->sin_addr = reinterpret_cast<sockaddr_in *>(&peer)->sin_addr;
-	else if (sa->sa_family == AF_INET6 && h.addrlen >= sizeof(sockaddr_in6))
-		reinterpret_cast<sockaddr_in6 *>(sa)->sin6_addr = reinterpret_cast<sockaddr_in6 *>(&peer)->sin6_addr;
-}
-
-// Host and port of an IP fabric address, for fi_getinfo's node and service.
-bool ip_node(const Hello &h, std::string &host, std::string &port)
-{
-	if ((h.addr_format != FI_SOCKADDR_IN && h.addr_format != FI_SOCKADDR_IN6 &&
-	     h.addr_format != FI_SOCKADDR) ||
-	    h.addrlen < sizeof(sockaddr_in))
-		return false;
-	const auto *sa = reinterpret_cast<const sockaddr *>(h.addr);
-	host = sockaddr_host(sa);
-	if (sa->sa_family == AF_INET)
-		port = std::to_string(ntohs(reinterpret_cast<const sockaddr_in *>(sa)->sin_port));
-	else if (sa->sa_family == AF_INET6 && h.addrlen >= sizeof(sockaddr_in6))
-		port = std::to_string(ntohs(reinterpret_cast<const sockaddr_in6 *>(sa)->sin6_port));
-	else
-		return false;
-	return !host.empty();
-}
 
 const char *progress_name(fi_progress p)
 {
@@ -450,15 +241,19 @@ protected:
 		return h;
 	}
 
-	void check_hello(const Hello &h) const
+	// Receives the peer's hello (a client answers a server of the other
+	// module with its own header: see recv_hello) and checks it.
+	Hello recv_peer_hello(const Socket &s) const
 	{
-		if (h.magic != kCtlMagic || h.version != kCtlVersion)
-			fail(kExitError, "%s: the peer is not vrma_bench (two-sided, version %u)", who(), kCtlVersion);
+		Hello h;
+		recv_hello(s, &h, sizeof h, CtlHeader{kCtlMagic, kCtlVersion}, is_client_, opt_.timeout, who(),
+			   nullptr);
 		if (h.ep_type != static_cast<uint32_t>(opt_.ep_type))
 			fail(kExitError, "%s: the peer runs -e %s, we run -e %s: give both the same -e", who(),
 			     h.ep_type == static_cast<uint32_t>(EpType::rdm) ? "rdm" : "msg", ep_type_name(opt_.ep_type));
 		if (h.addrlen > sizeof h.addr)
 			fail(kExitError, "%s: malformed hello from the peer", who());
+		return h;
 	}
 
 	void insert_peer(const Hello &h)
@@ -753,9 +548,7 @@ public:
 		ctl_ = tcp_accept(listener_, nullptr);
 		listener_ = Socket();
 		send_all(ctl_, &hello_, sizeof hello_);
-		Hello peer;
-		recv_all(ctl_, &peer, sizeof peer, opt_.timeout, "the client's hello", nullptr);
-		check_hello(peer);
+		Hello peer = recv_peer_hello(ctl_);
 		if (peer.max_size == 0 || peer.max_size > kLargestSize || peer.window == 0 || peer.window > 65536)
 			fail(kExitError, "server: malformed hello from the client");
 		const size_t max_size = round_up(std::max<size_t>(peer.max_size, kWarmupSize), kAlign);
@@ -768,7 +561,7 @@ public:
 		const size_t tx_slots = 16;
 		if (rdm_) {
 			setup_region(max_size, pool, pool_slots, tx_slots);
-			fill_wildcard(peer, ctl_);
+			fill_wildcard(peer.addr_format, peer.addr, peer.addrlen, ctl_);
 			insert_peer(peer);
 		} else {
 			uint8_t buf[sizeof(fi_eq_cm_entry) + 256];
@@ -910,14 +703,12 @@ public:
 	void connect(const std::string &host, const std::string &port, size_t max_size) override
 	{
 		ctl_ = tcp_connect(host, port, opt_.timeout);
-		Hello server;
-		recv_all(ctl_, &server, sizeof server, opt_.timeout, "the server's hello", nullptr);
-		check_hello(server);
+		Hello server = recv_peer_hello(ctl_);
 		if (!server.addrlen)
 			fail(kExitError, "client: the server sent no fabric address");
-		fill_wildcard(server, ctl_);
+		fill_wildcard(server.addr_format, server.addr, server.addrlen, ctl_);
 		std::string node, service;
-		const bool ip = ip_node(server, node, service);
+		const bool ip = ip_node(server.addr_format, server.addr, server.addrlen, node, service);
 		get_info(ip ? node.c_str() : nullptr, ip ? service.c_str() : nullptr, 0, server.addr_format);
 		set_window(info_->tx_attr->size);
 		open_fabric(info_.get(), !rdm_);

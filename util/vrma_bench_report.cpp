@@ -51,12 +51,15 @@ void print_two_sided_header(const RunInfo &ri)
 
 void print_header(const RunInfo &ri)
 {
-	if (!ri.endpoint.empty()) {
+	if (is_two_sided(ri.op)) {
 		print_two_sided_header(ri);
 		return;
 	}
-	printf("# vrma_bench: provider %s, fabric %s, domain %s, op %s, mode %s, flags %s",
-	       ri.provider.c_str(), ri.fabric.c_str(), ri.domain.c_str(), op_name(ri.op),
+	// RMA: the endpoint is named for FI_EP_RDM only (FI_EP_MSG's header
+	// stays as it always was).
+	printf("# vrma_bench: provider %s, fabric %s, domain %s%s%s, op %s, mode %s, flags %s",
+	       ri.provider.c_str(), ri.fabric.c_str(), ri.domain.c_str(),
+	       ri.endpoint.empty() ? "" : ", endpoint ", ri.endpoint.c_str(), op_name(ri.op),
 	       mode_name(ri.mode), flags_name(ri.flags).c_str());
 	if (ri.mode != Mode::lat)
 		printf(", window %zu", ri.window);
@@ -124,9 +127,10 @@ void write_json(const std::string &path, const RunInfo &ri, const std::vector<Ro
 		json_string(ri.flags ? flags_name(ri.flags) : "").c_str(), ri.window);
 	fprintf(f, "  \"sample_clock\": %s,\n", json_string(ri.sample_clock).c_str());
 	if (!ri.endpoint.empty())
-		fprintf(f, "  \"endpoint\": %s,\n  \"data_progress\": %s,\n  \"inject_size\": %zu,\n",
-			json_string(ri.endpoint).c_str(), json_string(ri.data_progress).c_str(),
-			ri.inject_size);
+		fprintf(f, "  \"endpoint\": %s,\n", json_string(ri.endpoint).c_str());
+	if (is_two_sided(ri.op))
+		fprintf(f, "  \"data_progress\": %s,\n  \"inject_size\": %zu,\n",
+			json_string(ri.data_progress).c_str(), ri.inject_size);
 	fprintf(f, "  \"results\": [");
 	bool first = true;
 	for (const Row &row : rows) {
@@ -345,8 +349,11 @@ Series read_series(const std::string &path)
 	if (root.type != JsonValue::Type::object || !results || results->type != JsonValue::Type::array)
 		fail(kExitError, "%s: not a vrma_bench result (no \"results\" array)", path.c_str());
 	Series series;
-	series.label = json_opt_string(root, "provider") + " " + json_opt_string(root, "op") + "/" +
-		       json_opt_string(root, "mode");
+	// The endpoint type, when the file names one (two-sided runs, RMA over
+	// FI_EP_RDM), tells apart series that are otherwise alike.
+	const std::string endpoint = json_opt_string(root, "endpoint");
+	series.label = json_opt_string(root, "provider") + (endpoint.empty() ? "" : " " + endpoint) + " " +
+		       json_opt_string(root, "op") + "/" + json_opt_string(root, "mode");
 	const std::string flags = json_opt_string(root, "flags");
 	if (!flags.empty())
 		series.label += " " + flags;
