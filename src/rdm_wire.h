@@ -243,6 +243,9 @@ inline constexpr uint8_t kConnFlagAccept = 1 << 0; // this is the acceptor's ans
 // keeps its own (keep_initiated); the rejected side waits for it instead of
 // reporting a failure.
 inline constexpr uint8_t kConnFlagCrossing = 1 << 1;
+// The sender counts RMA events (FI_RMA_EVENT): the peer follows each of its
+// RMA operations with an RmaEvent message.
+inline constexpr uint8_t kConnFlagRmaEvents = 1 << 2;
 static_assert(24 + sizeof(uint64_t) == kConnHeaderBytes, "the nonce ends the header");
 
 struct RdmConnHeader {
@@ -350,6 +353,12 @@ inline bool keep_initiated(const RdmAddr &self, uint64_t self_nonce, const RdmAd
 //  - DeliveryAck: msg_id is that of an Eager* message sent with
 //    kFlagDeliveryComplete, which the receiver has placed in the
 //    application's buffer (or discarded, which counts as delivered).
+//  - RmaEvent: follows the RDMA WRITEs or READs of one RMA operation on the
+//    same connection (RC delivers it after their data was placed or read):
+//    the target reports the operation's remote CQ data (kFlagCqData) and
+//    counts it (FI_RMA_EVENT). status is the RmaKind; length the bytes the
+//    operation moved; msg_id 0. The body (encode_rma_event) names the keys of
+//    the target regions the operation touched.
 //
 // msg_id: chosen by the message's sender, unique among its messages on that
 // connection still waiting for an answer (a wrapping counter per connection
@@ -366,8 +375,9 @@ enum class MsgType : uint8_t {
 	RndvRequestTagged = 4,
 	RndvDone = 5,
 	DeliveryAck = 6,
+	RmaEvent = 7,
 };
-inline constexpr uint8_t kMsgTypeMax = 6;
+inline constexpr uint8_t kMsgTypeMax = 7;
 
 inline constexpr uint8_t kFlagCqData = 1 << 0;            // cq_data is remote CQ data
 inline constexpr uint8_t kFlagDeliveryComplete = 1 << 1;  // answer with DeliveryAck
@@ -380,6 +390,12 @@ enum class RndvStatus : uint8_t {
 	Failed = 2,      // the receiver could not read for another reason
 };
 inline constexpr uint8_t kRndvStatusMax = 2;
+
+// An RmaEvent's status: what the operation did to the target's memory.
+enum class RmaKind : uint8_t {
+	Write = 1,
+	Read = 2,
+};
 
 struct RdmHeader {
 	MsgType type = MsgType::Eager;
@@ -413,6 +429,8 @@ inline constexpr uint8_t allowed_flags(MsgType t) noexcept
 		return kFlagCqData | kFlagDeliveryComplete | kFlagLastPiece;
 	if (is_rndv_request(t))
 		return kFlagCqData | kFlagDeliveryComplete;
+	if (t == MsgType::RmaEvent)
+		return kFlagCqData;
 	return 0;
 }
 
@@ -458,6 +476,19 @@ struct RndvSegment {
 	uint32_t rkey = 0;
 };
 
+// RmaEvent body, after the header:
+//
+//   0  u8   count: 0..kMaxRmaEventKeys (0: the operation touched no region,
+//           a zero-length one)
+//   1  7    reserved, 0
+//   8       count keys, u64 each: the target regions' keys (fi_mr_key), each
+//           once
+inline constexpr size_t kMaxRmaEventKeys = 16;
+inline constexpr size_t kRmaEventBodyHeadBytes = 8;
+inline constexpr size_t kRmaEventMsgMax =
+	kRdmHeaderBytes + kRmaEventBodyHeadBytes + kMaxRmaEventKeys * sizeof(uint64_t);
+static_assert(kRmaEventMsgMax == 168, "the RMA event is a wire format");
+
 // Parses the header of a received send of len bytes (header and payload),
 // checking what the header alone tells: for Eager*, that the piece's payload
 // fits the message's length (and is not empty unless the message is); for
@@ -479,7 +510,10 @@ inline bool decode_header(const uint8_t *buf, size_t len, RdmHeader &h) noexcept
 	if ((h.flags & ~allowed_flags(h.type)) || (!is_tagged(h.type) && h.tag != 0) ||
 	    (!(h.flags & kFlagCqData) && h.cq_data != 0))
 		return false;
-	if (h.type == MsgType::RndvDone ? h.status > kRndvStatusMax : h.status != 0)
+	if (h.type == MsgType::RndvDone     ? h.status > kRndvStatusMax
+	    : h.type == MsgType::RmaEvent ? h.status != static_cast<uint8_t>(RmaKind::Write) &&
+						    h.status != static_cast<uint8_t>(RmaKind::Read)
+					  : h.status != 0)
 		return false;
 	const size_t payload = len - kRdmHeaderBytes;
 	if (is_eager(h.type))
@@ -487,6 +521,8 @@ inline bool decode_header(const uint8_t *buf, size_t len, RdmHeader &h) noexcept
 		       (payload > 0 || (h.length == 0 && (h.flags & kFlagLastPiece)));
 	if (is_rndv_request(h.type))
 		return h.length > 0 && len >= kRndvMsgMin;
+	if (h.type == MsgType::RmaEvent)
+		return h.msg_id == 0 && payload >= kRmaEventBodyHeadBytes;
 	return payload == 0 && h.length == 0;
 }
 
@@ -536,6 +572,43 @@ inline bool decode_rndv_request(const uint8_t *buf, size_t len, RdmHeader &h, Rn
 	}
 	if (sum != h.length)
 		return false;
+	count = n;
+	return true;
+}
+
+// Writes an RmaEvent (h.type RmaEvent, h.status an RmaKind, h.msg_id 0;
+// count keys, at most kMaxRmaEventKeys) into buf (kRmaEventMsgMax bytes);
+// returns its length.
+inline size_t encode_rma_event(uint8_t *buf, const RdmHeader &h, const uint64_t *keys,
+			       size_t count) noexcept
+{
+	encode_header(buf, h);
+	uint8_t *body = buf + kRdmHeaderBytes;
+	memset(body, 0, kRmaEventBodyHeadBytes);
+	body[0] = static_cast<uint8_t>(count);
+	for (size_t i = 0; i < count; i++)
+		le::put64(body + kRmaEventBodyHeadBytes + i * sizeof(uint64_t), keys[i]);
+	return kRdmHeaderBytes + kRmaEventBodyHeadBytes + count * sizeof(uint64_t);
+}
+
+// Parses a whole RmaEvent of len bytes: the header as decode_header does,
+// then exactly count keys (0..kMaxRmaEventKeys) into keys (room for
+// kMaxRmaEventKeys).
+inline bool decode_rma_event(const uint8_t *buf, size_t len, RdmHeader &h, uint64_t *keys,
+			     size_t &count) noexcept
+{
+	if (!decode_header(buf, len, h) || h.type != MsgType::RmaEvent)
+		return false;
+	const uint8_t *body = buf + kRdmHeaderBytes;
+	const size_t n = body[0];
+	if (n > kMaxRmaEventKeys ||
+	    len != kRdmHeaderBytes + kRmaEventBodyHeadBytes + n * sizeof(uint64_t))
+		return false;
+	for (size_t i = 1; i < kRmaEventBodyHeadBytes; i++)
+		if (body[i] != 0)
+			return false;
+	for (size_t i = 0; i < n; i++)
+		keys[i] = le::get64(body + kRmaEventBodyHeadBytes + i * sizeof(uint64_t));
 	count = n;
 	return true;
 }

@@ -268,6 +268,9 @@ struct Mr final : fid_mr {
 	Domain *domain = nullptr;
 	MrPtr mr;
 	uint64_t access = 0; // FI_* access bits as registered
+	// The device may write into it (RDMA READ targets, receives): without
+	// FI_MR_LOCAL a desc lacking it is ignored rather than trusted.
+	bool local_write = false;
 	// FI_RMA_EVENT counters (fi_mr_bind), read by the domain's service.
 	std::atomic<Cntr *> cntr_remote_read{nullptr};
 	std::atomic<Cntr *> cntr_remote_write{nullptr};
@@ -534,6 +537,11 @@ struct Conn {
 	// wire::kCmFlag* the peer announced; set before Connected, read
 	// through peer_has().
 	std::atomic<uint8_t> peer_cm_flags{0};
+	// RDM, a connection this side initiated: the acceptor's flags arrive
+	// with the ESTABLISHED event, which a first message from the peer can
+	// overtake (rdm_conn_established). Until the event was handled, RMA
+	// waits (-FI_EAGAIN): whether the target counts events is unknown.
+	bool peer_flags_pending = false;
 
 	size_t tx_depth = 0;
 	size_t tx_iov_limit = 0;
@@ -566,7 +574,7 @@ struct Conn {
 	// Reclaims finished send requests when the ring is full (slow path):
 	// polls the CQ the send queue completes into.
 	void (*progress)(Conn *) noexcept = nullptr;
-	// Target of the small RDMA READ that makes a write delivery-complete.
+	// Target of the small RDMA READ that makes writes durable (commit).
 	uint64_t scratch[2] = {0, 0};
 	MrPtr scratch_mr;
 	std::unique_ptr<MoreChain> more; // allocated at the first FI_MORE
@@ -833,6 +841,11 @@ inline void count_completion(Cntr *cntr, bool success) noexcept
 	if (cntr->waiters.load(std::memory_order_seq_cst) != 0) [[unlikely]]
 		cntr_wake(cntr);
 }
+
+// FI_RMA_EVENT: a peer's operation touched the regions with these keys
+// (vrma_mr.cpp): each region's bound counter counts it once; keys of
+// regions closed meanwhile are skipped.
+void count_region_events(Domain *dom, bool write, const uint64_t *keys, size_t n) noexcept;
 // The counter polls (and waits on) the CQs that carry its completions.
 int cntr_attach_cq(Cntr *cntr, Cq *cq) noexcept;
 void cntr_detach_cq(Cntr *cntr, Cq *cq) noexcept;

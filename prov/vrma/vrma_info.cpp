@@ -302,7 +302,7 @@ fi_info *build_rdm_cap_info(const Port &p, const PortAddr &a, int inline_size)
 		return nullptr;
 	info->caps = kRdmCaps;
 	fi_tx_attr &tx = *info->tx_attr;
-	tx.caps = kRdmCaps & (FI_MSG | FI_TAGGED | FI_SEND);
+	tx.caps = kRdmCaps & (FI_MSG | FI_TAGGED | FI_RMA | FI_FENCE | kTxDirections);
 	tx.op_flags = kRdmTxOpFlags;
 	tx.msg_order = kRdmMsgOrder;
 	// A rendezvous send completes when the receiver has read it: later
@@ -311,9 +311,10 @@ fi_info *build_rdm_cap_info(const Port &p, const PortAddr &a, int inline_size)
 	tx.inject_size = rdm_params.eager_size;
 	tx.size = rdm_params.tx_buffers;
 	tx.iov_limit = kRdmIovLimit;
-	tx.rma_iov_limit = 0;
+	tx.rma_iov_limit = kMaxRmaIov;
 	fi_rx_attr &rx = *info->rx_attr;
-	rx.caps = kRdmCaps & (FI_MSG | FI_TAGGED | FI_RECV | FI_DIRECTED_RECV | FI_MULTI_RECV | FI_SOURCE);
+	rx.caps = kRdmCaps & (FI_MSG | FI_TAGGED | FI_RMA | FI_RMA_EVENT | FI_DIRECTED_RECV |
+			      FI_MULTI_RECV | FI_SOURCE | kRxDirections);
 	rx.op_flags = kRdmRxOpFlags;
 	rx.msg_order = kRdmMsgOrder;
 	rx.comp_order = FI_ORDER_NONE;
@@ -325,15 +326,31 @@ fi_info *build_rdm_cap_info(const Port &p, const PortAddr &a, int inline_size)
 	ep.protocol = FI_PROTO_VRMA_RDM;
 	ep.protocol_version = rdm::kRdmVersion;
 	ep.max_msg_size = kRdmMaxMsg;
-	ep.max_order_raw_size = 0;
-	ep.max_order_waw_size = 0;
+	// One RC connection per peer orders RMA of any size (RAW, WAW).
+	ep.max_order_raw_size = kRdmMaxMsg;
+	ep.max_order_waw_size = kRdmMaxMsg;
 	ep.mem_tag_format = 0xaaaaaaaaaaaaaaaaULL; // FI_TAG_GENERIC: any 64-bit tag
 	fi_domain_attr &dom = *info->domain_attr;
-	dom.mr_mode = 0; // messages need no registration from the application
+	// Messages need no registration from the application; RMA needs
+	// keys and virtual addresses of the target's (without_rdm_rma drops
+	// RMA and this mode for applications that do not take it on).
+	dom.mr_mode = kRdmRmaMrMode;
 	dom.cq_data_size = kRdmCqDataSize;
 	dom.av_type = FI_AV_UNSPEC;
 	dom.max_err_data = 0;
 	return info;
+}
+
+// The RDM endpoint without RMA: messages only, no registration mode.
+void without_rdm_rma(fi_info &info)
+{
+	info.caps &= ~kRdmRmaCaps;
+	info.tx_attr->caps &= ~kRdmRmaCaps;
+	info.rx_attr->caps &= ~kRdmRmaCaps;
+	info.tx_attr->rma_iov_limit = 0;
+	info.domain_attr->mr_mode = 0;
+	info.ep_attr->max_order_raw_size = 0;
+	info.ep_attr->max_order_waw_size = 0;
 }
 
 int resolve_name(const char *node, const char *service, bool passive, int family,
@@ -605,11 +622,23 @@ try {
 			FiInfoPtr rcap(build_rdm_cap_info(p, *chosen, probe_inline_size(p.ctx)));
 			if (!rcap)
 				return -FI_ENOMEM;
+			// RMA when the application takes on its registration mode
+			// (or does not say); messages alone when it asks for
+			// neither RMA nor that mode.
 			std::string rwhy;
+			const bool asks_rma = hints && hints->caps && (hints->caps & (FI_RMA | FI_ATOMIC |
+										      FI_RMA_EVENT | FI_READ | FI_WRITE |
+										      FI_REMOTE_READ | FI_REMOTE_WRITE));
+			if (hints && hints->caps && !asks_rma)
+				without_rdm_rma(*rcap);
 			if (!hints_match(api, *rcap, hints, rwhy)) {
-				VRMA_INFO(FI_LOG_CORE, "%s (RDM): hints not satisfied: %s\n",
-					  p.ctx->device->name, rwhy.c_str());
-				return 0;
+				std::string why2;
+				without_rdm_rma(*rcap);
+				if (asks_rma || !hints_match(api, *rcap, hints, why2)) {
+					VRMA_INFO(FI_LOG_CORE, "%s (RDM): hints not satisfied: %s\n",
+						  p.ctx->device->name, rwhy.c_str());
+					return 0;
+				}
 			}
 			FiInfoPtr rout(fi_dupinfo(rcap.get()));
 			if (!rout)

@@ -144,8 +144,9 @@ try {
 	}
 	auto mr = std::make_unique<Mr>();
 	mr->domain = dom;
-	mr->mr.reset(ibv_reg_mr(dom->pd.get(), iov.iov_base, iov.iov_len,
-				access_to_ibv(attr->access)));
+	const int ibv_access = access_to_ibv(attr->access);
+	mr->mr.reset(ibv_reg_mr(dom->pd.get(), iov.iov_base, iov.iov_len, ibv_access));
+	mr->local_write = ibv_access & IBV_ACCESS_LOCAL_WRITE;
 	if (!mr->mr) {
 		int err = errno;
 		VRMA_WARN(FI_LOG_MR, "ibv_reg_mr(%p, %zu): %s\n", iov.iov_base, iov.iov_len,
@@ -193,6 +194,21 @@ int mr_reg(fid *f, const void *buf, size_t len, uint64_t access, uint64_t offset
 }
 
 } // namespace
+
+void count_region_events(Domain *dom, bool write, const uint64_t *keys, size_t n) noexcept
+{
+	std::lock_guard<std::mutex> guard(dom->mr_lock);
+	for (size_t i = 0; i < n; i++) {
+		if (keys[i] > UINT32_MAX)
+			continue; // no region has it
+		auto it = dom->mrs_by_key.find(static_cast<uint32_t>(keys[i]));
+		if (it == dom->mrs_by_key.end())
+			continue;
+		Mr *mr = it->second;
+		count_completion((write ? mr->cntr_remote_write : mr->cntr_remote_read).load(std::memory_order_acquire),
+				 true);
+	}
+}
 
 const fi_ops_mr mr_ops = {
 	.size = sizeof(fi_ops_mr),

@@ -179,16 +179,10 @@ void count_rma_event(Ep *ep, uint8_t kind, const uint32_t *keys, size_t n)
 {
 	const bool write = kind == wire::kEventWrite;
 	count_completion(write ? ep->cntr_remote_write : ep->cntr_remote_read, true);
-	Domain *dom = ep->domain;
-	std::lock_guard<std::mutex> guard(dom->mr_lock);
-	for (size_t i = 0; i < n; i++) {
-		auto it = dom->mrs_by_key.find(keys[i]);
-		if (it == dom->mrs_by_key.end())
-			continue; // closed meanwhile
-		Mr *mr = it->second;
-		count_completion((write ? mr->cntr_remote_write : mr->cntr_remote_read).load(std::memory_order_acquire),
-				 true);
-	}
+	uint64_t keys64[wire::kMaxCommitRanges];
+	for (size_t i = 0; i < n; i++)
+		keys64[i] = keys[i];
+	count_region_events(ep->domain, write, keys64, n);
 }
 
 // Takes the pending commit with this id out of the table.

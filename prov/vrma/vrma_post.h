@@ -4,6 +4,7 @@
 #pragma once
 
 #include "vrma.h"
+#include "rdm_wire.h"
 
 namespace vrma {
 
@@ -24,8 +25,9 @@ struct TxOp {
 	size_t payload_wrs = SIZE_MAX;
 	uint32_t commit = 0; // TxSlot::commit of every request of the operation
 	uint32_t aux = 0;    // TxSlot::aux of every request of the operation
-	// An event message for a peer with FI_RMA_EVENT: copied into the
-	// endpoint's event buffer of the last request, which is its send.
+	// An event message for a peer with FI_RMA_EVENT (RDM: or remote CQ
+	// data): copied into the connection's event buffer of the last request,
+	// which is its send.
 	const uint8_t *event = nullptr;
 	size_t event_len = 0;
 	// A staged message sent as pieces: its MsgHeader, copied into the
@@ -321,7 +323,9 @@ inline ssize_t post_send_chain_locked(Conn *conn, ibv_send_wr *wrs, size_t n, co
 	const uint64_t prev_signaled = conn->last_signaled;
 	if (op.event_len) [[unlikely]] {
 		// The event send is the operation's last request.
-		constexpr size_t kStride = (wire::kRmaEventMax + 7) & ~size_t(7);
+		// MSG endpoints' events (wire::RmaEvent) or RDM endpoints'.
+		constexpr size_t kStride =
+			(std::max(wire::kRmaEventMax, rdm::kRmaEventMsgMax) + 7) & ~size_t(7);
 		if (ssize_t rc = copy_to_slot_buffer(conn, conn->event_bufs, kStride, last, op.event,
 						     op.event_len, wrs[n - 1].sg_list[0],
 						     "RMA event buffers"))

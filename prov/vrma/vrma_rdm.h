@@ -39,9 +39,15 @@
 
 namespace vrma {
 
-// What the RDM endpoint offers.
-inline constexpr uint64_t kRdmCaps = FI_MSG | FI_TAGGED | FI_SEND | FI_RECV | FI_DIRECTED_RECV |
-				     FI_MULTI_RECV | FI_SOURCE | FI_LOCAL_COMM | FI_REMOTE_COMM;
+// What the RDM endpoint offers. RMA needs the application's registrations
+// named by device keys at virtual addresses (kRdmRmaMrMode): offered only
+// to applications that take that mode on.
+inline constexpr uint64_t kRdmMsgCaps = FI_MSG | FI_TAGGED | FI_SEND | FI_RECV | FI_DIRECTED_RECV |
+					FI_MULTI_RECV | FI_SOURCE | FI_LOCAL_COMM | FI_REMOTE_COMM;
+inline constexpr uint64_t kRdmRmaCaps = FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ |
+					FI_REMOTE_WRITE | FI_RMA_EVENT | FI_FENCE;
+inline constexpr uint64_t kRdmCaps = kRdmMsgCaps | kRdmRmaCaps;
+inline constexpr int kRdmRmaMrMode = FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
 inline constexpr uint64_t kRdmTxOpFlags = FI_COMPLETION | FI_INJECT | FI_INJECT_COMPLETE |
 					  FI_TRANSMIT_COMPLETE | FI_DELIVERY_COMPLETE;
 inline constexpr uint64_t kRdmRxOpFlags = FI_COMPLETION | FI_MULTI_RECV;
@@ -77,6 +83,7 @@ enum class RdmTx : uint8_t {
 	RndvReq = 2,  // a rendezvous request: context is the RdmTxOp
 	RndvRead = 3, // an RDMA READ of a rendezvous receive: context is the RdmRxOp
 	DcSend = 4,   // an eager send with FI_DELIVERY_COMPLETE: context is the RdmTxOp
+	RmaOp = 5,    // an RMA operation holding registrations: context is the RdmRmaOp
 };
 inline constexpr uint32_t rdm_aux(RdmTx kind, uint32_t buf_plus1) noexcept
 {
@@ -95,6 +102,26 @@ struct RdmTxOp {
 	bool report = false;
 	Cntr *cntr = nullptr;
 	UserReg regs[kRdmIovLimit]; // rendezvous: registrations of the sender's segments
+};
+
+// An RMA operation whose local buffers vrma registered (no desc given):
+// the registrations live until its last request completes.
+struct RdmRmaOp {
+	void *context = nullptr;
+	bool report = false;  // a successful completion goes to the CQ
+	Cntr *cntr = nullptr; // counts the operation
+	UserReg regs[kRdmIovLimit];
+};
+// What rdm_handle_wc knew of an RmaOp request when it completed (its slot
+// may be reused once retired).
+struct RdmRmaDone {
+	void *context; // the RdmRmaOp
+	uint64_t comp_flags;
+	size_t len;
+	uint64_t seq, op_end;
+	bool report; // false: a request of a failed post
+	bool ok;
+	int err, prov_errno;
 };
 
 // A receive posted by the application.
@@ -182,8 +209,14 @@ struct RdmEp final : fid_ep {
 	bool rx_selective = false;
 	Cntr *cntr_send = nullptr;
 	Cntr *cntr_recv = nullptr;
-	Cntr *cntr_read = nullptr;  // accepted for symmetry (RMA: later)
+	Cntr *cntr_read = nullptr;
 	Cntr *cntr_write = nullptr;
+	// FI_RMA_EVENT: counts the peers' RMA operations on this endpoint
+	// (their RmaEvent messages; peers learn of it from the connection
+	// header's kConnFlagRmaEvents).
+	bool rma_events = false;
+	Cntr *cntr_remote_read = nullptr;
+	Cntr *cntr_remote_write = nullptr;
 	uint64_t tx_op_flags = 0;
 	uint64_t rx_op_flags = 0;
 	bool directed = false;      // FI_DIRECTED_RECV
@@ -336,7 +369,32 @@ inline CqPending rdm_error_entry(void *context, uint64_t flags, void *buf, size_
 // CqPending) when `report`.
 void rdm_complete_rx(RdmEp *ep, bool report, const Completion &c, fi_addr_t src) noexcept;
 
+// Room for n more send requests within the internal CQ's reserve (after
+// progress, when short).
+inline bool rdm_tx_room(RdmEp *ep, size_t n) noexcept
+{
+	if (ep->tx_wrs + n <= ep->tx_credit) [[likely]]
+		return true;
+	rdm_progress_locked(ep);
+	return ep->tx_wrs + n <= ep->tx_credit;
+}
+
 // vrma_rdm_conn.cpp: peers and connections (lock held).
+// An operation a transmit call was given, as its entry reports it.
+struct RdmTxReport {
+	void *context;
+	uint64_t comp_flags;
+	size_t len;
+	bool report;
+	Cntr *cntr;
+};
+// The connection a transmit to `dest` goes on: 0 and peer/conn;
+// -FI_EOPBADSTATE before fi_enable; 1 when dest names no peer: the
+// operation is accepted and ends at once in an error entry (as any failed
+// operation: the caller returns 0); -FI_EAGAIN while connecting (progress
+// ran once); another negative FI_E* code when the last attempt failed.
+int rdm_tx_conn(RdmEp *ep, fi_addr_t dest, const RdmTxReport &op, RdmPeer *&peer,
+		Conn *&conn) noexcept;
 // The peer for an AV handle, or nullptr (-FI_EINVAL logged) for a bad one.
 RdmPeer *rdm_peer_of(RdmEp *ep, fi_addr_t addr, int &err) noexcept;
 // The connection to send on: 0 and the Conn once connected; -FI_EAGAIN while
@@ -371,6 +429,15 @@ void rdm_reap(RdmEp *ep) noexcept;
 fi_addr_t rdm_peer_fi_addr(RdmPeer *peer) noexcept;
 // At close: every connection down, drained, freed.
 void rdm_close_peers(RdmEp *ep) noexcept;
+
+// vrma_rdm_rma.cpp
+extern const fi_ops_rma rdm_rma_ops;
+// An RmaEvent from a peer (lock held): remote CQ data and FI_RMA_EVENT
+// counts.
+void rdm_handle_rma_event(RdmEp *ep, RdmPeer *peer, const uint8_t *buf, size_t len) noexcept;
+// An RmaOp request completed: the operation's entry at its last request
+// (or its first error), then the op is freed.
+void rdm_rma_op_done(RdmEp *ep, Conn *c, const RdmRmaDone &d) noexcept;
 
 // vrma_rdm_msg.cpp
 extern const fi_ops_msg rdm_msg_ops;

@@ -37,7 +37,10 @@ std::unique_ptr<Conn> new_conn(RdmPeer *peer)
 	c->tx_depth = ep->peer_tx_depth;
 	c->tx_iov_limit = kRdmIovLimit + 1;
 	c->inline_size = ep->inline_size;
-	c->inject_size = ep->inline_size;
+	// RMA injects beyond the inline size go through bounce buffers
+	// (allocated at the first one); sends have their own (RdmEp::tx_bufs).
+	c->inject_size = ep->inject_size;
+	c->bounce_stride = ep->inject_size;
 	c->max_msg_size = kRdmMaxMsg;
 	c->max_wr_bytes = ep->domain->max_wr_bytes;
 	c->tx_serialized = true; // RdmEp::lock serializes everything
@@ -64,7 +67,7 @@ int create_qp(RdmEp *ep, Conn &c)
 	}
 	c.qp = c.id->qp;
 	if (attr.cap.max_inline_data < c.inline_size)
-		c.inline_size = c.inject_size = attr.cap.max_inline_data;
+		c.inline_size = attr.cap.max_inline_data;
 	c.signal_period = std::min<uint64_t>(c.tx_depth / 2, kSignalPeriod);
 	try {
 		c.reset_tx(c.tx_depth + 1);
@@ -86,7 +89,7 @@ struct ConnParam {
 void fill_param(RdmEp *ep, ConnParam &p, uint8_t flags)
 {
 	rdm::RdmConnHeader h;
-	h.flags = flags;
+	h.flags = flags | (ep->rma_events ? rdm::kConnFlagRmaEvents : 0);
 	h.addr = ep->self;
 	h.nonce = ep->nonce;
 	rdm::encode_conn_header(p.hdr, h);
@@ -115,6 +118,7 @@ int start_connect(RdmPeer *peer)
 		return errno_to_fi(err);
 	}
 	c->id.reset(raw);
+	c->peer_flags_pending = true;
 	sockaddr_storage dst{}, src{};
 	rdm::to_sockaddr(peer->addr, dst);
 	rdm::RdmAddr local = ep->self;
@@ -228,6 +232,8 @@ rdma_cm_id *accept_request(RdmEp *ep, rdma_cm_event *ev)
 	}
 	c->id.reset(id);
 	id->context = c.get();
+	if (h.flags & rdm::kConnFlagRmaEvents)
+		c->peer_cm_flags.store(wire::kCmFlagRmaEvents);
 	if (create_qp(ep, *c)) {
 		rdma_reject(id, nullptr, 0);
 		return c->id.release();
@@ -330,6 +336,33 @@ int rdm_conn_ready(RdmPeer *peer, Conn *&conn) noexcept
 	return -FI_EAGAIN;
 }
 
+int rdm_tx_conn(RdmEp *ep, fi_addr_t dest, const RdmTxReport &op, RdmPeer *&peer,
+		Conn *&conn) noexcept
+{
+	if (!ep->enabled) [[unlikely]] {
+		VRMA_WARN(FI_LOG_EP_DATA, "RDM transmit before fi_enable\n");
+		return -FI_EOPBADSTATE;
+	}
+	peer = rdm_peer_cached(ep, dest);
+	if (!peer) [[unlikely]] {
+		int err = 0;
+		peer = rdm_peer_of(ep, dest, err);
+		if (!peer) {
+			if (err == FI_ENOMEM)
+				return -FI_ENOMEM;
+			rdm_report_tx(ep, op.context, op.comp_flags, op.len, op.report, op.cntr, err, 0);
+			return 1;
+		}
+	}
+	if (int rc = rdm_conn_ready(peer, conn)) [[unlikely]] {
+		if (rc != -FI_EAGAIN)
+			return rc;
+		rdm_progress_locked(ep);
+		return rdm_conn_ready(peer, conn);
+	}
+	return 0;
+}
+
 void rdm_conn_failed(RdmPeer *peer, Conn *conn, int err) noexcept
 {
 	RdmEp *ep = peer->ep;
@@ -428,10 +461,15 @@ void rdm_cm_event(RdmEp *ep, rdma_cm_event *ev, rdma_cm_id *&destroy) noexcept
 				if (rdm::decode_conn_header(
 					    static_cast<const uint8_t *>(ev->param.conn.private_data),
 					    ev->param.conn.private_data_len, h) &&
-				    (h.flags & rdm::kConnFlagAccept))
+				    (h.flags & rdm::kConnFlagAccept)) {
 					peer->nonce = h.nonce;
+					if (h.flags & rdm::kConnFlagRmaEvents)
+						c->peer_cm_flags.store(wire::kCmFlagRmaEvents);
+				}
+
 			}
 		}
+		c->peer_flags_pending = false;
 		rdm_conn_established(peer, c);
 		break;
 	case RDMA_CM_EVENT_REJECTED: {

@@ -4,6 +4,7 @@
 #include "vrma_rdm.h"
 
 #include <algorithm>
+#include <array>
 #include <fcntl.h>
 #include <random>
 #include <sys/epoll.h>
@@ -83,12 +84,19 @@ template <typename Step> void service_loop(RdmEp *ep, int fd, Step step)
 	}
 }
 
+// Every counter bound to the endpoint (some may be the same, or null).
+std::array<Cntr *, 6> bound_cntrs(const RdmEp *ep)
+{
+	return {ep->cntr_send,	     ep->cntr_recv,	     ep->cntr_read,
+		ep->cntr_write,	     ep->cntr_remote_read, ep->cntr_remote_write};
+}
+
 void report_cntrs_attach(RdmEp *ep, bool attach)
 {
-	Cntr *cs[] = {ep->cntr_send, ep->cntr_recv, ep->cntr_read, ep->cntr_write};
-	for (size_t i = 0; i < 4; i++) {
+	const auto cs = bound_cntrs(ep);
+	for (size_t i = 0; i < cs.size(); i++) {
 		Cntr *c = cs[i];
-		if (!c || std::find(cs, cs + i, c) != cs + i)
+		if (!c || std::find(cs.begin(), cs.begin() + i, c) != cs.begin() + i)
 			continue;
 		const int fd = ep->auto_progress ? -1 : ep->channel->fd;
 		if (attach)
@@ -181,8 +189,7 @@ int rdm_ep_close(fid *f) noexcept
 	}
 	if (ep->av)
 		ep->av->refs--;
-	Cntr *cs[] = {ep->cntr_send, ep->cntr_recv, ep->cntr_read, ep->cntr_write};
-	for (Cntr *c : cs)
+	for (Cntr *c : bound_cntrs(ep))
 		if (c)
 			c->refs--;
 	if (ep->tx_cq)
@@ -224,11 +231,12 @@ int rdm_ep_bind(fid *f, fid *bfid, uint64_t flags) noexcept
 		return bind_cq(ep, from_fid<Cq>(bfid), flags);
 	case FI_CLASS_CNTR: {
 		Cntr *c = from_fid<Cntr>(bfid);
-		if (flags & (FI_REMOTE_READ | FI_REMOTE_WRITE)) {
-			VRMA_WARN(FI_LOG_EP_CTRL, "fi_ep_bind(cntr): RMA events are not offered on RDM endpoints yet\n");
-			return -FI_EOPNOTSUPP;
+		if ((flags & (FI_REMOTE_READ | FI_REMOTE_WRITE)) && !ep->rma_events) {
+			VRMA_WARN(FI_LOG_EP_CTRL, "fi_ep_bind(cntr): FI_REMOTE_READ/FI_REMOTE_WRITE count RMA events: open the endpoint with FI_RMA_EVENT\n");
+			return -FI_EINVAL;
 		}
-		if (flags & ~(FI_SEND | FI_RECV | FI_READ | FI_WRITE) || !flags) {
+		if (flags & ~(FI_SEND | FI_RECV | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE) ||
+		    !flags) {
 			VRMA_WARN(FI_LOG_EP_CTRL, "fi_ep_bind(cntr): unsupported flags 0x%llx\n",
 				  static_cast<unsigned long long>(flags));
 			return flags ? -FI_EBADFLAGS : -FI_EINVAL;
@@ -237,7 +245,9 @@ int rdm_ep_bind(fid *f, fid *bfid, uint64_t flags) noexcept
 				 {{&ep->cntr_send, FI_SEND},
 				  {&ep->cntr_recv, FI_RECV},
 				  {&ep->cntr_read, FI_READ},
-				  {&ep->cntr_write, FI_WRITE}});
+				  {&ep->cntr_write, FI_WRITE},
+				  {&ep->cntr_remote_read, FI_REMOTE_READ},
+				  {&ep->cntr_remote_write, FI_REMOTE_WRITE}});
 	}
 	case FI_CLASS_EQ:
 		// Nothing to report on an EQ: connections are invisible.
@@ -306,7 +316,9 @@ try {
 		VRMA_WARN(FI_LOG_EP_CTRL, "fi_enable: RDM endpoint needs an AV\n");
 		return -FI_ENOAV;
 	}
-	if (!ep->tx_cq && !ep->rx_cq && !ep->cntr_send && !ep->cntr_recv) {
+	const auto cntrs = bound_cntrs(ep);
+	if (!ep->tx_cq && !ep->rx_cq &&
+	    std::all_of(cntrs.begin(), cntrs.end(), [](const Cntr *c) { return !c; })) {
 		VRMA_WARN(FI_LOG_EP_CTRL, "fi_enable: endpoint needs a CQ or a counter\n");
 		return -FI_ENOCQ;
 	}
@@ -756,6 +768,7 @@ try {
 		return -FI_EINVAL;
 	}
 	ep->directed = caps & FI_DIRECTED_RECV;
+	ep->rma_events = caps & FI_RMA_EVENT;
 	ep->matcher.directed(ep->directed);
 	ep->tx_op_flags = info->tx_attr ? info->tx_attr->op_flags & kRdmTxOpFlags : 0;
 	ep->rx_op_flags = info->rx_attr ? info->rx_attr->op_flags & kRdmRxOpFlags : 0;
@@ -776,7 +789,7 @@ try {
 	ep->ops = const_cast<fi_ops_ep *>(&rdm_ep_ops);
 	ep->cm = const_cast<fi_ops_cm *>(&rdm_cm_ops);
 	ep->msg = const_cast<fi_ops_msg *>(&rdm_msg_ops);
-	ep->rma = const_cast<fi_ops_rma *>(&rma_nosys);
+	ep->rma = const_cast<fi_ops_rma *>(caps & FI_RMA ? &rdm_rma_ops : &rma_nosys);
 	ep->tagged = const_cast<fi_ops_tagged *>(&rdm_tagged_ops);
 	ep->atomic = const_cast<fi_ops_atomic *>(&atomic_nosys);
 	ep->collective = const_cast<fi_ops_collective *>(&collective_nosys);

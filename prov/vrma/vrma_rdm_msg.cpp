@@ -54,14 +54,6 @@ int take_tx_buf(RdmEp *ep)
 	return static_cast<int>(idx);
 }
 
-// Room for n more send requests within the CQ's reserve.
-bool tx_room(RdmEp *ep, size_t n)
-{
-	if (ep->tx_wrs + n <= ep->tx_credit) [[likely]]
-		return true;
-	rdm_progress_locked(ep);
-	return ep->tx_wrs + n <= ep->tx_credit;
-}
 
 // A send request's fields the device reads, as fill_one_wr does (zeroing
 // the whole request costs more than the rest of the path); the rdma fields
@@ -98,7 +90,7 @@ ssize_t post_copy(RdmEp *ep, Conn *conn, const uint8_t *src, size_t len, const i
 		  size_t nextra, size_t extra_len, void *context, uint64_t comp_flags,
 		  size_t op_len, bool report, Cntr *cntr, bool more, RdmTx kind)
 {
-	if (!tx_room(ep, 1))
+	if (!rdm_tx_room(ep, 1))
 		return -FI_EAGAIN;
 	ibv_send_wr wr;
 	ibv_sge sge[kRdmIovLimit + 1];
@@ -418,7 +410,7 @@ bool post_reads(RdmEp *ep, RdmRxOp *op)
 		}
 	}
 	// A chain longer than the credits goes alone (else it never would).
-	if (!tx_room(ep, nwr) || conn->tx.outstanding() + nwr > conn->tx_depth ||
+	if (!rdm_tx_room(ep, nwr) || conn->tx.outstanding() + nwr > conn->tx_depth ||
 	    (conn->reads_out && conn->reads_out + nwr > conn->read_credits))
 		return false;
 	TxOp top{op, 0, op->len, true, nullptr};
@@ -493,30 +485,11 @@ ssize_t rdm_send(RdmEp *ep, const iovec *iov, size_t count, fi_addr_t dest, uint
 	const uint64_t comp_flags = FI_SEND | (tagged ? FI_TAGGED : FI_MSG);
 	const bool report = !inject_call && tx_reports(ep, flags);
 	std::lock_guard guard(ep->lock);
-	if (!ep->enabled) [[unlikely]] {
-		VRMA_WARN(FI_LOG_EP_DATA, "RDM send before fi_enable\n");
-		return -FI_EOPBADSTATE;
-	}
-	int err = 0;
-	RdmPeer *peer = rdm_peer_cached(ep, dest);
-	if (!peer) [[unlikely]]
-		peer = rdm_peer_of(ep, dest, err);
-	if (!peer) [[unlikely]] {
-		if (err == FI_ENOMEM)
-			return -FI_ENOMEM;
-		// Accepted and failed: the application hears of it as of any
-		// failed send.
-		rdm_report_tx(ep, context, comp_flags, total, report, ep->cntr_send, err, 0);
-		return 0;
-	}
+	RdmPeer *peer;
 	Conn *conn = nullptr;
-	if (ssize_t rc = rdm_conn_ready(peer, conn)) [[unlikely]] {
-		if (rc != -FI_EAGAIN)
-			return rc;
-		rdm_progress_locked(ep);
-		if ((rc = rdm_conn_ready(peer, conn)))
-			return rc;
-	}
+	if (int rc = rdm_tx_conn(ep, dest, {context, comp_flags, total, report, ep->cntr_send}, peer,
+				 conn)) [[unlikely]]
+		return rc > 0 ? 0 : rc;
 	if (!ep->answer_backlog.empty() || !ep->read_backlog.empty()) [[unlikely]]
 		rdm_progress_locked(ep);
 	rdm::RdmHeader h = app_header(tagged, tag, data, flags, total);
@@ -870,6 +843,9 @@ void handle_message(RdmEp *ep, const ibv_wc &wc, const uint8_t *buf)
 		(void)ep->matcher.append_unexpected(kind, *m);
 		return;
 	}
+	case rdm::MsgType::RmaEvent:
+		rdm_handle_rma_event(ep, peer, buf, wc.byte_len);
+		return;
 	case rdm::MsgType::RndvDone:
 	case rdm::MsgType::DeliveryAck: {
 		auto w = peer->waiting.find(h.msg_id);
@@ -1022,7 +998,7 @@ void rdm_handle_wc(RdmEp *ep, const ibv_wc &wc) noexcept
 	const bool ok = wc.status == IBV_WC_SUCCESS;
 	if (!ok) {
 		if (wc.status != IBV_WC_WR_FLUSH_ERR) {
-			VRMA_WARN(FI_LOG_EP_DATA, "RDM: a send to a peer failed: %s\n",
+			VRMA_WARN(FI_LOG_EP_DATA, "RDM: a request to a peer failed: %s\n",
 				  ibv_wc_status_str(wc.status));
 			rdm_conn_failed(peer, c, FI_EIO);
 		}
@@ -1059,6 +1035,10 @@ void rdm_handle_wc(RdmEp *ep, const ibv_wc &wc) noexcept
 			fail_waiting_send(ep, peer, context, err, wc.status);
 		return;
 	}
+	case RdmTx::RmaOp:
+		rdm_rma_op_done(ep, c, {context, comp_flags, len, seq, op_end, report, ok, err,
+					static_cast<int>(wc.status)});
+		return;
 	case RdmTx::Internal:
 		return;
 	}
@@ -1083,6 +1063,11 @@ void rdm_report_unposted(Conn *conn, const ibv_send_wr *first, int err) noexcept
 		case RdmTx::RndvReq:
 		case RdmTx::DcSend:
 			fail_waiting_send(ep, peer, s->context, fi_err, IBV_WC_GENERAL_ERR);
+			break;
+		case RdmTx::RmaOp:
+			// No request of it was posted: none completes later.
+			rdm_rma_op_done(ep, conn, {s->context, s->comp_flags, s->len, s->op_end, s->op_end,
+						   s->report, false, fi_err, IBV_WC_GENERAL_ERR});
 			break;
 		default:
 			break;

@@ -1,7 +1,5 @@
 // RMA on MSG endpoints: RDMA READ / WRITE / WRITE_WITH_IMM.
-#include "vrma_post.h"
-
-#include <algorithm>
+#include "vrma_rma.h"
 
 namespace vrma {
 
@@ -11,15 +9,6 @@ constexpr uint64_t kRmaFlags = FI_COMPLETION | FI_INJECT | FI_INJECT_COMPLETE |
 			       FI_TRANSMIT_COMPLETE | FI_DELIVERY_COMPLETE | FI_COMMIT_COMPLETE |
 			       FI_FENCE | FI_MORE | FI_REMOTE_CQ_DATA;
 
-// Local pieces: each work request boundary may split one local segment in
-// two; plus the read-back or commit request.
-constexpr size_t kMaxOpSge = kMaxSge + kMaxOpWr;
-
-// Bytes the delivery-complete read fetches back: as librpma does, a few
-// bytes of the region just written, on the same QP. RC executes the read
-// after the writes, so its completion means they were placed.
-constexpr size_t kDeliveryReadLen = 8;
-
 ssize_t rma_common(Ep *ep, ibv_wr_opcode opcode, const iovec *iov, void *const *desc,
 		   size_t count, const fi_rma_iov *rma_iov, size_t rma_count, uint64_t data,
 		   uint64_t flags, void *context, bool inject_call)
@@ -28,21 +17,9 @@ ssize_t rma_common(Ep *ep, ibv_wr_opcode opcode, const iovec *iov, void *const *
 		return rc;
 	if (ssize_t rc = check_cq_data(flags, data, "RMA write"))
 		return rc;
-	if (!rma_iov || rma_count == 0 || rma_count > kMaxRmaIov) [[unlikely]] {
-		VRMA_WARN(FI_LOG_EP_DATA, "RMA: %zu remote segments; rma_iov_limit is %zu\n", rma_count,
-			  kMaxRmaIov);
-		return -FI_EINVAL;
-	}
 	size_t remote_total = 0;
-	for (size_t r = 0; r < rma_count; r++) {
-		if (rma_iov[r].key > UINT32_MAX) [[unlikely]] {
-			VRMA_WARN(FI_LOG_EP_DATA, "RMA: key 0x%llx is wider than mr_key_size 4\n",
-				  static_cast<unsigned long long>(rma_iov[r].key));
-			return -FI_EINVAL;
-		}
-		remote_total = rma_iov[r].len > SIZE_MAX - remote_total ? SIZE_MAX
-									  : remote_total + rma_iov[r].len;
-	}
+	if (ssize_t rc = rma_check_remote(rma_iov, rma_count, UINT32_MAX, remote_total))
+		return rc;
 	const bool is_read = opcode == IBV_WR_RDMA_READ;
 	if (is_read && (inject_call || (flags & (FI_INJECT | FI_REMOTE_CQ_DATA)))) [[unlikely]] {
 		VRMA_WARN(FI_LOG_EP_DATA, "RMA read cannot be injected or carry CQ data\n");
@@ -97,90 +74,39 @@ ssize_t rma_common(Ep *ep, ibv_wr_opcode opcode, const iovec *iov, void *const *
 			  total, remote_total);
 		return -FI_EINVAL;
 	}
-
-	// One work request per remote segment (several when it is longer than
-	// one carries), carving the local pieces. Only the entries used are
-	// initialised: the array is large and this is the data path.
-	ibv_send_wr wrs[kMaxOpWr];
-	ibv_sge sges[kMaxOpSge];
-	size_t nwr = 0, nsge = 0, left = total;
-	SgeCursor cursor{local, local_len};
-	const fi_rma_iov *last_written = nullptr;
-	size_t last_written_len = 0; // bytes of that segment the operation fills
-	wire::CommitRange ranges[kMaxRmaIov];
-	size_t nranges = 0;
-	for (size_t r = 0; r < rma_count && (left || nwr == 0); r++) {
-		size_t seg = std::min(rma_iov[r].len, left);
-		if (!seg && left)
-			continue; // an empty remote segment takes nothing
-		size_t done = 0;
-		do {
-			// max_msg_size bounds the splits: total / max_wr_bytes work
-			// requests plus one per remote segment fit kMaxOpWr.
-			const size_t chunk = std::min(seg - done, ep->conn.max_wr_bytes);
-			ibv_send_wr &wr = wrs[nwr++];
-			wr = {};
-			wr.sg_list = &sges[nsge];
-			wr.opcode = opcode;
-			wr.wr.rdma.remote_addr = rma_iov[r].addr + done;
-			wr.wr.rdma.rkey = static_cast<uint32_t>(rma_iov[r].key);
-			wr.num_sge = cursor.take(chunk, &sges[nsge]);
-			nsge += static_cast<size_t>(wr.num_sge);
-			if (static_cast<size_t>(wr.num_sge) > ep->conn.tx_iov_limit) [[unlikely]] {
-				VRMA_WARN(FI_LOG_EP_DATA, "RMA: a work request would span more than iov_limit %zu local pieces\n",
-					  ep->conn.tx_iov_limit);
-				return -FI_EINVAL;
-			}
-			if (!is_read && chunk && chunk <= ep->conn.inline_size)
-				wr.send_flags = IBV_SEND_INLINE;
-			done += chunk;
-		} while (done < seg);
-		left -= seg;
-		if (seg) {
-			last_written = &rma_iov[r];
-			last_written_len = seg;
-			ranges[nranges++] = {rma_iov[r].addr, seg, static_cast<uint32_t>(rma_iov[r].key), 0};
-		}
-	}
-	const size_t payload_wrs = nwr;
+	RmaWrs w;
+	if (ssize_t rc = rma_build_payload(&ep->conn, opcode, local, local_len, total, rma_iov,
+					   rma_count, w))
+		return rc;
 	if (flags & FI_REMOTE_CQ_DATA) {
 		// The target hears of the operation once, after all of its data.
-		wrs[nwr - 1].opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
-		wrs[nwr - 1].imm_data = htonl(static_cast<uint32_t>(data));
+		w.wrs[w.nwr - 1].opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+		w.wrs[w.nwr - 1].imm_data = htonl(static_cast<uint32_t>(data));
 	}
 	// Proof of placement: a read-back for delivery, and for commit when the
 	// target's writes land in its persistence domain. A target commit
 	// implies delivery: its request arrives after the writes.
-	const bool target_commit = commit && method == FI_VRMA_COMMIT_TARGET && nranges;
+	const bool target_commit = commit && method == FI_VRMA_COMMIT_TARGET && w.nranges;
 	const bool read_back = ((flags & FI_DELIVERY_COMPLETE) && !target_commit) ||
 			       (commit && method == FI_VRMA_COMMIT_DIRECT_WRITE);
-	if (!is_read && read_back && last_written) {
-		const size_t n = std::min(kDeliveryReadLen, last_written_len);
-		ibv_send_wr &rd = wrs[nwr++];
-		rd = {};
-		sges[nsge] = {reinterpret_cast<uintptr_t>(ep->conn.scratch), static_cast<uint32_t>(n),
-			      ep->conn.scratch_mr->lkey};
-		rd.sg_list = &sges[nsge++];
-		rd.num_sge = 1;
-		rd.opcode = IBV_WR_RDMA_READ;
-		rd.wr.rdma.remote_addr = last_written->addr + last_written_len - n;
-		rd.wr.rdma.rkey = static_cast<uint32_t>(last_written->key);
-	}
+	const size_t read_len = commit ? kCommitReadLen : 0;
+	if (!is_read && read_back && !rma_add_read_back(&ep->conn, w, read_len))
+		return -FI_ENOMEM;
 	if (flags & FI_FENCE) // waits for every earlier read (and so every delivery)
-		wrs[0].send_flags |= IBV_SEND_FENCE;
+		w.wrs[0].send_flags |= IBV_SEND_FENCE;
 	TxOp op{context, FI_RMA | (is_read ? FI_READ : FI_WRITE), total,
 		!inject_call && tx_reports(ep, flags), is_read ? ep->cntr_read : ep->cntr_write,
 		(flags & FI_MORE) != 0, bounce ? iov : nullptr, count};
-	op.payload_wrs = payload_wrs;
+	op.payload_wrs = w.payload_wrs;
 	if (target_commit) {
 		// The request follows the writes; the target's answer, not the
 		// request's completion, completes the operation.
-		ibv_sge &req = sges[nsge++];
-		int c = pmem_begin_commit(ep, ranges, nranges, context, total, op.cntr,
+		ibv_sge &req = w.sges[w.nsge++];
+		int c = pmem_begin_commit(ep, w.ranges, w.nranges, context, total, op.cntr,
 					  op.want_completion, req);
 		if (c < 0)
 			return c;
-		ibv_send_wr &send = wrs[nwr++];
+		ibv_send_wr &send = w.wrs[w.nwr++];
 		send = {};
 		send.sg_list = &req;
 		send.num_sge = 1;
@@ -193,21 +119,17 @@ ssize_t rma_common(Ep *ep, ibv_wr_opcode opcode, const iovec *iov, void *const *
 	if (peer_has(ep->conn, wire::kCmFlagRmaEvents)) [[unlikely]] {
 		// The target counts the operation when this arrives, after the
 		// operation's data (RC keeps the order): the keys it touched.
+		uint64_t keys64[kMaxRmaIov];
 		uint32_t keys[kMaxRmaIov];
-		size_t nkeys = 0;
-		for (size_t i = 0; i < nranges; i++)
-			if (std::find(keys, keys + nkeys, ranges[i].key) == keys + nkeys)
-				keys[nkeys++] = ranges[i].key;
+		const size_t nkeys = w.keys(keys64);
+		for (size_t i = 0; i < nkeys; i++)
+			keys[i] = static_cast<uint32_t>(keys64[i]);
 		op.event = event;
 		op.event_len = wire::encode_rma_event(event, is_read ? wire::kEventRead : wire::kEventWrite,
 						      keys, nkeys);
-		ibv_send_wr &send = wrs[nwr++];
-		send = {};
-		send.sg_list = &sges[nsge++]; // filled with the slot's event buffer
-		send.num_sge = 1;
-		send.opcode = IBV_WR_SEND;
+		rma_add_event_send(w);
 	}
-	ssize_t rc = post_send_chain(&ep->conn, wrs, nwr, op);
+	ssize_t rc = post_send_chain(&ep->conn, w.wrs, w.nwr, op);
 	if (rc && op.commit)
 		pmem_abort_commit(ep, op.commit);
 	return rc;

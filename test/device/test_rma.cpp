@@ -390,19 +390,30 @@ START_TEST(delivery_complete_write)
 }
 END_TEST
 
-START_TEST(delivery_complete_needs_remote_read)
+START_TEST(delivery_complete_without_remote_read)
 {
-	// The read-back needs FI_REMOTE_READ on the target region (as with
-	// librpma); without it the operation fails visibly.
+	// The proof of placement is a zero-length read, whose key the target
+	// does not check (IBA C9-88): a region registered for remote writes
+	// only takes delivery-complete writes. A read of it is still refused.
 	Env env(0, FI_DELIVERY_COMPLETE);
 	Pair p(env);
-	Region local(env, 64, FI_WRITE);
-	Region remote(env, 64, FI_REMOTE_WRITE);
-	int ctx;
-	ck_assert_int_eq(fi_write(p.client.ep, local.buf.data(), 64, local.desc(), 0, remote.addr(),
-				  remote.key(), &ctx), 0);
+	Region local(env, 4096, FI_WRITE | FI_READ);
+	Region remote(env, 4096, FI_REMOTE_WRITE);
+	for (size_t len : {size_t(1), size_t(64), size_t(4096)}) {
+		local.fill(static_cast<uint8_t>(len + 3));
+		std::fill(remote.buf.begin(), remote.buf.end(), 0);
+		int ctx;
+		ck_assert_int_eq(fi_write(p.client.ep, local.buf.data(), len, local.desc(), 0,
+					  remote.addr(), remote.key(), &ctx), 0);
+		fi_cq_data_entry e = expect_completion(p.client.cq, &ctx, FI_RMA | FI_WRITE);
+		ck_assert_uint_eq(e.len, len);
+		ck_assert_msg(remote.check(static_cast<uint8_t>(len + 3), len), "len %zu", len);
+	}
+	int rctx;
+	ck_assert_int_eq(fi_read(p.client.ep, local.buf.data(), 8, local.desc(), 0, remote.addr(),
+				 remote.key(), &rctx), 0);
 	fi_cq_err_entry err = expect_error(p.client.cq);
-	ck_assert_ptr_eq(err.op_context, &ctx);
+	ck_assert_ptr_eq(err.op_context, &rctx);
 	ck_assert_int_eq(err.err, FI_EACCES);
 }
 END_TEST
@@ -687,7 +698,7 @@ Suite *rma_suite()
 	tcase_add_test(tc, several_remote_segments);
 	tcase_add_test(tc, error_in_one_segment_reported_once);
 	tcase_add_test(tc, delivery_complete_write);
-	tcase_add_test(tc, delivery_complete_needs_remote_read);
+	tcase_add_test(tc, delivery_complete_without_remote_read);
 	tcase_add_test(tc, more_holds_the_doorbell);
 	tcase_add_test(tc, more_holds_inline_injects);
 	tcase_add_test(tc, inject_write_beyond_inline);

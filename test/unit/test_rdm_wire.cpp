@@ -471,6 +471,90 @@ START_TEST(malformed_rndv_requests_refused)
 }
 END_TEST
 
+START_TEST(rma_event_round_trip)
+{
+	const uint64_t keys[kMaxRmaEventKeys] = {0x11223344u, 0, UINT64_MAX, 0x8000000000000001ULL};
+	for (size_t n : {size_t(0), size_t(1), size_t(4), kMaxRmaEventKeys}) {
+		for (RmaKind kind : {RmaKind::Write, RmaKind::Read}) {
+			RdmHeader in = header(MsgType::RmaEvent, kind == RmaKind::Write ? kFlagCqData : 0,
+					      0x123456789ULL);
+			in.status = uint8_t(kind);
+			in.msg_id = 0;
+			in.cq_data = kind == RmaKind::Write ? 0xfedcba9876543210ULL : 0;
+			uint8_t buf[kRmaEventMsgMax + 8];
+			const size_t len = encode_rma_event(buf, in, keys, n);
+			ck_assert_uint_eq(len, kRdmHeaderBytes + 8 + 8 * n);
+			ck_assert_uint_le(len, kRmaEventMsgMax);
+			ck_assert_uint_eq(buf[3], uint8_t(kind));
+			ck_assert_uint_eq(buf[kRdmHeaderBytes], n);
+			if (n)
+				ck_assert_uint_eq(buf[kRdmHeaderBytes + 8], 0x44); // LE key
+			RdmHeader out;
+			uint64_t got[kMaxRmaEventKeys];
+			size_t count = 99;
+			ck_assert_msg(decode_rma_event(buf, len, out, got, count), "n %zu", n);
+			ck_assert(out.type == MsgType::RmaEvent);
+			ck_assert_uint_eq(out.status, uint8_t(kind));
+			ck_assert_uint_eq(out.flags, in.flags);
+			ck_assert_uint_eq(out.cq_data, in.cq_data);
+			ck_assert_uint_eq(out.length, 0x123456789ULL);
+			ck_assert_uint_eq(count, n);
+			for (size_t i = 0; i < n; i++)
+				ck_assert_uint_eq(got[i], keys[i]);
+			ck_assert(!decode_rma_event(buf, len - 1, out, got, count));
+			ck_assert(!decode_rma_event(buf, len + 1, out, got, count));
+		}
+	}
+}
+END_TEST
+
+START_TEST(malformed_rma_events_refused)
+{
+	const uint64_t keys[2] = {1, 2};
+	RdmHeader in = header(MsgType::RmaEvent, 0, 8);
+	in.status = uint8_t(RmaKind::Write);
+	in.msg_id = 0;
+	uint8_t good[kRmaEventMsgMax];
+	const size_t len = encode_rma_event(good, in, keys, 2);
+	RdmHeader h;
+	uint64_t out[kMaxRmaEventKeys];
+	size_t n;
+	ck_assert(decode_rma_event(good, len, h, out, n));
+	uint8_t bad[kRmaEventMsgMax];
+	auto refused = [&](size_t blen) { return !decode_rma_event(bad, blen, h, out, n); };
+	// Status: none, or unknown.
+	for (uint8_t status : {uint8_t(0), uint8_t(3)}) {
+		memcpy(bad, good, len);
+		bad[3] = status;
+		ck_assert(refused(len));
+	}
+	// A message id, a tag, flags other than CQ data.
+	memcpy(bad, good, len);
+	bad[4] = 1;
+	ck_assert(refused(len));
+	memcpy(bad, good, len);
+	bad[8] = 1;
+	ck_assert(refused(len));
+	memcpy(bad, good, len);
+	bad[2] = kFlagDeliveryComplete;
+	ck_assert(refused(len));
+	// A count past the limit or disagreeing with the length; reserved bytes.
+	memcpy(bad, good, len);
+	bad[kRdmHeaderBytes] = kMaxRmaEventKeys + 1;
+	ck_assert(refused(kRmaEventMsgMax));
+	memcpy(bad, good, len);
+	bad[kRdmHeaderBytes] = 3;
+	ck_assert(refused(len));
+	memcpy(bad, good, len);
+	bad[kRdmHeaderBytes + 5] = 1;
+	ck_assert(refused(len));
+	// Too short for the body's head (the header decode refuses it too).
+	memcpy(bad, good, len);
+	ck_assert(refused(kRdmHeaderBytes + 4));
+	ck_assert(!decodes(bad, kRdmHeaderBytes));
+}
+END_TEST
+
 Suite *rdm_wire_suite()
 {
 	Suite *s = suite_create("rdm_wire");
@@ -483,6 +567,8 @@ Suite *rdm_wire_suite()
 	tcase_add_test(tc, malformed_headers_refused);
 	tcase_add_test(tc, rndv_request_round_trip);
 	tcase_add_test(tc, malformed_rndv_requests_refused);
+	tcase_add_test(tc, rma_event_round_trip);
+	tcase_add_test(tc, malformed_rma_events_refused);
 	suite_add_tcase(s, tc);
 	return s;
 }

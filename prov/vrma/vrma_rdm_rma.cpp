@@ -1,0 +1,380 @@
+// RMA on RDM endpoints: the nine fi_rma calls to any address of the AV, over
+// the peer's connection (made on demand), built by the RMA core MSG
+// endpoints use too (vrma_rma.h).
+//
+// Contracts:
+//  - every call runs under RdmEp::lock;
+//  - keys are the target's device rkeys and addresses virtual ones
+//    (kRdmRmaMrMode: getinfo offers RMA only to applications that take that
+//    mode on);
+//  - local buffers need no registration: a desc is used when given, data of
+//    inline size is copied into the request, injects beyond it go through
+//    the connection's bounce buffers, anything else is registered through
+//    the domain's registration cache and held by an RdmRmaOp until the
+//    operation's last request completed;
+//  - the target hears of an operation only when it must: an RmaEvent send
+//    follows the data on the same connection when the operation carries
+//    remote CQ data (64 bits: cq_data_size 8) or the target counts RMA
+//    events (kConnFlagRmaEvents). RC delivers it after the data was placed
+//    (writes) or read (reads);
+//  - an accepted operation ends with exactly one completion or error entry
+//    (or count), through its last request's completion or the flush of its
+//    connection.
+#include "vrma_rdm.h"
+#include "vrma_rma.h"
+
+namespace vrma {
+
+namespace {
+
+constexpr uint64_t kRdmRmaFlags = FI_COMPLETION | FI_INJECT | FI_INJECT_COMPLETE |
+				  FI_TRANSMIT_COMPLETE | FI_DELIVERY_COMPLETE | FI_COMMIT_COMPLETE |
+				  FI_FENCE | FI_MORE | FI_REMOTE_CQ_DATA;
+
+static_assert(kMaxRmaIov <= rdm::kMaxRmaEventKeys, "an event names every key of an operation");
+static_assert(kRdmIovLimit < kMaxSge, "the local pieces fit the core's arrays");
+
+// The checks that need no lock: flags, the local and remote segments and
+// their lengths. total is the local byte count.
+ssize_t rdm_rma_check(RdmEp *ep, bool is_read, const iovec *iov, size_t count,
+		      const fi_rma_iov *rma_iov, size_t rma_count, uint64_t flags, bool inject,
+		      size_t &total)
+{
+	if (ssize_t rc = check_op_flags(flags, kRdmRmaFlags, "RDM RMA"))
+		return rc;
+	if (flags & FI_COMMIT_COMPLETE) [[unlikely]] {
+		VRMA_WARN(FI_LOG_EP_DATA, "FI_COMMIT_COMPLETE needs an FI_RMA_PMEM endpoint; RDM endpoints do not offer FI_RMA_PMEM\n");
+		return -FI_EBADFLAGS;
+	}
+	if (is_read && (inject || (flags & FI_REMOTE_CQ_DATA))) [[unlikely]] {
+		VRMA_WARN(FI_LOG_EP_DATA, "RMA read cannot be injected or carry CQ data\n");
+		return -FI_EINVAL;
+	}
+	size_t remote_total = 0;
+	if (ssize_t rc = rma_check_remote(rma_iov, rma_count, UINT32_MAX, remote_total))
+		return rc;
+	if (count > kRdmIovLimit || (count && !iov)) [[unlikely]] {
+		VRMA_WARN(FI_LOG_EP_DATA, "RDM RMA: %zu local segments; iov_limit is %zu\n", count,
+			  kRdmIovLimit);
+		return -FI_EINVAL;
+	}
+	total = 0;
+	for (size_t i = 0; i < count; i++) {
+		if (!iov[i].iov_base && iov[i].iov_len) [[unlikely]] {
+			VRMA_WARN(FI_LOG_EP_DATA, "RDM RMA: NULL buffer of length %zu\n", iov[i].iov_len);
+			return -FI_EINVAL;
+		}
+		if (iov[i].iov_len > kRdmMaxMsg - total) [[unlikely]] {
+			VRMA_WARN(FI_LOG_EP_DATA, "RDM RMA: more than max_msg_size %zu bytes\n", kRdmMaxMsg);
+			return -FI_EMSGSIZE;
+		}
+		total += iov[i].iov_len;
+	}
+	if (inject && total > ep->inject_size) [[unlikely]] {
+		VRMA_WARN(FI_LOG_EP_DATA, "RDM RMA inject of %zu bytes exceeds inject_size %zu\n", total,
+			  ep->inject_size);
+		return -FI_EINVAL;
+	}
+	if (remote_total < total) [[unlikely]] {
+		VRMA_WARN(FI_LOG_EP_DATA, "RMA: %zu local bytes but the remote segments hold %zu\n",
+			  total, remote_total);
+		return -FI_EINVAL;
+	}
+	return 0;
+}
+
+ssize_t rdm_rma(RdmEp *ep, ibv_wr_opcode opcode, const iovec *iov, void *const *desc,
+		size_t count, fi_addr_t dest, const fi_rma_iov *rma_iov, size_t rma_count,
+		uint64_t data, uint64_t flags, void *context, bool inject_call)
+{
+	const bool is_read = opcode == IBV_WR_RDMA_READ;
+	const bool inject = inject_call || (flags & FI_INJECT);
+	size_t total = 0;
+	if (ssize_t rc = rdm_rma_check(ep, is_read, iov, count, rma_iov, rma_count, flags, inject,
+				       total))
+		return rc;
+	const uint64_t comp_flags = FI_RMA | (is_read ? FI_READ : FI_WRITE);
+	const bool report = !inject_call && tx_reports(ep, flags);
+	std::lock_guard guard(ep->lock);
+	Cntr *cntr = is_read ? ep->cntr_read : ep->cntr_write;
+	RdmPeer *peer;
+	Conn *conn = nullptr;
+	if (int rc = rdm_tx_conn(ep, dest, {context, comp_flags, total, report, cntr}, peer, conn))
+		[[unlikely]]
+		return rc > 0 ? 0 : rc;
+	if (conn->peer_flags_pending) [[unlikely]]
+		return -FI_EAGAIN; // the CM thread handles the ESTABLISHED event soon
+	if (!ep->answer_backlog.empty() || !ep->read_backlog.empty()) [[unlikely]]
+		rdm_progress_locked(ep);
+
+	// The local pieces and their keys. An inject beyond the inline size is
+	// copied into a bounce buffer: its one piece is an offset until then.
+	const bool bounce = inject && total > conn->inline_size;
+	const bool copied = !is_read && total <= conn->inline_size;
+	ibv_sge local[kRdmIovLimit];
+	size_t local_len[kRdmIovLimit];
+	std::unique_ptr<RdmRmaOp> op;
+	if (bounce) {
+		local[0] = {0, static_cast<uint32_t>(total), 0};
+		local_len[0] = total;
+	} else {
+		for (size_t i = 0; i < count; i++) {
+			const size_t len = iov[i].iov_len;
+			local[i] = {reinterpret_cast<uintptr_t>(iov[i].iov_base),
+				    static_cast<uint32_t>(std::min<size_t>(len, UINT32_MAX)), 0};
+			local_len[i] = len;
+			// A desc is used when it allows the access (a read's
+			// target must be writable by the device: an application
+			// need not register for that without FI_MR_LOCAL).
+			const Mr *mr = desc ? static_cast<const Mr *>(desc[i]) : nullptr;
+			if (mr && (!is_read || mr->local_write)) {
+				local[i].lkey = mr->lkey;
+				continue;
+			}
+			if (copied || !len)
+				continue;
+			if (!op) {
+				op.reset(new (std::nothrow) RdmRmaOp);
+				if (!op)
+					return -FI_ENOMEM;
+				op->context = context;
+				op->report = report;
+				op->cntr = cntr;
+			}
+			if (int rc = op->regs[i].acquire(ep->domain, iov[i].iov_base, len,
+							 is_read ? IBV_ACCESS_LOCAL_WRITE : 0))
+				return rc;
+			local[i].lkey = op->regs[i].lkey();
+		}
+	}
+	RmaWrs w;
+	if (ssize_t rc = rma_build_payload(conn, opcode, local, local_len, total, rma_iov, rma_count, w))
+		return rc;
+	if (!is_read && (flags & FI_DELIVERY_COMPLETE) && !rma_add_read_back(conn, w, 0))
+		return -FI_ENOMEM;
+	if (flags & FI_FENCE) // waits for every earlier read (and so every delivery) on the connection
+		w.wrs[0].send_flags |= IBV_SEND_FENCE;
+	// An operation holding registrations is always signaled: its op is
+	// freed by its last request's completion (and a failed post clears
+	// `report` on the slots it leaves, which the op's handler skips).
+	TxOp top{op ? static_cast<void *>(op.get()) : context, comp_flags, total,
+		 op ? true : report, op ? nullptr : cntr, (flags & FI_MORE) != 0,
+		 bounce ? iov : nullptr, count};
+	top.payload_wrs = w.payload_wrs;
+	top.aux = rdm_aux(op ? RdmTx::RmaOp : RdmTx::App, 0);
+	uint8_t event[rdm::kRmaEventMsgMax];
+	const bool cq_data = !is_read && (flags & FI_REMOTE_CQ_DATA);
+	if (cq_data || peer_has(*conn, wire::kCmFlagRmaEvents)) {
+		rdm::RdmHeader h;
+		h.type = rdm::MsgType::RmaEvent;
+		h.status = static_cast<uint8_t>(is_read ? rdm::RmaKind::Read : rdm::RmaKind::Write);
+		h.length = total;
+		if (cq_data) {
+			h.flags = rdm::kFlagCqData;
+			h.cq_data = data;
+		}
+		uint64_t keys[kMaxRmaIov];
+		const size_t nkeys = w.keys(keys);
+		top.event = event;
+		top.event_len = rdm::encode_rma_event(event, h, keys, nkeys);
+		rma_add_event_send(w);
+	}
+	if (!rdm_tx_room(ep, w.nwr))
+		return -FI_EAGAIN;
+	const uint64_t head = conn->tx.head();
+	const ssize_t rc = post_send_chain_locked(conn, w.wrs, w.nwr, top);
+	const uint64_t pushed = conn->tx.head() - head;
+	ep->tx_wrs += pushed; // each slot's retirement takes one back
+	if (rc) {
+		// Requests of a failed post that went out complete as vrma's
+		// own: the call's error is the operation's only outcome.
+		for (uint64_t seq = head; seq < head + pushed; seq++)
+			conn->tx.at(seq).aux = rdm_aux(RdmTx::Internal, 0);
+		return rc;
+	}
+	(void)op.release(); // its last request's completion frees it
+	return 0;
+}
+
+// The common case, as rma_one is for MSG endpoints: one local buffer that
+// is copied inline or has a desc, one remote segment that one request
+// carries, a connected peer that counts no events, no flag that adds
+// requests. Anything else, and every refusal, takes rdm_rma from the start.
+constexpr uint64_t kFastRmaFlags = FI_COMPLETION | FI_INJECT | FI_INJECT_COMPLETE |
+				   FI_TRANSMIT_COMPLETE;
+
+[[gnu::always_inline]] inline ssize_t rma_fast(RdmEp *ep, ibv_wr_opcode opcode, const void *buf,
+					       size_t len, void *desc, fi_addr_t dest,
+					       uint64_t addr, uint64_t key, uint64_t flags,
+					       void *context, bool inject_call)
+{
+	const bool is_read = opcode == IBV_WR_RDMA_READ;
+	const bool inject = inject_call || (flags & FI_INJECT);
+	if (!((flags & ~kFastRmaFlags) || key > UINT32_MAX || (!buf && len) ||
+	      (is_read && inject))) [[likely]] {
+		std::lock_guard guard(ep->lock);
+		RdmPeer *peer = ep->enabled ? rdm_peer_cached(ep, dest) : nullptr;
+		Conn *conn = peer ? peer->conn.get() : nullptr;
+		const bool copied = !is_read && len <= (conn ? conn->inline_size : 0);
+		if (conn && conn->state.load(std::memory_order_relaxed) == EpState::Connected &&
+		    (copied || (desc && !inject &&
+				(!is_read || static_cast<const Mr *>(desc)->local_write))) &&
+		    len <= conn->max_wr_bytes &&
+		    !peer_has(*conn, wire::kCmFlagRmaEvents) && !conn->peer_flags_pending && ep->tx_wrs < ep->tx_credit &&
+		    ep->answer_backlog.empty() && ep->read_backlog.empty()) [[likely]] {
+			ibv_sge sge;
+			ibv_send_wr wr;
+			fill_one_wr(wr, sge, opcode, opcode, buf, len, copied ? nullptr : desc, copied,
+				    addr, key, 0, 0);
+			const ssize_t rc = post_send_one(conn, wr, context,
+							 FI_RMA | (is_read ? FI_READ : FI_WRITE), len,
+							 !inject_call && tx_reports(ep, flags),
+							 is_read ? ep->cntr_read : ep->cntr_write, false,
+							 rdm_aux(RdmTx::App, 0));
+			if (!rc)
+				ep->tx_wrs++;
+			return rc;
+		}
+	}
+	const iovec iov{const_cast<void *>(buf), len};
+	const fi_rma_iov r{addr, len, key};
+	return rdm_rma(ep, opcode, &iov, &desc, 1, dest, &r, 1, 0, flags, context, inject_call);
+}
+
+inline RdmEp *rdm(fid_ep *f) { return static_cast<RdmEp *>(f); }
+
+ssize_t r_read(fid_ep *f, void *buf, size_t len, void *desc, fi_addr_t src, uint64_t addr,
+	       uint64_t key, void *context) noexcept
+{
+	return rma_fast(rdm(f), IBV_WR_RDMA_READ, buf, len, desc, src, addr, key, rdm(f)->tx_op_flags,
+			context, false);
+}
+
+ssize_t r_readv(fid_ep *f, const iovec *iov, void **desc, size_t count, fi_addr_t src,
+		uint64_t addr, uint64_t key, void *context) noexcept
+{
+	const fi_rma_iov r{addr, SIZE_MAX, key};
+	return rdm_rma(rdm(f), IBV_WR_RDMA_READ, iov, desc, count, src, &r, 1, 0,
+		       rdm(f)->tx_op_flags, context, false);
+}
+
+// fi_readmsg / fi_writemsg.
+ssize_t rma_msg(fid_ep *f, ibv_wr_opcode opcode, const fi_msg_rma *msg, uint64_t flags) noexcept
+{
+	if (!msg) {
+		VRMA_WARN(FI_LOG_EP_DATA, "fi_readmsg/fi_writemsg: NULL message\n");
+		return -FI_EINVAL;
+	}
+	return rdm_rma(rdm(f), opcode, msg->msg_iov, msg->desc, msg->iov_count, msg->addr,
+		       msg->rma_iov, msg->rma_iov_count,
+		       opcode == IBV_WR_RDMA_READ ? 0 : msg->data, flags, msg->context, false);
+}
+
+ssize_t r_readmsg(fid_ep *f, const fi_msg_rma *msg, uint64_t flags) noexcept
+{
+	return rma_msg(f, IBV_WR_RDMA_READ, msg, flags);
+}
+
+ssize_t r_write(fid_ep *f, const void *buf, size_t len, void *desc, fi_addr_t dest, uint64_t addr,
+		uint64_t key, void *context) noexcept
+{
+	return rma_fast(rdm(f), IBV_WR_RDMA_WRITE, buf, len, desc, dest, addr, key,
+			rdm(f)->tx_op_flags, context, false);
+}
+
+ssize_t r_writev(fid_ep *f, const iovec *iov, void **desc, size_t count, fi_addr_t dest,
+		 uint64_t addr, uint64_t key, void *context) noexcept
+{
+	const fi_rma_iov r{addr, SIZE_MAX, key};
+	return rdm_rma(rdm(f), IBV_WR_RDMA_WRITE, iov, desc, count, dest, &r, 1, 0,
+		       rdm(f)->tx_op_flags, context, false);
+}
+
+ssize_t r_writemsg(fid_ep *f, const fi_msg_rma *msg, uint64_t flags) noexcept
+{
+	return rma_msg(f, IBV_WR_RDMA_WRITE, msg, flags);
+}
+
+ssize_t r_inject(fid_ep *f, const void *buf, size_t len, fi_addr_t dest, uint64_t addr,
+		 uint64_t key) noexcept
+{
+	return rma_fast(rdm(f), IBV_WR_RDMA_WRITE, buf, len, nullptr, dest, addr, key, FI_INJECT,
+			nullptr, true);
+}
+
+ssize_t r_writedata(fid_ep *f, const void *buf, size_t len, void *desc, uint64_t data,
+		    fi_addr_t dest, uint64_t addr, uint64_t key, void *context) noexcept
+{
+	const iovec iov{const_cast<void *>(buf), len};
+	const fi_rma_iov r{addr, len, key};
+	return rdm_rma(rdm(f), IBV_WR_RDMA_WRITE, &iov, &desc, 1, dest, &r, 1, data,
+		       rdm(f)->tx_op_flags | FI_REMOTE_CQ_DATA, context, false);
+}
+
+ssize_t r_injectdata(fid_ep *f, const void *buf, size_t len, uint64_t data, fi_addr_t dest,
+		     uint64_t addr, uint64_t key) noexcept
+{
+	const iovec iov{const_cast<void *>(buf), len};
+	const fi_rma_iov r{addr, len, key};
+	void *desc = nullptr;
+	return rdm_rma(rdm(f), IBV_WR_RDMA_WRITE, &iov, &desc, 1, dest, &r, 1, data,
+		       FI_INJECT | FI_REMOTE_CQ_DATA, nullptr, true);
+}
+
+} // namespace
+
+void rdm_rma_op_done(RdmEp *ep, Conn *c, const RdmRmaDone &d) noexcept
+{
+	if (!d.report)
+		return; // a request of a failed post: the call returned the error
+	auto *op = static_cast<RdmRmaOp *>(d.context);
+	if (!d.ok) {
+		if (d.op_end == c->failed_op_end)
+			return; // the operation's error was reported (and op freed)
+		c->failed_op_end = d.op_end;
+	} else if (d.seq != d.op_end) {
+		return;
+	}
+	rdm_report_tx(ep, op->context, d.comp_flags, d.len, op->report, op->cntr, d.err, d.prov_errno);
+	delete op;
+}
+
+void rdm_handle_rma_event(RdmEp *ep, RdmPeer *peer, const uint8_t *buf, size_t len) noexcept
+{
+	rdm::RdmHeader h;
+	uint64_t keys[rdm::kMaxRmaEventKeys];
+	size_t n = 0;
+	if (!rdm::decode_rma_event(buf, len, h, keys, n)) [[unlikely]] {
+		VRMA_WARN(FI_LOG_EP_DATA, "RDM: a malformed RMA event from a peer: ignored\n");
+		return;
+	}
+	const bool write = h.status == static_cast<uint8_t>(rdm::RmaKind::Write);
+	if (h.flags & rdm::kFlagCqData) {
+		// Remote CQ data: an entry of its own, whatever the receive side's
+		// selective completion says (it answers no receive).
+		if (ep->rx_cq)
+			cq_complete(ep->rx_cq,
+				    {nullptr, FI_RMA | FI_REMOTE_WRITE | FI_REMOTE_CQ_DATA, h.length,
+				     nullptr, h.cq_data, 0},
+				    rdm_peer_fi_addr(peer));
+	}
+	if (!ep->rma_events)
+		return;
+	count_completion(write ? ep->cntr_remote_write : ep->cntr_remote_read, true);
+	count_region_events(ep->domain, write, keys, n);
+}
+
+const fi_ops_rma rdm_rma_ops = {
+	.size = sizeof(fi_ops_rma),
+	.read = r_read,
+	.readv = r_readv,
+	.readmsg = r_readmsg,
+	.write = r_write,
+	.writev = r_writev,
+	.writemsg = r_writemsg,
+	.inject = r_inject,
+	.writedata = r_writedata,
+	.injectdata = r_injectdata,
+};
+
+} // namespace vrma
