@@ -299,6 +299,9 @@ void apply_hints(uint32_t api_version, fi_info &out, const fi_info *hints,
 			if (out.domain_attr->mr_mode & FI_MR_LOCAL)
 				out.mode |= FI_LOCAL_MR;
 			out.domain_attr->mr_mode = FI_MR_BASIC;
+		} else if ((h.mr_mode & FI_MR_SCALABLE) && out.domain_attr->mr_mode == 0) {
+			// The legacy spelling of "no mode bit": answered in kind.
+			out.domain_attr->mr_mode = FI_MR_SCALABLE;
 		}
 	}
 }

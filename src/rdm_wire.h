@@ -215,6 +215,12 @@ bool nth_addr(const RdmAddr &base, uint64_t node_index, uint64_t service_index,
 //           the first 4 bytes, the rest 0)
 //   24 u64  nonce: the sender endpoint's instance id, random, never 0
 //   32
+// With kConnFlagKeyTable, the sender's scalable-key table (key_table.h)
+// follows:
+//   32 u64  addr of the table
+//   40 u32  rkey of the table (remote read)
+//   44 u32  bucket count: a power of two, at most 2^20
+//   48
 //
 // The address is the sender's *listening* address (what its fi_getname
 // returns and peers insert into their AVs), not the source address of the
@@ -230,10 +236,12 @@ bool nth_addr(const RdmAddr &base, uint64_t node_index, uint64_t service_index,
 inline constexpr uint8_t kConnMagic = 0xA8;
 inline constexpr uint8_t kConnVersion = 1;
 inline constexpr size_t kConnHeaderBytes = 32;
+inline constexpr size_t kConnKeyTableBytes = 16;
+inline constexpr size_t kConnHeaderMax = kConnHeaderBytes + kConnKeyTableBytes;
 // rdma_cm leaves 56 bytes of an IB/RoCE connect request (REQ) to its user; the
 // header keeps 8 of them free for later.
 inline constexpr size_t kConnPrivateDataMax = 56;
-static_assert(kConnHeaderBytes <= 48 && kConnHeaderBytes <= kConnPrivateDataMax,
+static_assert(kConnHeaderMax <= 48 && kConnHeaderMax <= kConnPrivateDataMax,
 	      "RdmConnHeader fits an RC connect request's private data");
 
 // Flags are capabilities and roles: a receiver ignores the ones it does not
@@ -246,19 +254,41 @@ inline constexpr uint8_t kConnFlagCrossing = 1 << 1;
 // The sender counts RMA events (FI_RMA_EVENT): the peer follows each of its
 // RMA operations with an RmaEvent message.
 inline constexpr uint8_t kConnFlagRmaEvents = 1 << 2;
+// The sender's domain publishes scalable keys: its key table follows.
+inline constexpr uint8_t kConnFlagKeyTable = 1 << 3;
 static_assert(24 + sizeof(uint64_t) == kConnHeaderBytes, "the nonce ends the header");
+
+// Where a peer's scalable-key table is (key_table.h).
+struct KeyTableRef {
+	uint64_t addr = 0;
+	uint32_t rkey = 0;
+	uint32_t buckets = 0; // 0: none
+};
+
+inline constexpr bool valid_key_table_buckets(uint32_t n) noexcept
+{
+	return n != 0 && n <= (1u << 20) && (n & (n - 1)) == 0;
+}
 
 struct RdmConnHeader {
 	uint8_t flags = 0;
 	RdmAddr addr;       // sender's listening address; connectable()
 	uint64_t nonce = 0; // sender's instance id; not 0
+	KeyTableRef key_table; // with kConnFlagKeyTable
 };
 
-// Writes kConnHeaderBytes into buf. False (nothing written) if h.addr is not
-// connectable or h.nonce is 0: the peer would refuse it.
+inline constexpr size_t conn_header_bytes(const RdmConnHeader &h) noexcept
+{
+	return (h.flags & kConnFlagKeyTable) ? kConnHeaderMax : kConnHeaderBytes;
+}
+
+// Writes conn_header_bytes(h) into buf. False (nothing written) if h.addr is
+// not connectable, h.nonce is 0 or a key table has no valid bucket count:
+// the peer would refuse it.
 inline bool encode_conn_header(uint8_t *buf, const RdmConnHeader &h) noexcept
 {
-	if (!connectable(h.addr) || h.nonce == 0)
+	if (!connectable(h.addr) || h.nonce == 0 ||
+	    ((h.flags & kConnFlagKeyTable) && !valid_key_table_buckets(h.key_table.buckets)))
 		return false;
 	buf[0] = kConnMagic;
 	buf[1] = kConnVersion;
@@ -268,6 +298,11 @@ inline bool encode_conn_header(uint8_t *buf, const RdmConnHeader &h) noexcept
 	le::put16(buf + 6, 0);
 	memcpy(buf + 8, h.addr.addr, 16);
 	le::put64(buf + 24, h.nonce);
+	if (h.flags & kConnFlagKeyTable) {
+		le::put64(buf + 32, h.key_table.addr);
+		le::put32(buf + 40, h.key_table.rkey);
+		le::put32(buf + 44, h.key_table.buckets);
+	}
 	return true;
 }
 
@@ -294,6 +329,14 @@ inline bool decode_conn_header(const uint8_t *buf, size_t len, RdmConnHeader &h)
 	h.flags = buf[2];
 	h.addr = a;
 	h.nonce = nonce;
+	h.key_table = {};
+	if (h.flags & kConnFlagKeyTable) {
+		if (len < kConnHeaderMax)
+			return false;
+		h.key_table = {le::get64(buf + 32), le::get32(buf + 40), le::get32(buf + 44)};
+		if (!valid_key_table_buckets(h.key_table.buckets))
+			return false;
+	}
 	return true;
 }
 
@@ -481,7 +524,8 @@ struct RndvSegment {
 //   0  u8   count: 0..kMaxRmaEventKeys (0: the operation touched no region,
 //           a zero-length one)
 //   1  7    reserved, 0
-//   8       count keys, u64 each: the target regions' keys (fi_mr_key), each
+//   8       count keys, u64 each: the target regions' device keys (rkeys,
+//           which are fi_mr_key unless the domain uses scalable keys), each
 //           once
 inline constexpr size_t kMaxRmaEventKeys = 16;
 inline constexpr size_t kRmaEventBodyHeadBytes = 8;

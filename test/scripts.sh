@@ -142,6 +142,18 @@ list_ok() {
 }
 check "test/fabtests/vrma.list gives a reason for every pattern" list_ok
 
+# A reason is the whole comment block above a pattern, read from its first
+# line: "n/a:" there excludes the test however many lines follow.
+list_na() {
+	printf '# header\n\n# n/a: first line\n# second line\n^skipped\n\n# fails: one\n# n/a: not first\n^runs\n' \
+		>"$tmp/l.list"
+	printf '%s\n' "$(sed -n '/^list_tool() {/,/^}/p' "$util/vrma-fabtests")" 'list_tool excluded "$1"' \
+		>"$tmp/l.sh"
+	run "$tmp/l" bash "$tmp/l.sh" "$tmp/l.list"
+	[[ $rc -eq 0 ]] && [[ $(cat "$tmp/l.out") == "^skipped" ]] || show "$tmp/l"
+}
+check "a multi-line fabtests reason starting with n/a: excludes its test" list_na
+
 # Without the tarball, fabtests are skipped with one line.
 ft_skip() {
 	run "$tmp/s" env -u VRMA_FABTESTS VRMA_FABTESTS_TARBALL="$tmp/none.tar.gz" "$util/vrma-fabtests" build

@@ -29,6 +29,8 @@
 #include <rdma/fi_collective.h>
 #include <rdma/fi_rma.h>
 #include <rdma/providers/fi_log.h>
+
+#include "key_table.h"
 #include <rdma/providers/fi_prov.h>
 
 #include <infiniband/verbs.h>
@@ -243,9 +245,17 @@ struct Domain final : fid_domain {
 	// Persistent memory. Declared by the application (fi_ext_vrma.h):
 	// RDMA writes into this domain land in the persistence domain.
 	std::atomic<bool> direct_write_to_pmem{false};
-	// Regions by rkey: the commit service checks requested ranges here.
+	// Regions by rkey: the commit service checks requested ranges here,
+	// RMA events name regions by it.
 	std::mutex mr_lock;
 	std::map<uint32_t, Mr *> mrs_by_key;
+	// Scalable keys (domain_scalable_keys): regions go by the application's
+	// requested_key, published in key_table for peers to read with RDMA
+	// READ (key_table.h). The table is under mr_lock.
+	bool scalable_keys = false;
+	std::unique_ptr<uint8_t[]> key_table_mem;
+	MrPtr key_table_mr;
+	keys::KeyTable key_table;
 	// Serves commit messages while FI_RMA_PMEM endpoints exist.
 	std::mutex pmem_lock;
 	PmemServicePtr pmem;
@@ -267,6 +277,8 @@ struct Mr final : fid_mr {
 	uint32_t lkey = 0; // first: the data path reads it through desc
 	Domain *domain = nullptr;
 	MrPtr mr;
+	uint32_t mr_rkey = 0; // the device key (fid_mr::key is the application's with scalable keys)
+	bool published = false; // in the domain's key table (scalable keys, remote access)
 	uint64_t access = 0; // FI_* access bits as registered
 	// The device may write into it (RDMA READ targets, receives): without
 	// FI_MR_LOCAL a desc lacking it is ignored rather than trusted.
@@ -759,6 +771,11 @@ int domain_open(fid_fabric *fabric, fi_info *info, fid_domain **domain, void *co
 
 // vrma_mr.cpp
 extern const fi_ops_mr mr_ops;
+// Whether a domain opened with this info names regions by the application's
+// keys (mr_mode 0 or FI_MR_SCALABLE, for RDM endpoints with RMA).
+bool domain_scalable_keys(const fi_info &info) noexcept;
+// Allocates and registers the domain's key table (rdm_params.mr_keys).
+int domain_open_key_table(Domain *dom) noexcept;
 
 // vrma_cq.cpp
 int cq_open(fid_domain *domain, fi_cq_attr *attr, fid_cq **cq, void *context) noexcept;

@@ -17,6 +17,7 @@ int domain_close(fid *f) noexcept
 	dom->progress.reset();
 	// Cached registrations go before the protection domain they are in.
 	mr_cache_close(dom);
+	dom->key_table_mr.reset(); // its registration is in the protection domain too
 	ibv_pd *pd = dom->pd.release();
 	if (int rc = ibv_dealloc_pd(pd)) {
 		VRMA_WARN(FI_LOG_DOMAIN, "ibv_dealloc_pd: %s\n", strerror(rc));
@@ -155,6 +156,10 @@ try {
 	const bool rdm = info->ep_attr && info->ep_attr->type == FI_EP_RDM;
 	if (info->domain_attr && info->domain_attr->data_progress == FI_PROGRESS_AUTO && !rdm) {
 		if (int rc = msg_progress_create(dom.get()))
+			return rc;
+	}
+	if (domain_scalable_keys(*info)) {
+		if (int rc = domain_open_key_table(dom.get()))
 			return rc;
 	}
 	dom->inline_size = probe_inline_size(ctx);

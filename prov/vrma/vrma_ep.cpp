@@ -533,6 +533,10 @@ try {
 		return -FI_EINVAL;
 	}
 	Domain *dom = from_fid<Domain>(&domain->fid);
+	if (dom->scalable_keys && (!info->caps || (info->caps & (FI_RMA | FI_ATOMIC)))) {
+		VRMA_WARN(FI_LOG_EP_CTRL, "fi_endpoint: MSG endpoints name regions by provider keys; this domain uses scalable keys (open it with an FI_EP_MSG info)\n");
+		return -FI_EINVAL;
+	}
 	auto ep = std::make_unique<Ep>();
 	ep->domain = dom;
 	ep->conn.domain = dom;

@@ -13,6 +13,7 @@
 #include <netdb.h>
 #include <sys/resource.h>
 
+#include <bit>
 #include <cstdio>
 #include <map>
 
@@ -341,6 +342,18 @@ fi_info *build_rdm_cap_info(const Port &p, const PortAddr &a, int inline_size)
 	return info;
 }
 
+// RMA with scalable keys: for applications that take on no registration
+// mode (mr_mode 0, or the legacy FI_MR_SCALABLE). Keys are the
+// application's, 64 bits, as many as the domain's key table holds.
+void with_scalable_keys(fi_info &info)
+{
+	info.domain_attr->mr_mode = 0;
+	info.domain_attr->mr_key_size = sizeof(uint64_t);
+	info.domain_attr->mr_cnt = std::min(info.domain_attr->mr_cnt,
+					    std::bit_ceil(rdm_params.mr_keys / keys::kBucketEntries) *
+						    keys::kBucketEntries);
+}
+
 // The RDM endpoint without RMA: messages only, no registration mode.
 void without_rdm_rma(fi_info &info)
 {
@@ -349,6 +362,7 @@ void without_rdm_rma(fi_info &info)
 	info.rx_attr->caps &= ~kRdmRmaCaps;
 	info.tx_attr->rma_iov_limit = 0;
 	info.domain_attr->mr_mode = 0;
+	info.domain_attr->mr_key_size = sizeof(uint32_t);
 	info.ep_attr->max_order_raw_size = 0;
 	info.ep_attr->max_order_waw_size = 0;
 }
@@ -629,12 +643,20 @@ try {
 			const bool asks_rma = hints && hints->caps && (hints->caps & (FI_RMA | FI_ATOMIC |
 										      FI_RMA_EVENT | FI_READ | FI_WRITE |
 										      FI_REMOTE_READ | FI_REMOTE_WRITE));
-			if (hints && hints->caps && !asks_rma)
+			const bool rma_ruled_out = hints && hints->caps && !asks_rma;
+			if (rma_ruled_out)
 				without_rdm_rma(*rcap);
 			if (!hints_match(api, *rcap, hints, rwhy)) {
 				std::string why2;
-				without_rdm_rma(*rcap);
-				if (asks_rma || !hints_match(api, *rcap, hints, why2)) {
+				// Provider keys refused: scalable keys, else no RMA.
+				bool ok = false;
+				if (!rma_ruled_out) {
+					with_scalable_keys(*rcap);
+					ok = hints_match(api, *rcap, hints, why2);
+				}
+				if (!ok)
+					without_rdm_rma(*rcap);
+				if (!ok && (asks_rma || !hints_match(api, *rcap, hints, why2))) {
 					VRMA_INFO(FI_LOG_CORE, "%s (RDM): hints not satisfied: %s\n",
 						  p.ctx->device->name, rwhy.c_str());
 					return 0;

@@ -97,7 +97,12 @@ void params_init() noexcept
 	define_size("rdm_rndv_reads",
 		    "RDM endpoints: rendezvous RDMA READs a connection keeps in flight at most; 0: as many as its queue pair issues at once (max_rd_atomic) (default: 0)",
 		    &rdm_params.rndv_reads);
+	define_size("mr_keys",
+		    "Scalable keys (mr_mode 0 or FI_MR_SCALABLE): regions a domain can publish under keys the application chose, rounded up to a power of two times 8 (default: 4096)",
+		    &rdm_params.mr_keys);
 	rdm_params.eager_size = std::clamp<size_t>(rdm_params.eager_size, 64, size_t(1) << 20);
+	rdm_params.mr_keys = std::clamp<size_t>(rdm_params.mr_keys, keys::kBucketEntries,
+						keys::kBucketEntries << 20);
 	rdm_params.rx_buffers = std::clamp<size_t>(rdm_params.rx_buffers, 16, 65536);
 	rdm_params.tx_buffers = std::clamp<size_t>(rdm_params.tx_buffers, 16, 65536);
 	rdm_params.peer_tx_size = std::clamp<size_t>(rdm_params.peer_tx_size, 8, 16384);

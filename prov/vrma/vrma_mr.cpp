@@ -1,5 +1,8 @@
 // Memory registration: one ibv_mr per fid_mr; key = rkey, desc = the Mr.
 #include "vrma.h"
+#include "vrma_rdm.h"
+
+#include <bit>
 
 namespace vrma {
 
@@ -32,13 +35,17 @@ int mr_close(fid *f) noexcept
 	// Out of the registry first: the commit service must not persist a
 	// range whose registration is going away (it flushes under this lock).
 	std::lock_guard<std::mutex> guard(dom->mr_lock);
+	// Unpublished before the device key dies: a peer that cached it gets
+	// a remote access error, never another region's memory.
+	if (mr->published)
+		dom->key_table.erase(mr->key);
 	ibv_mr *raw = mr->mr.release();
 	if (int rc = ibv_dereg_mr(raw)) {
 		VRMA_WARN(FI_LOG_MR, "ibv_dereg_mr: %s\n", strerror(rc));
 		mr->mr.reset(raw);
 		return errno_to_fi(rc);
 	}
-	dom->mrs_by_key.erase(mr->key);
+	dom->mrs_by_key.erase(mr->mr_rkey);
 	for (Cntr *c : {mr->cntr_remote_read.load(), mr->cntr_remote_write.load()})
 		if (c)
 			c->refs--;
@@ -159,11 +166,38 @@ try {
 	mr->fid.context = attr->context;
 	mr->fid.ops = const_cast<fi_ops *>(&mr_fi_ops);
 	mr->mem_desc = mr.get();
-	mr->key = mr->mr->rkey;
+	mr->mr_rkey = mr->mr->rkey;
+	mr->key = dom->scalable_keys ? attr->requested_key : mr->mr->rkey;
 	mr->access = attr->access;
+	// Scalable keys: published when peers may access the region (a
+	// local-only registration needs no key, so its key is not checked).
+	mr->published = dom->scalable_keys && (attr->access & (FI_REMOTE_READ | FI_REMOTE_WRITE));
 	{
 		std::lock_guard<std::mutex> guard(dom->mr_lock);
 		dom->mrs_by_key[mr->mr->rkey] = mr.get();
+		if (mr->published) {
+			keys::KeyEntry e;
+			e.key = attr->requested_key;
+			e.va = reinterpret_cast<uintptr_t>(iov.iov_base);
+			e.start = attr->offset;
+			e.len = iov.iov_len;
+			e.rkey = mr->mr->rkey;
+			e.access = ((attr->access & FI_REMOTE_READ) ? keys::kAccessRemoteRead : 0) |
+				   ((attr->access & FI_REMOTE_WRITE) ? keys::kAccessRemoteWrite : 0);
+			const keys::Insert r = dom->key_table.insert(e);
+			if (r != keys::Insert::Ok) {
+				dom->mrs_by_key.erase(mr->mr->rkey);
+				if (r == keys::Insert::Duplicate) {
+					VRMA_WARN(FI_LOG_MR, "fi_mr_reg: key 0x%llx is in use in this domain\n",
+						  static_cast<unsigned long long>(e.key));
+					return -FI_ENOKEY;
+				}
+				VRMA_WARN(FI_LOG_MR, "fi_mr_reg: no room for key 0x%llx (%zu of %zu keys used; FI_VRMA_MR_KEYS)\n",
+					  static_cast<unsigned long long>(e.key), dom->key_table.size(),
+					  dom->key_table.capacity());
+				return -FI_ENOSPC;
+			}
+		}
 	}
 	dom->refs++;
 	*mr_out = mr.release();
@@ -180,7 +214,7 @@ int mr_regv(fid *f, const iovec *iov, size_t count, uint64_t access, uint64_t of
 	attr.iov_count = count;
 	attr.access = access;
 	attr.offset = offset;
-	attr.requested_key = requested_key; // ignored: FI_MR_PROV_KEY
+	attr.requested_key = requested_key; // the key with scalable keys; else ignored
 	attr.context = context;
 	attr.iface = FI_HMEM_SYSTEM;
 	return mr_regattr(f, &attr, flags, mr);
@@ -194,6 +228,34 @@ int mr_reg(fid *f, const void *buf, size_t len, uint64_t access, uint64_t offset
 }
 
 } // namespace
+
+bool domain_scalable_keys(const fi_info &info) noexcept
+{
+	const int mode = info.domain_attr->mr_mode;
+	const bool rma = !info.caps || (info.caps & (FI_RMA | FI_ATOMIC));
+	return rma && info.ep_attr && info.ep_attr->type == FI_EP_RDM &&
+	       ((mode & FI_MR_SCALABLE) || !(mode & (FI_MR_BASIC | FI_MR_PROV_KEY)));
+}
+
+int domain_open_key_table(Domain *dom) noexcept
+{
+	const size_t buckets = std::bit_ceil(rdm_params.mr_keys / keys::kBucketEntries);
+	const size_t bytes = buckets * keys::kBucketBytes;
+	dom->key_table_mem.reset(new (std::nothrow) uint8_t[bytes]());
+	if (!dom->key_table_mem)
+		return -FI_ENOMEM;
+	dom->key_table_mr.reset(ibv_reg_mr(dom->pd.get(), dom->key_table_mem.get(), bytes,
+					   IBV_ACCESS_REMOTE_READ));
+	if (!dom->key_table_mr) {
+		const int err = errno;
+		VRMA_WARN(FI_LOG_DOMAIN, "registering the key table (%zu bytes): %s\n", bytes,
+			  strerror(err));
+		return errno_to_fi(err);
+	}
+	dom->key_table = keys::KeyTable(dom->key_table_mem.get(), buckets);
+	dom->scalable_keys = true;
+	return 0;
+}
 
 void count_region_events(Domain *dom, bool write, const uint64_t *keys, size_t n) noexcept
 {

@@ -70,6 +70,7 @@ struct RdmParams {
 	size_t tx_buffers = 256;   // registered eager send buffers per endpoint
 	size_t peer_tx_size = 128; // send queue depth per peer
 	size_t rndv_reads = 0;     // READs in flight per connection (0: max_rd_atomic)
+	size_t mr_keys = 4096;     // scalable keys a domain publishes (key_table.h)
 };
 extern RdmParams rdm_params;
 
@@ -84,6 +85,7 @@ enum class RdmTx : uint8_t {
 	RndvRead = 3, // an RDMA READ of a rendezvous receive: context is the RdmRxOp
 	DcSend = 4,   // an eager send with FI_DELIVERY_COMPLETE: context is the RdmTxOp
 	RmaOp = 5,    // an RMA operation holding registrations: context is the RdmRmaOp
+	KeyRead = 6,  // a READ of a peer's key bucket: context is the RdmKeyRead
 };
 inline constexpr uint32_t rdm_aux(RdmTx kind, uint32_t buf_plus1) noexcept
 {
@@ -122,6 +124,26 @@ struct RdmRmaDone {
 	bool report; // false: a request of a failed post
 	bool ok;
 	int err, prov_errno;
+};
+
+// Scalable keys: what this side knows of one of a peer's keys.
+struct RemoteKey {
+	enum class State : uint8_t {
+		Reading, // a READ of its bucket is in flight (read_id)
+		Ready,   // entry holds it
+		Absent,  // the peer has no such key: the next operation fails
+	};
+	State state = State::Reading;
+	uint32_t read_id = 0;
+	keys::KeyEntry entry;
+};
+// A READ of a peer's key bucket in flight, into the endpoint's key buffer
+// `buf`.
+struct RdmKeyRead {
+	RdmPeer *peer = nullptr;
+	uint64_t key = 0;
+	uint32_t read_id = 0;
+	uint32_t buf = 0;
 };
 
 // A receive posted by the application.
@@ -191,6 +213,12 @@ struct RdmPeer {
 	uint64_t av_epoch = ~0ULL;
 	uint32_t next_msg_id = 1;
 	std::unordered_map<uint32_t, RdmTxOp *> waiting; // by msg_id
+	// Scalable keys: where the peer publishes its keys (from its connection
+	// header; buckets 0: it does not), and what was read there. The cache
+	// lives as long as the connection: rdm_conn_failed empties it, so a key
+	// the peer registered again is read again.
+	rdm::KeyTableRef key_table;
+	std::unordered_map<uint64_t, RemoteKey> keys;
 };
 
 // A provider receive buffer in the SRQ.
@@ -227,6 +255,7 @@ struct RdmEp final : fid_ep {
 	size_t inject_size = 0;  // fi_inject: eager, copied at once
 	size_t peer_tx_depth = 0;
 	bool enabled = false;
+	bool scalable_keys = false; // the domain's (Domain::scalable_keys)
 
 	FastMutex lock;
 	sockaddr_storage name{}; // fi_setname before enable; fi_getname after
@@ -331,6 +360,14 @@ struct RdmEp final : fid_ep {
 		uint8_t hdr[rdm::kRdmHeaderBytes];
 	};
 	std::deque<Answer> answer_backlog;
+
+	// Scalable keys: buffers for READs of peers' key buckets (kKeyReads of
+	// kBucketBytes, registered at the first lookup), free ones by index.
+	static constexpr size_t kKeyReads = 16;
+	std::unique_ptr<uint8_t[]> key_bufs;
+	MrPtr key_mr;
+	std::vector<uint32_t> key_free;
+	uint32_t next_key_read = 1;
 
 	std::thread cm_thread;
 	std::thread data_thread;
@@ -438,6 +475,28 @@ void rdm_handle_rma_event(RdmEp *ep, RdmPeer *peer, const uint8_t *buf, size_t l
 // An RmaOp request completed: the operation's entry at its last request
 // (or its first error), then the op is freed.
 void rdm_rma_op_done(RdmEp *ep, Conn *c, const RdmRmaDone &d) noexcept;
+
+// vrma_rdm_keys.cpp: scalable keys (lock held).
+// The remote segments of an operation of `total` bytes translated into the
+// peer's device keys and virtual addresses (out, n entries): 0; -FI_EAGAIN
+// while a key is being read from the peer's table (the READs were started);
+// 1 when the operation ended in an error entry (FI_EACCES: a key the peer
+// does not have, a range outside its region, an access it does not allow);
+// another negative FI_E* code.
+int rdm_translate_keys(RdmEp *ep, RdmPeer *peer, Conn *conn, const fi_rma_iov *in, size_t n,
+		       size_t total, uint8_t access, const RdmTxReport &op,
+		       fi_rma_iov *out) noexcept;
+// The cached entry of a key the peer allows `access` on, or nullptr.
+inline const keys::KeyEntry *rdm_key_ready(RdmPeer *peer, uint64_t key, uint8_t access) noexcept
+{
+	auto it = peer->keys.find(key);
+	if (it == peer->keys.end() || it->second.state != RemoteKey::State::Ready ||
+	    (it->second.entry.access & access) != access)
+		return nullptr;
+	return &it->second.entry;
+}
+// A KeyRead request completed.
+void rdm_key_read_done(RdmEp *ep, RdmKeyRead *rd, bool ok) noexcept;
 
 // vrma_rdm_msg.cpp
 extern const fi_ops_msg rdm_msg_ops;

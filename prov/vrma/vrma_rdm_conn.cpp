@@ -82,7 +82,7 @@ int create_qp(RdmEp *ep, Conn &c)
 }
 
 struct ConnParam {
-	uint8_t hdr[rdm::kConnHeaderBytes];
+	uint8_t hdr[rdm::kConnHeaderMax];
 	rdma_conn_param param{};
 };
 
@@ -92,9 +92,14 @@ void fill_param(RdmEp *ep, ConnParam &p, uint8_t flags)
 	h.flags = flags | (ep->rma_events ? rdm::kConnFlagRmaEvents : 0);
 	h.addr = ep->self;
 	h.nonce = ep->nonce;
+	if (const Domain *dom = ep->domain; dom->scalable_keys) {
+		h.flags |= rdm::kConnFlagKeyTable;
+		h.key_table = {reinterpret_cast<uintptr_t>(dom->key_table_mem.get()),
+			       dom->key_table_mr->rkey, static_cast<uint32_t>(dom->key_table.buckets())};
+	}
 	rdm::encode_conn_header(p.hdr, h);
 	p.param.private_data = p.hdr;
-	p.param.private_data_len = sizeof p.hdr;
+	p.param.private_data_len = static_cast<uint8_t>(rdm::conn_header_bytes(h));
 	const ibv_device_attr &d = ep->domain->dev_attr;
 	p.param.responder_resources = static_cast<uint8_t>(std::min(d.max_qp_rd_atom, 16));
 	p.param.initiator_depth = static_cast<uint8_t>(std::min(d.max_qp_init_rd_atom, 16));
@@ -234,6 +239,7 @@ rdma_cm_id *accept_request(RdmEp *ep, rdma_cm_event *ev)
 	id->context = c.get();
 	if (h.flags & rdm::kConnFlagRmaEvents)
 		c->peer_cm_flags.store(wire::kCmFlagRmaEvents);
+	peer->key_table = h.key_table;
 	if (create_qp(ep, *c)) {
 		rdma_reject(id, nullptr, 0);
 		return c->id.release();
@@ -395,6 +401,7 @@ void rdm_conn_failed(RdmPeer *peer, Conn *conn, int err) noexcept
 		(void)slot->release();
 	}
 	if (slot == &peer->conn) {
+		peer->keys.clear(); // read again over the next connection
 		// Answers to what was sent on it will not come.
 		rdm_fail_waiting(peer, err ? err : FI_ECONNRESET);
 		if (was_connecting && err)
@@ -465,6 +472,7 @@ void rdm_cm_event(RdmEp *ep, rdma_cm_event *ev, rdma_cm_id *&destroy) noexcept
 					peer->nonce = h.nonce;
 					if (h.flags & rdm::kConnFlagRmaEvents)
 						c->peer_cm_flags.store(wire::kCmFlagRmaEvents);
+					peer->key_table = h.key_table;
 				}
 
 			}

@@ -769,6 +769,7 @@ try {
 	}
 	ep->directed = caps & FI_DIRECTED_RECV;
 	ep->rma_events = caps & FI_RMA_EVENT;
+	ep->scalable_keys = dom->scalable_keys;
 	ep->matcher.directed(ep->directed);
 	ep->tx_op_flags = info->tx_attr ? info->tx_attr->op_flags & kRdmTxOpFlags : 0;
 	ep->rx_op_flags = info->rx_attr ? info->rx_attr->op_flags & kRdmRxOpFlags : 0;

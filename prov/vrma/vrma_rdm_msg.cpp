@@ -1039,6 +1039,9 @@ void rdm_handle_wc(RdmEp *ep, const ibv_wc &wc) noexcept
 		rdm_rma_op_done(ep, c, {context, comp_flags, len, seq, op_end, report, ok, err,
 					static_cast<int>(wc.status)});
 		return;
+	case RdmTx::KeyRead:
+		rdm_key_read_done(ep, static_cast<RdmKeyRead *>(context), ok);
+		return;
 	case RdmTx::Internal:
 		return;
 	}
@@ -1068,6 +1071,9 @@ void rdm_report_unposted(Conn *conn, const ibv_send_wr *first, int err) noexcept
 			// No request of it was posted: none completes later.
 			rdm_rma_op_done(ep, conn, {s->context, s->comp_flags, s->len, s->op_end, s->op_end,
 						   s->report, false, fi_err, IBV_WC_GENERAL_ERR});
+			break;
+		case RdmTx::KeyRead:
+			rdm_key_read_done(ep, static_cast<RdmKeyRead *>(s->context), false);
 			break;
 		default:
 			break;

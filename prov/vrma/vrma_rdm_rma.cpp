@@ -5,8 +5,9 @@
 // Contracts:
 //  - every call runs under RdmEp::lock;
 //  - keys are the target's device rkeys and addresses virtual ones
-//    (kRdmRmaMrMode: getinfo offers RMA only to applications that take that
-//    mode on);
+//    (kRdmRmaMrMode), or, in a domain with scalable keys, the application's
+//    keys and addresses relative to the region, translated from what the
+//    target publishes (vrma_rdm_keys.cpp);
 //  - local buffers need no registration: a desc is used when given, data of
 //    inline size is copied into the request, injects beyond it go through
 //    the connection's bounce buffers, anything else is registered through
@@ -51,7 +52,8 @@ ssize_t rdm_rma_check(RdmEp *ep, bool is_read, const iovec *iov, size_t count,
 		return -FI_EINVAL;
 	}
 	size_t remote_total = 0;
-	if (ssize_t rc = rma_check_remote(rma_iov, rma_count, UINT32_MAX, remote_total))
+	if (ssize_t rc = rma_check_remote(rma_iov, rma_count,
+					  ep->scalable_keys ? UINT64_MAX : UINT32_MAX, remote_total))
 		return rc;
 	if (count > kRdmIovLimit || (count && !iov)) [[unlikely]] {
 		VRMA_WARN(FI_LOG_EP_DATA, "RDM RMA: %zu local segments; iov_limit is %zu\n", count,
@@ -106,6 +108,14 @@ ssize_t rdm_rma(RdmEp *ep, ibv_wr_opcode opcode, const iovec *iov, void *const *
 		return -FI_EAGAIN; // the CM thread handles the ESTABLISHED event soon
 	if (!ep->answer_backlog.empty() || !ep->read_backlog.empty()) [[unlikely]]
 		rdm_progress_locked(ep);
+	fi_rma_iov translated[kMaxRmaIov];
+	if (ep->scalable_keys) {
+		const uint8_t access = is_read ? keys::kAccessRemoteRead : keys::kAccessRemoteWrite;
+		if (int rc = rdm_translate_keys(ep, peer, conn, rma_iov, rma_count, total, access,
+						{context, comp_flags, total, report, cntr}, translated))
+			return rc > 0 ? 0 : rc;
+		rma_iov = translated;
+	}
 
 	// The local pieces and their keys. An inject beyond the inline size is
 	// copied into a bounce buffer: its one piece is an offset until then.
@@ -210,11 +220,20 @@ constexpr uint64_t kFastRmaFlags = FI_COMPLETION | FI_INJECT | FI_INJECT_COMPLET
 {
 	const bool is_read = opcode == IBV_WR_RDMA_READ;
 	const bool inject = inject_call || (flags & FI_INJECT);
-	if (!((flags & ~kFastRmaFlags) || key > UINT32_MAX || (!buf && len) ||
-	      (is_read && inject))) [[likely]] {
+	if (!((flags & ~kFastRmaFlags) || (key > UINT32_MAX && !ep->scalable_keys) ||
+	      (!buf && len) || (is_read && inject))) [[likely]] {
 		std::lock_guard guard(ep->lock);
 		RdmPeer *peer = ep->enabled ? rdm_peer_cached(ep, dest) : nullptr;
 		Conn *conn = peer ? peer->conn.get() : nullptr;
+		uint64_t raddr = addr, rkey = key;
+		if (conn && ep->scalable_keys) {
+			const keys::KeyEntry *e = rdm_key_ready(
+				peer, key, is_read ? keys::kAccessRemoteRead : keys::kAccessRemoteWrite);
+			if (!e || !e->translate(addr, len, raddr))
+				conn = nullptr; // the long way reads or refuses it
+			else
+				rkey = e->rkey;
+		}
 		const bool copied = !is_read && len <= (conn ? conn->inline_size : 0);
 		if (conn && conn->state.load(std::memory_order_relaxed) == EpState::Connected &&
 		    (copied || (desc && !inject &&
@@ -225,7 +244,7 @@ constexpr uint64_t kFastRmaFlags = FI_COMPLETION | FI_INJECT | FI_INJECT_COMPLET
 			ibv_sge sge;
 			ibv_send_wr wr;
 			fill_one_wr(wr, sge, opcode, opcode, buf, len, copied ? nullptr : desc, copied,
-				    addr, key, 0, 0);
+				    raddr, rkey, 0, 0);
 			const ssize_t rc = post_send_one(conn, wr, context,
 							 FI_RMA | (is_read ? FI_READ : FI_WRITE), len,
 							 !inject_call && tx_reports(ep, flags),

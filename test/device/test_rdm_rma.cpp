@@ -123,6 +123,13 @@ public:
 		ck_assert_msg(rc == 0, "fi_mr_reg(%zu bytes, access 0x%" PRIx64 ", flags 0x%" PRIx64 "): %d (%s)", len_,
 			      access, flags, rc, err_name(rc));
 	}
+	// Scalable keys: the application's key.
+	void reg_key(RdmEnv &env, uint64_t access, uint64_t key)
+	{
+		const int rc = fi_mr_reg(env.domain, p, len_, access, 0, key, 0, &mr, nullptr);
+		ck_assert_msg(rc == 0, "fi_mr_reg(%zu bytes, key 0x%" PRIx64 "): %d (%s)", len_, key, rc, err_name(rc));
+		ck_assert_uint_eq(fi_mr_key(mr), key);
+	}
 	void close_mr()
 	{
 		if (mr)
@@ -398,20 +405,31 @@ START_TEST(rdm_rma_getinfo)
 	fi_freeinfo(list);
 	fi_freeinfo(h);
 
-	// mr_mode 0 (scalable keys, offsets): no native RDM entry with RMA ...
+	// mr_mode 0: RMA with scalable keys (the application's, 64 bits;
+	// addresses are offsets) ...
 	for (uint64_t caps : {uint64_t(FI_RMA), uint64_t(kRdmCaps | FI_RMA), uint64_t(FI_RMA | FI_READ | FI_REMOTE_WRITE)}) {
 		h = rdm_hints(caps);
 		h->domain_attr->mr_mode = 0;
-		list = nullptr;
-		const int rc = fi_getinfo(FI_VERSION(1, 17), kRdmNodeAddr, nullptr, FI_SOURCE, h, &list);
-		ck_assert_msg(rc == 0 || rc == -FI_ENODATA, "fi_getinfo(mr_mode 0, caps 0x%" PRIx64 "): %d (%s)", caps, rc,
-			      err_name(rc));
-		ck_assert_msg(!find_native_rdm(list), "mr_mode 0, caps 0x%" PRIx64 ": a native RDM entry among %s", caps,
-			      info_names(list).c_str());
-		fi_freeinfo(list);
+		fi_info *s = rdm_get_info(h);
+		ck_assert_msg((s->caps & caps) == caps, "mr_mode 0: caps 0x%" PRIx64 " lack 0x%" PRIx64, s->caps,
+			      caps & ~s->caps);
+		ck_assert_int_eq(s->domain_attr->mr_mode, 0);
+		ck_assert_uint_eq(s->domain_attr->mr_key_size, 8);
+		ck_assert_uint_gt(s->domain_attr->mr_cnt, 0);
+		fi_freeinfo(s);
 		fi_freeinfo(h);
 	}
-	// ... but one for tagged messages.
+	// ... also in the legacy spelling, answered in kind.
+	h = rdm_hints(FI_RMA);
+	h->domain_attr->mr_mode = FI_MR_SCALABLE;
+	list = nullptr;
+	ck_assert_int_eq(fi_getinfo(FI_VERSION(1, 4), kRdmNodeAddr, nullptr, FI_SOURCE, h, &list), 0);
+	i = find_native_rdm(list);
+	ck_assert_msg(i, "FI_MR_SCALABLE: no native vrma RDM entry among: %s", info_names(list).c_str());
+	ck_assert_int_eq(i->domain_attr->mr_mode, FI_MR_SCALABLE);
+	fi_freeinfo(list);
+	fi_freeinfo(h);
+	// Messages without RMA keep no registration mode.
 	h = rdm_hints(FI_TAGGED);
 	h->domain_attr->mr_mode = 0;
 	fi_info *t = rdm_get_info(h);
@@ -1428,6 +1446,222 @@ START_TEST(rdm_rma_bad_input)
 }
 END_TEST
 
+// ---------------------------------------------------------------------------
+// rdm_rma_keys: scalable keys (mr_mode 0)
+
+// An RdmEnv whose hints take on no registration mode: the domain names
+// regions by the application's keys, at offsets.
+struct KeyEnv : private OwnedHints, RdmEnv {
+	static fi_info *hints()
+	{
+		fi_info *h = rma_hints(FI_RMA_EVENT);
+		h->domain_attr->mr_mode = 0;
+		return h;
+	}
+	KeyEnv() : OwnedHints(hints()), RdmEnv(h)
+	{
+		ck_assert_int_eq(info->domain_attr->mr_mode, 0);
+		ck_assert_uint_eq(info->domain_attr->mr_key_size, 8);
+	}
+};
+
+// Initiator and target in two domains. The target never calls into
+// libfabric while the initiator learns its keys: they are read from its
+// table, not asked of its CPU. Then: offsets, keys of 64 bits, several keys
+// in one operation, the fast path, a key registered twice refused, RMA
+// event counts of a region, and what fails as FI_EACCES without breaking
+// anything: an unknown key (then registered: found), a range outside the
+// region, a region without the access.
+START_TEST(rdm_rma_scalable_keys)
+{
+	KeyEnv ti, tt;
+	RdmNodeOptions topt;
+	topt.remote_write_cntr = true;
+	RdmNode a(ti), b(tt, topt);
+	connect_all({&a, &b});
+	const fi_addr_t to = a.addr_of(b);
+	constexpr uint64_t kBig = 0x123456789abcdef0ULL;
+	Mem r0(64 * KiB), r1(4096), big(MiB), r7(4096);
+	r0.reg_key(tt, kRemoteAccess, 0);
+	r1.reg_key(tt, FI_REMOTE_READ, 1);
+	big.reg_key(tt, kRemoteAccess, kBig);
+	// Keys are per domain: key 0 again is refused there, fine in another.
+	{
+		fid_mr *dup = nullptr;
+		uint8_t x[64];
+		expect_rc(fi_mr_reg(tt.domain, x, sizeof x, kRemoteAccess, 0, 0, 0, &dup, nullptr), -FI_ENOKEY,
+			  "key 0 registered twice in a domain");
+		ck_assert_int_eq(fi_mr_reg(ti.domain, x, sizeof x, kRemoteAccess, 0, 0, 0, &dup, nullptr), 0);
+		ck_assert_int_eq(fi_close(&dup->fid), 0);
+		// Local-only registrations publish nothing: their keys may repeat.
+		fid_mr *l1 = nullptr, *l2 = nullptr;
+		ck_assert_int_eq(fi_mr_reg(tt.domain, x, sizeof x, FI_READ | FI_WRITE, 0, 0, 0, &l1, nullptr), 0);
+		ck_assert_int_eq(fi_mr_reg(tt.domain, x, sizeof x, FI_SEND, 0, 0, 0, &l2, nullptr), 0);
+		ck_assert_int_eq(fi_close(&l1->fid), 0);
+		ck_assert_int_eq(fi_close(&l2->fid), 0);
+	}
+	Cntr region_writes(tt);
+	ck_assert_int_eq(fi_mr_bind(r0.mr, &region_writes.c->fid, FI_REMOTE_WRITE), 0);
+
+	// Passive target: only a progresses (and reads only its own CQ).
+	std::vector<uint8_t> src(8 * KiB), back(8 * KiB + kSlack);
+	fill_pattern(src.data(), 512, 200);
+	fi_context ctx;
+	post([&] { return fi_write(a.ep, src.data(), 512, nullptr, to, 100, 0, &ctx); }, "write to key 0 at 100", &a);
+	{
+		Expected e;
+		e.add(&ctx, kWriteDone, "write to key 0 at offset 100, the target passive");
+		e.wait_alone({&a});
+	}
+	r0.expect(100, 512, 200);
+	progress_until([&] { return r0.matches(); }, 2000); // the data landed before the completion
+	r0.check("write to key 0 at offset 100");
+	// The key is known now: an inline write takes the fast path.
+	fill_pattern(src.data(), 8, 201);
+	post([&] { return fi_inject_write(a.ep, src.data(), 8, to, 64 * KiB - 8, 0); }, "inject to the last 8 bytes of key 0");
+	r0.expect(64 * KiB - 8, 8, 201);
+	r0.await("inject to the last 8 bytes of key 0");
+	// A 64-bit key, a read back.
+	big.put(MiB - 4096, 4096, 202);
+	post([&] { return fi_read(a.ep, back.data(), 4096, nullptr, to, MiB - 4096, kBig, &ctx); }, "read from the 64-bit key");
+	expect_ok(a, &ctx, kReadDone, "read from the 64-bit key");
+	expect_pattern(back.data(), 4096, 202, "read from the 64-bit key");
+	// Three remote segments over two keys, one operation.
+	{
+		fill_pattern(src.data(), 3000, 203);
+		const iovec iov{src.data(), 3000};
+		const fi_rma_iov rma[3] = {{0, 1000, 0}, {4096, 1000, kBig}, {2000, 1000, 0}};
+		fi_msg_rma m{};
+		m.msg_iov = &iov;
+		m.iov_count = 1;
+		m.addr = to;
+		m.rma_iov = rma;
+		m.rma_iov_count = 3;
+		m.context = &ctx;
+		post([&] { return fi_writemsg(a.ep, &m, FI_COMPLETION | FI_DELIVERY_COMPLETE); }, "writemsg over keys 0, big, 0");
+		expect_ok(a, &ctx, kWriteDone, "writemsg over keys 0, big, 0");
+		r0.expect(0, 1000, 203);
+		big.expect(4096, 1000, 203, 1000);
+		r0.expect(2000, 1000, 203, 2000);
+		r0.check("writemsg over keys 0, big, 0 (delivery complete)");
+		big.check("writemsg over keys 0, big, 0 (delivery complete)");
+	}
+	// The region's own RMA event counter: three operations wrote to key 0.
+	expect_cntr(region_writes.c, 3, "FI_REMOTE_WRITE counter bound to key 0");
+
+	// Refusals: each an error entry FI_EACCES, nothing written, and the
+	// good write after it works on the same connection.
+	struct Case {
+		const char *what;
+		uint64_t off, key;
+		size_t len;
+	};
+	const Case cases[] = {
+		{"an unknown key", 0, 7, 64},
+		{"a range past the region's end", 64 * KiB - 10, 0, 20},
+		{"a key with no FI_REMOTE_WRITE", 0, 1, 64},
+		{"an offset far beyond the region", ~0ULL - 8, kBig, 64},
+	};
+	uint32_t seed = 210;
+	for (const Case &c : cases) {
+		char what[96];
+		snprintf(what, sizeof what, "write to %s", c.what);
+		post([&] { return fi_write(a.ep, src.data(), c.len, nullptr, to, c.off, c.key, &ctx); }, what);
+		expect_err(a, &ctx, FI_EACCES, what);
+		r0.check(what);
+		r1.check(what);
+		big.check(what);
+		fill_pattern(src.data(), 256, seed);
+		snprintf(what, sizeof what, "the good write after a write to %s", c.what);
+		post([&] { return fi_write(a.ep, src.data(), 256, nullptr, to, 8192, kBig, &ctx); }, what);
+		expect_ok(a, &ctx, kWriteDone, what);
+		big.expect(8192, 256, seed++);
+		big.await(what);
+	}
+	// A read of the read-only key works.
+	r1.put(0, 128, 220);
+	post([&] { return fi_read(a.ep, back.data(), 128, nullptr, to, 0, 1, &ctx); }, "read from key 1");
+	expect_ok(a, &ctx, kReadDone, "read from key 1");
+	expect_pattern(back.data(), 128, 220, "read from key 1");
+	// Key 7 registered now: the failure was not remembered.
+	r7.reg_key(tt, kRemoteAccess, 7);
+	fill_pattern(src.data(), 64, 221);
+	post([&] { return fi_write(a.ep, src.data(), 64, nullptr, to, 32, 7, &ctx); }, "write to key 7 once registered");
+	expect_ok(a, &ctx, kWriteDone, "write to key 7 once registered");
+	r7.expect(32, 64, 221);
+	r7.await("write to key 7 once registered");
+	expect_cntr(region_writes.c, 3, "key 0's counter after writes elsewhere");
+	expect_none(a);
+	expect_none(b, 100, "the target of scalable-key RMA");
+	r0.close_mr(); // before its counter
+}
+END_TEST
+
+// A key closed and registered again over other memory: the initiator's
+// cached device key is stale. The first write fails (remote access error:
+// nothing lands anywhere), the connection is made again, and the next write
+// reaches the new region.
+START_TEST(rdm_rma_scalable_key_reregistered)
+{
+	KeyEnv ti, tt;
+	RdmNode a(ti), b(tt);
+	connect_all({&a, &b});
+	const fi_addr_t to = a.addr_of(b);
+	Mem old_mem(4096), new_mem(4096);
+	old_mem.reg_key(tt, kRemoteAccess, 5);
+	std::vector<uint8_t> src(256);
+	fill_pattern(src.data(), 256, 230);
+	fi_context ctx;
+	post([&] { return fi_write(a.ep, src.data(), 256, nullptr, to, 0, 5, &ctx); }, "write to key 5");
+	expect_ok(a, &ctx, kWriteDone, "write to key 5");
+	old_mem.expect(0, 256, 230);
+	old_mem.await("write to key 5");
+
+	old_mem.close_mr();
+	new_mem.reg_key(tt, kRemoteAccess, 5);
+	fill_pattern(src.data(), 256, 231);
+	post([&] { return fi_write(a.ep, src.data(), 256, nullptr, to, 0, 5, &ctx); }, "write with a stale key 5");
+	fi_cq_err_entry err = expect_err(a, &ctx, 0, "write with a stale key 5");
+	ck_assert_msg(err.err == FI_EACCES || err.err == FI_EIO, "stale key: err %d (%s)", err.err, fi_strerror(err.err));
+	settle(200);
+	old_mem.check("write with a stale key 5");
+	new_mem.check("write with a stale key 5");
+	post([&] { return fi_write(a.ep, src.data(), 256, nullptr, to, 0, 5, &ctx); }, "write to key 5 read again");
+	expect_ok(a, &ctx, kWriteDone, "write to key 5 read again");
+	new_mem.expect(0, 256, 231);
+	new_mem.await("write to key 5 read again");
+	old_mem.check("write to key 5 read again");
+}
+END_TEST
+
+// Provider keys and scalable keys do not mix: a MSG endpoint with RMA in a
+// scalable-key domain is refused, and a scalable-key initiator meeting a
+// provider-key target gets FI_EACCES.
+START_TEST(rdm_rma_scalable_keys_mismatch)
+{
+	KeyEnv ti;
+	RmaEnv tp;
+	RdmNode a(ti), b(tp);
+	connect_all({&a, &b});
+	Mem r(4096);
+	r.reg(tp, kRemoteAccess);
+	std::vector<uint8_t> src(64, 1);
+	fi_context ctx;
+	post([&] { return fi_write(a.ep, src.data(), 64, nullptr, a.addr_of(b), 0, r.key(), &ctx); },
+	     "scalable-key write to a provider-key peer");
+	expect_err(a, &ctx, FI_EACCES, "scalable-key write to a provider-key peer");
+	r.check("scalable-key write to a provider-key peer");
+
+	fi_info *mh = base_hints();
+	mh->caps = FI_MSG | FI_RMA;
+	fi_info *msg = get_info(mh, kRdmNodeAddr);
+	fid_ep *ep = nullptr;
+	expect_rc(fi_endpoint(ti.domain, msg, &ep, nullptr), -FI_EINVAL, "a MSG endpoint with RMA in a scalable-key domain");
+	fi_freeinfo(msg);
+	fi_freeinfo(mh);
+}
+END_TEST
+
 Suite *rdm_rma_suite()
 {
 	Suite *s = suite_create("rdm_rma");
@@ -1445,5 +1679,6 @@ Suite *rdm_rma_suite()
 	add("rdm_rma_flags", 120, {rdm_rma_flags});
 	add("rdm_rma_events", 90, {rdm_rma_events_two_peers});
 	add("rdm_rma_errors", 120, {rdm_rma_remote_errors, rdm_rma_bad_input});
+	add("rdm_rma_keys", 120, {rdm_rma_scalable_keys, rdm_rma_scalable_key_reregistered, rdm_rma_scalable_keys_mismatch});
 	return s;
 }

@@ -1124,6 +1124,21 @@ START_TEST(apply_mr_mode_spelling)
 	hints->domain_attr->mr_mode = FI_MR_UNSPEC;
 	out = applied(kLegacyApi, cap, hints.get());
 	ck_assert_int_eq(out->domain_attr->mr_mode, FI_MR_BASIC);
+
+	// A provider without mode bits (scalable keys) asked in the legacy
+	// FI_MR_SCALABLE: answered FI_MR_SCALABLE; provider modes are refused.
+	hints->mode = 0;
+	hints->domain_attr->mr_mode = FI_MR_SCALABLE;
+	ck_reject(kLegacyApi, cap, hints.get(), "domain_attr->mr_mode");
+	cap->domain_attr->mr_mode = 0;
+	for (uint32_t api : {kLegacyApi, kApi}) {
+		ck_match(api, cap, hints.get());
+		out = applied(api, cap, hints.get());
+		ck_assert_int_eq(out->domain_attr->mr_mode, FI_MR_SCALABLE);
+	}
+	hints->domain_attr->mr_mode = FI_MR_UNSPEC;
+	out = applied(kApi, cap, hints.get());
+	ck_assert_int_eq(out->domain_attr->mr_mode, 0);
 }
 END_TEST
 

@@ -104,7 +104,8 @@ START_TEST(conn_header_round_trip)
 {
 	ck_assert_uint_le(kConnHeaderBytes, 48);
 	for (const RdmAddr &a : {v4(192, 168, 1, 20, 0x1234), v6(0x77, 0xfedc)}) {
-		for (uint8_t flags : {uint8_t(0), kConnFlagAccept, uint8_t(0xff)}) {
+		for (uint8_t flags :
+		     {uint8_t(0), kConnFlagAccept, uint8_t(0xff & ~kConnFlagKeyTable)}) {
 			uint8_t buf[kConnPrivateDataMax];
 			memset(buf, 0xee, sizeof buf);
 			ck_assert(encode_conn_header(buf, conn(a, 0x0102030405060708ULL, flags)));
@@ -185,6 +186,55 @@ START_TEST(malformed_conn_headers_refused)
 	ck_assert(!encode_conn_header(bad, conn(v4(0, 0, 0, 0, 7471), 1)));
 	ck_assert(!encode_conn_header(bad, conn(RdmAddr{}, 1)));
 	ck_assert_uint_eq(bad[0], 0xee); // nothing written
+}
+END_TEST
+
+// kConnFlagKeyTable: the 16 bytes after the header locate the sender's
+// scalable-key table; a bucket count that is not a power of two up to 2^20,
+// or private data too short for it, is refused.
+START_TEST(conn_header_key_table)
+{
+	RdmConnHeader in = conn(v4(10, 0, 0, 1, 7471), 42, kConnFlagKeyTable | kConnFlagAccept);
+	in.key_table = {0x00007f1234567000ULL, 0xa1b2c3d4, 512};
+	uint8_t buf[kConnPrivateDataMax];
+	memset(buf, 0xee, sizeof buf);
+	ck_assert(encode_conn_header(buf, in));
+	ck_assert_uint_eq(conn_header_bytes(in), 48);
+	ck_assert_uint_eq(buf[32], 0x00);
+	ck_assert_uint_eq(buf[33], 0x70);
+	ck_assert_uint_eq(buf[40], 0xd4);
+	ck_assert_uint_eq(buf[44], 0x00);
+	ck_assert_uint_eq(buf[45], 0x02);
+	ck_assert_uint_eq(buf[48], 0xee);
+	RdmConnHeader out;
+	ck_assert(decode_conn_header(buf, 48, out));
+	ck_assert_uint_eq(out.key_table.addr, in.key_table.addr);
+	ck_assert_uint_eq(out.key_table.rkey, in.key_table.rkey);
+	ck_assert_uint_eq(out.key_table.buckets, 512);
+	ck_assert(!decode_conn_header(buf, 47, out));
+	// Without the flag the bytes are not read (an older peer's padding).
+	RdmConnHeader plain = conn(v4(10, 0, 0, 1, 7471), 42);
+	ck_assert(encode_conn_header(buf, plain));
+	ck_assert_uint_eq(conn_header_bytes(plain), kConnHeaderBytes);
+	ck_assert(decode_conn_header(buf, kConnHeaderBytes, out));
+	ck_assert_uint_eq(out.key_table.buckets, 0);
+	for (uint32_t n : {0u, 3u, 1000u, (1u << 20) + 1, 1u << 21}) {
+		in.key_table.buckets = n;
+		ck_assert(!encode_conn_header(buf, in));
+		in.key_table.buckets = 1;
+		ck_assert(encode_conn_header(buf, in));
+		buf[44] = static_cast<uint8_t>(n);
+		buf[45] = static_cast<uint8_t>(n >> 8);
+		buf[46] = static_cast<uint8_t>(n >> 16);
+		buf[47] = static_cast<uint8_t>(n >> 24);
+		ck_assert(!decode_conn_header(buf, 48, out));
+	}
+	for (uint32_t n : {1u, 2u, 1u << 20}) {
+		in.key_table.buckets = n;
+		ck_assert(encode_conn_header(buf, in));
+		ck_assert(decode_conn_header(buf, 48, out));
+		ck_assert_uint_eq(out.key_table.buckets, n);
+	}
 }
 END_TEST
 
@@ -562,6 +612,7 @@ Suite *rdm_wire_suite()
 	tcase_add_test(tc, addr_validity_and_order);
 	tcase_add_test(tc, conn_header_round_trip);
 	tcase_add_test(tc, malformed_conn_headers_refused);
+	tcase_add_test(tc, conn_header_key_table);
 	tcase_add_test(tc, crossing_connections_keep_exactly_one);
 	tcase_add_test(tc, header_round_trip);
 	tcase_add_test(tc, malformed_headers_refused);
