@@ -20,3 +20,4 @@ Suite *av_table_suite();
 Suite *mem_monitor_suite();
 Suite *ring_queue_suite();
 Suite *fast_mutex_suite();
+Suite *atomic_ops_suite();
