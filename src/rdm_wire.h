@@ -30,6 +30,8 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include "atomic_ops.h"
+
 namespace vrma::rdm {
 
 // Little-endian integers at any alignment. memcpy of the native value keeps
@@ -366,11 +368,14 @@ inline bool keep_initiated(const RdmAddr &self, uint64_t self_nonce, const RdmAd
 //   0  u8   type (MsgType)
 //   1  u8   kRdmVersion
 //   2  u8   flags (kFlag*), only those allowed for the type
-//   3  u8   status: RndvDone's RndvStatus; 0 in every other type
+//   3  u8   status: RndvDone's RndvStatus, RmaEvent's RmaKind,
+//           AtomicResponse's AtomicStatus; 0 in every other type
 //   4  u32  msg_id
 //   8  u64  tag: the tagged types' tag; 0 otherwise
 //   16 u64  cq_data: remote CQ data if kFlagCqData; 0 otherwise
-//   24 u64  length: the message's total length (Eager*, Rndv*); 0 otherwise
+//   24 u64  length: the message's total length (Eager*, Rndv*), the bytes
+//           moved (RmaEvent), the element count (AtomicRequest), the bytes
+//           of fetched data after the header (AtomicResponse); 0 otherwise
 //   32
 //
 // The types:
@@ -402,11 +407,23 @@ inline bool keep_initiated(const RdmAddr &self, uint64_t self_nonce, const RdmAd
 //    counts it (FI_RMA_EVENT). status is the RmaKind; length the bytes the
 //    operation moved; msg_id 0. The body (encode_rma_event) names the keys of
 //    the target regions the operation touched.
+//  - AtomicRequest: an atomic operation (fi_atomic, fi_fetch_atomic,
+//    fi_compare_atomic) for the target's CPU to execute on its memory. The
+//    body (encode_atomic_request) says which op on which datatype, where
+//    (segments of the target's regions), and carries the operand and compare
+//    arrays. msg_id is the initiator's request id, never 0; length the total
+//    element count, never 0; no flags.
+//  - AtomicResponse: answers an AtomicRequest once the target executed it
+//    (or refused it): msg_id is the request's, status an AtomicStatus. With
+//    Ok, the old values of a Fetch or Compare request follow the header
+//    (length bytes: its element count times the datatype's size, which the
+//    initiator checks against its request), nothing for Plain; with any
+//    other status nothing follows (length 0).
 //
 // msg_id: chosen by the message's sender, unique among its messages on that
 // connection still waiting for an answer (a wrapping counter per connection
-// does); the answers (RndvDone, DeliveryAck) carry the id of the message they
-// answer, as the other side chose it.
+// does); the answers (RndvDone, DeliveryAck, AtomicResponse) carry the id of
+// the message they answer, as the other side chose it.
 inline constexpr uint8_t kRdmVersion = 1;
 inline constexpr size_t kRdmHeaderBytes = 32;
 static_assert(24 + sizeof(uint64_t) == kRdmHeaderBytes, "length ends the header");
@@ -419,8 +436,11 @@ enum class MsgType : uint8_t {
 	RndvDone = 5,
 	DeliveryAck = 6,
 	RmaEvent = 7,
+	// 8, 9: never assigned (refused)
+	AtomicRequest = 10,
+	AtomicResponse = 11,
 };
-inline constexpr uint8_t kMsgTypeMax = 7;
+inline constexpr uint8_t kMsgTypeMax = 11;
 
 inline constexpr uint8_t kFlagCqData = 1 << 0;            // cq_data is remote CQ data
 inline constexpr uint8_t kFlagDeliveryComplete = 1 << 1;  // answer with DeliveryAck
@@ -440,10 +460,18 @@ enum class RmaKind : uint8_t {
 	Read = 2,
 };
 
+// An AtomicResponse's status.
+enum class AtomicStatus : uint8_t {
+	Ok = 0,
+	AccessError = 1, // unknown key, out of the region, region lacks the access
+	Unsupported = 2, // an op/datatype the target cannot do
+};
+inline constexpr uint8_t kAtomicStatusMax = 2;
+
 struct RdmHeader {
 	MsgType type = MsgType::Eager;
 	uint8_t flags = 0;
-	uint8_t status = 0; // RndvStatus, RndvDone only
+	uint8_t status = 0; // RndvDone, RmaEvent and AtomicResponse only
 	uint32_t msg_id = 0;
 	uint64_t tag = 0;
 	uint64_t cq_data = 0;
@@ -475,6 +503,22 @@ inline constexpr uint8_t allowed_flags(MsgType t) noexcept
 	if (t == MsgType::RmaEvent)
 		return kFlagCqData;
 	return 0;
+}
+
+// The statuses a type may carry.
+inline constexpr bool status_allowed(MsgType t, uint8_t status) noexcept
+{
+	switch (t) {
+	case MsgType::RndvDone:
+		return status <= kRndvStatusMax;
+	case MsgType::RmaEvent:
+		return status == static_cast<uint8_t>(RmaKind::Write) ||
+		       status == static_cast<uint8_t>(RmaKind::Read);
+	case MsgType::AtomicResponse:
+		return status <= kAtomicStatusMax;
+	default:
+		return status == 0;
+	}
 }
 
 // Writes kRdmHeaderBytes into buf.
@@ -533,16 +577,99 @@ inline constexpr size_t kRmaEventMsgMax =
 	kRdmHeaderBytes + kRmaEventBodyHeadBytes + kMaxRmaEventKeys * sizeof(uint64_t);
 static_assert(kRmaEventMsgMax == 168, "the RMA event is a wire format");
 
+// AtomicRequest body, after the header:
+//
+//   0  u8   op (enum fi_op)
+//   1  u8   datatype (enum fi_datatype)
+//   2  u8   kind (atomic::Kind: 0 Plain, 1 Fetch, 2 Compare); the three are
+//           a combination atomic::valid() takes
+//   3  u8   nseg: 1..kMaxAtomicSegments
+//   4  u32  reserved, 0
+//   8       nseg segments of 24 bytes, the target's elements in order:
+//           0 u64 addr, 8 u64 count (elements, > 0), 16 u64 key
+//           then the operand array: the header's length elements of the
+//           datatype (atomic::datatype_size each), host representation;
+//           absent for FI_ATOMIC_READ
+//           then the compare array (Compare only), as long
+//
+// The segments' counts add up to the header's length. Element i of the
+// arrays goes with the i-th element of the segments taken in order. The
+// elements (here and in the AtomicResponse) travel as the host stores them,
+// unconverted, so that the target can apply them in place: little-endian
+// integers and IEEE floats on the little-endian hosts vrma runs on, but
+// long double in the host's own format (x87's 80 bits in 16 bytes on
+// x86-64), which only a peer of the same architecture shares.
+inline constexpr size_t kMaxAtomicSegments = 4;
+inline constexpr size_t kAtomicBodyHeadBytes = 8;
+inline constexpr size_t kAtomicSegmentBytes = 24;
+inline constexpr size_t kAtomicRequestMin =
+	kRdmHeaderBytes + kAtomicBodyHeadBytes + kAtomicSegmentBytes;
+
+// Where the operand array starts in a request with nseg segments.
+inline constexpr size_t atomic_request_head_bytes(size_t nseg) noexcept
+{
+	return kRdmHeaderBytes + kAtomicBodyHeadBytes + nseg * kAtomicSegmentBytes;
+}
+
+// How many arrays of the elements follow the segments: the operand unless
+// op is FI_ATOMIC_READ, and the compare for Compare.
+inline constexpr size_t atomic_request_arrays(atomic::Kind kind, int op) noexcept
+{
+	return (op != FI_ATOMIC_READ ? 1 : 0) + (kind == atomic::Kind::Compare ? 1 : 0);
+}
+
+// A whole request's bytes: head, operand and compare arrays for count
+// elements; SIZE_MAX if that overflows. kind, op and datatype must be valid.
+inline size_t atomic_request_bytes(atomic::Kind kind, int op, int datatype, size_t nseg,
+				   uint64_t count) noexcept
+{
+	const size_t head = atomic_request_head_bytes(nseg);
+	const size_t element = atomic_request_arrays(kind, op) * atomic::datatype_size(datatype);
+	if (element && count > (SIZE_MAX - head) / element)
+		return SIZE_MAX;
+	return head + static_cast<size_t>(count) * element;
+}
+
+struct AtomicSegment {
+	uint64_t addr = 0;  // remote virtual address (or offset, as the MR mode says)
+	uint64_t count = 0; // elements
+	uint64_t key = 0;
+};
+
+// A request's body, decoded: the arrays point into the received buffer.
+struct AtomicRequest {
+	uint8_t op = 0;       // enum fi_op
+	uint8_t datatype = 0; // enum fi_datatype
+	atomic::Kind kind = atomic::Kind::Plain;
+	size_t nseg = 0;
+	AtomicSegment segs[kMaxAtomicSegments];
+	const uint8_t *operand = nullptr; // nullptr for FI_ATOMIC_READ
+	size_t operand_bytes = 0;
+	const uint8_t *compare = nullptr; // Compare only
+	size_t compare_bytes = 0;
+};
+
+// A response, decoded: data points into the received buffer.
+struct AtomicResponse {
+	AtomicStatus status = AtomicStatus::Ok;
+	const uint8_t *data = nullptr; // the old values (Ok, Fetch and Compare)
+	size_t bytes = 0;
+};
+
 // Parses the header of a received send of len bytes (header and payload),
 // checking what the header alone tells: for Eager*, that the piece's payload
 // fits the message's length (and is not empty unless the message is); for
-// RndvDone and DeliveryAck, that nothing follows; for Rndv*, that length is
-// not 0 and the body's minimum follows. An Rndv* request's body is checked
-// by decode_rndv_request, which the caller uses for those types.
+// RndvDone and DeliveryAck, that nothing follows; for Rndv* and
+// AtomicRequest, that length is not 0 and the body's minimum follows (and
+// for AtomicRequest, a msg_id); for AtomicResponse, a msg_id and length bytes
+// of data, none unless the status is Ok. The bodies of Rndv* requests,
+// RmaEvent and AtomicRequest are checked by decode_rndv_request,
+// decode_rma_event and decode_atomic_request, which the caller uses for
+// those types.
 inline bool decode_header(const uint8_t *buf, size_t len, RdmHeader &h) noexcept
 {
 	if (len < kRdmHeaderBytes || buf[0] == 0 || buf[0] > kMsgTypeMax ||
-	    buf[1] != kRdmVersion)
+	    buf[0] == 8 || buf[0] == 9 || buf[1] != kRdmVersion) // 8, 9: never assigned
 		return false;
 	h.type = static_cast<MsgType>(buf[0]);
 	h.flags = buf[2];
@@ -554,10 +681,7 @@ inline bool decode_header(const uint8_t *buf, size_t len, RdmHeader &h) noexcept
 	if ((h.flags & ~allowed_flags(h.type)) || (!is_tagged(h.type) && h.tag != 0) ||
 	    (!(h.flags & kFlagCqData) && h.cq_data != 0))
 		return false;
-	if (h.type == MsgType::RndvDone     ? h.status > kRndvStatusMax
-	    : h.type == MsgType::RmaEvent ? h.status != static_cast<uint8_t>(RmaKind::Write) &&
-						    h.status != static_cast<uint8_t>(RmaKind::Read)
-					  : h.status != 0)
+	if (!status_allowed(h.type, h.status))
 		return false;
 	const size_t payload = len - kRdmHeaderBytes;
 	if (is_eager(h.type))
@@ -567,6 +691,11 @@ inline bool decode_header(const uint8_t *buf, size_t len, RdmHeader &h) noexcept
 		return h.length > 0 && len >= kRndvMsgMin;
 	if (h.type == MsgType::RmaEvent)
 		return h.msg_id == 0 && payload >= kRmaEventBodyHeadBytes;
+	if (h.type == MsgType::AtomicRequest)
+		return h.msg_id != 0 && h.length > 0 && len >= kAtomicRequestMin;
+	if (h.type == MsgType::AtomicResponse)
+		return h.msg_id != 0 && payload == h.length &&
+		       (h.length == 0 || h.status == static_cast<uint8_t>(AtomicStatus::Ok));
 	return payload == 0 && h.length == 0;
 }
 
@@ -654,6 +783,119 @@ inline bool decode_rma_event(const uint8_t *buf, size_t len, RdmHeader &h, uint6
 	for (size_t i = 0; i < n; i++)
 		keys[i] = le::get64(body + kRmaEventBodyHeadBytes + i * sizeof(uint64_t));
 	count = n;
+	return true;
+}
+
+// Writes an AtomicRequest (h.type AtomicRequest, h.msg_id not 0, h.length
+// the segments' total count; r as decode_atomic_request checks it) into buf,
+// atomic_request_bytes() long; returns that length. The arrays are copied
+// from r.operand and r.compare, r.operand_bytes and r.compare_bytes long
+// (the total count times the datatype's size, or 0 where the array is
+// absent). Where one's pointer is nullptr (and its bytes are not 0) its space
+// is left for the caller to fill: the operand at
+// atomic_request_head_bytes(r.nseg), the compare after it.
+inline size_t encode_atomic_request(uint8_t *buf, const RdmHeader &h,
+				    const AtomicRequest &r) noexcept
+{
+	encode_header(buf, h);
+	uint8_t *body = buf + kRdmHeaderBytes;
+	body[0] = r.op;
+	body[1] = r.datatype;
+	body[2] = static_cast<uint8_t>(r.kind);
+	body[3] = static_cast<uint8_t>(r.nseg);
+	le::put32(body + 4, 0);
+	for (size_t i = 0; i < r.nseg; i++) {
+		uint8_t *s = body + kAtomicBodyHeadBytes + i * kAtomicSegmentBytes;
+		le::put64(s, r.segs[i].addr);
+		le::put64(s + 8, r.segs[i].count);
+		le::put64(s + 16, r.segs[i].key);
+	}
+	uint8_t *p = buf + atomic_request_head_bytes(r.nseg);
+	if (r.operand)
+		memcpy(p, r.operand, r.operand_bytes);
+	p += r.operand_bytes;
+	if (r.compare)
+		memcpy(p, r.compare, r.compare_bytes);
+	return atomic_request_head_bytes(r.nseg) + r.operand_bytes + r.compare_bytes;
+}
+
+// Parses a whole AtomicRequest of len bytes: the header as decode_header
+// does; an op, datatype and kind atomic::valid() takes; 1..kMaxAtomicSegments
+// segments, none empty, whose counts add up to the header's length without
+// overflowing; the reserved word 0; then exactly the arrays the op takes for
+// that many elements. out's arrays point into buf.
+inline bool decode_atomic_request(const uint8_t *buf, size_t len, RdmHeader &h,
+				  AtomicRequest &out) noexcept
+{
+	if (!decode_header(buf, len, h) || h.type != MsgType::AtomicRequest)
+		return false;
+	const uint8_t *body = buf + kRdmHeaderBytes;
+	const uint8_t op = body[0], datatype = body[1];
+	const auto kind = static_cast<atomic::Kind>(body[2]);
+	const size_t n = body[3];
+	if (!atomic::valid(kind, op, datatype) || n == 0 || n > kMaxAtomicSegments ||
+	    le::get32(body + 4) != 0 || len < atomic_request_head_bytes(n))
+		return false;
+	uint64_t sum = 0;
+	for (size_t i = 0; i < n; i++) {
+		const uint8_t *s = body + kAtomicBodyHeadBytes + i * kAtomicSegmentBytes;
+		const uint64_t count = le::get64(s + 8);
+		if (count == 0 || count > UINT64_MAX - sum)
+			return false;
+		sum += count;
+		out.segs[i] = {le::get64(s), count, le::get64(s + 16)};
+	}
+	if (sum != h.length)
+		return false;
+	// The arrays, checked by division: length times the size may overflow.
+	const size_t head = atomic_request_head_bytes(n);
+	const size_t arrays = atomic_request_arrays(kind, op);
+	const size_t unit = arrays * atomic::datatype_size(datatype);
+	const size_t rest = len - head;
+	if (unit == 0 ? rest != 0 : (rest % unit != 0 || rest / unit != h.length))
+		return false;
+	const size_t bytes = arrays ? rest / arrays : 0; // each array's
+	out.op = op;
+	out.datatype = datatype;
+	out.kind = kind;
+	out.nseg = n;
+	const bool has_operand = op != FI_ATOMIC_READ;
+	out.operand = has_operand ? buf + head : nullptr;
+	out.operand_bytes = has_operand ? bytes : 0;
+	const bool has_compare = kind == atomic::Kind::Compare;
+	out.compare = has_compare ? buf + head + out.operand_bytes : nullptr;
+	out.compare_bytes = has_compare ? bytes : 0;
+	return true;
+}
+
+// Writes an AtomicResponse into buf (kRdmHeaderBytes + bytes); returns its
+// length. bytes must be 0 unless status is Ok. The data is copied from data,
+// or, if that is nullptr, left for the caller to write at kRdmHeaderBytes
+// (apply()'s result array can be the send buffer).
+inline size_t encode_atomic_response(uint8_t *buf, uint32_t msg_id, AtomicStatus status,
+				     const void *data, size_t bytes) noexcept
+{
+	RdmHeader h;
+	h.type = MsgType::AtomicResponse;
+	h.status = static_cast<uint8_t>(status);
+	h.msg_id = msg_id;
+	h.length = bytes;
+	encode_header(buf, h);
+	if (data)
+		memcpy(buf + kRdmHeaderBytes, data, bytes);
+	return kRdmHeaderBytes + bytes;
+}
+
+// Parses a whole AtomicResponse of len bytes (decode_header checks it all).
+// out.data points into buf; nullptr when no data follows.
+inline bool decode_atomic_response(const uint8_t *buf, size_t len, RdmHeader &h,
+				   AtomicResponse &out) noexcept
+{
+	if (!decode_header(buf, len, h) || h.type != MsgType::AtomicResponse)
+		return false;
+	out.status = static_cast<AtomicStatus>(h.status);
+	out.bytes = static_cast<size_t>(h.length);
+	out.data = out.bytes ? buf + kRdmHeaderBytes : nullptr;
 	return true;
 }
 

@@ -861,6 +861,17 @@ void handle_message(RdmEp *ep, const ibv_wc &wc, const uint8_t *buf)
 		complete_tx_op(ep, w->second, err, 0);
 		return;
 	}
+	case rdm::MsgType::AtomicRequest: {
+		// Atomics are not served yet: refused, so that the initiator fails
+		// its operation rather than wait for an answer.
+		uint8_t a[kHdr];
+		rdm::encode_atomic_response(a, h.msg_id, rdm::AtomicStatus::Unsupported, nullptr, 0);
+		send_answer(ep, peer, a);
+		return;
+	}
+	case rdm::MsgType::AtomicResponse:
+		VRMA_INFO(FI_LOG_EP_DATA, "RDM: an atomic response, though no atomic was sent\n");
+		return;
 	}
 }
 

@@ -21,3 +21,4 @@ Suite *mem_monitor_suite();
 Suite *ring_queue_suite();
 Suite *fast_mutex_suite();
 Suite *key_table_suite();
+Suite *atomic_ops_suite();

@@ -18,6 +18,7 @@ int main()
 	srunner_add_suite(sr, ring_queue_suite());
 	srunner_add_suite(sr, fast_mutex_suite());
 	srunner_add_suite(sr, key_table_suite());
+	srunner_add_suite(sr, atomic_ops_suite());
 	srunner_run_all(sr, CK_NORMAL);
 	const int failed = srunner_ntests_failed(sr);
 	srunner_free(sr);
