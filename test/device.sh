@@ -37,6 +37,8 @@ if command -v mpicc >/dev/null 2>&1; then
 		"$srcdir/test/mpi/vrma_mpi_test.c" || { echo "FAIL: building test/mpi/vrma_mpi_test"; exit 1; }
 	mpicc -O2 -Wall -Wextra -Werror -o "$builddir/test/mpi/vrma_mpi_latency" \
 		"$srcdir/test/mpi/vrma_mpi_latency.c" || { echo "FAIL: building test/mpi/vrma_mpi_latency"; exit 1; }
+	mpicc -O2 -Wall -Wextra -Werror -o "$builddir/test/mpi/vrma_mpi_osc" \
+		"$srcdir/test/mpi/vrma_mpi_osc.c" || { echo "FAIL: building test/mpi/vrma_mpi_osc"; exit 1; }
 else
 	echo "device.sh: no mpicc (openmpi-bin, libopenmpi-dev): the MPI test is skipped"
 fi
@@ -50,4 +52,4 @@ cd "$builddir"
 cp "$srcdir/test/device/run-in-vm.sh" test/run-in-vm.sh
 # fabtests register 2 x 64 x 8 MiB per process (their window of their
 # largest size): two processes need over 2 GiB of guest memory.
-exec "$srcdir/util/vrma-vm" --timeout "${VRMA_VM_TIMEOUT:-2400}" --mem "${VRMA_VM_MEM:-6144}" -- sh test/run-in-vm.sh
+exec "$srcdir/util/vrma-vm" --timeout "${VRMA_VM_TIMEOUT:-2400}" --mem "${VRMA_VM_MEM:-10240}" -- sh test/run-in-vm.sh

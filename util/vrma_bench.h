@@ -4,7 +4,8 @@
 //  - vrma_bench_common.cpp  errors, names, fi_getinfo, addresses
 //  - vrma_bench_msg.cpp     RMA (write, read, writedata, inject_write; bw,
 //                           lat, rate) over FI_EP_MSG, and over FI_EP_RDM
-//                           with the same measuring code
+//                           with the same measuring code; atomics (fadd,
+//                           cswap, amax; lat) over FI_EP_RDM
 //  - vrma_bench_rdm.cpp     two-sided messages (send, tagged) over FI_EP_RDM,
 //                           and over FI_EP_MSG as the floor RDM is held to
 //  - vrma_bench_ctl.cpp     the TCP control connection of the FI_EP_RDM runs
@@ -190,9 +191,12 @@ private:
 };
 
 // The RMA operations go over FI_EP_MSG or FI_EP_RDM (vrma_bench_msg.cpp);
-// send and tagged are two-sided messages (vrma_bench_rdm.cpp). The numeric
-// values of the RMA ones travel in the RMA module's connection data.
-enum class Op : uint8_t { write, read, writedata, inject_write, send, tagged };
+// send and tagged are two-sided messages (vrma_bench_rdm.cpp); the atomics
+// (one FI_UINT64 each: fi_fetch_atomic FI_SUM, fi_compare_atomic FI_CSWAP,
+// fi_fetch_atomic FI_MAX) go over FI_EP_RDM with the RMA module. The
+// numeric values of the RMA and atomic ones travel in the RMA module's
+// connection data: new operations go at the end.
+enum class Op : uint8_t { write, read, writedata, inject_write, send, tagged, fadd, cswap, amax };
 enum class Mode : uint8_t { bw, lat, rate };
 enum class Role { loopback, server, client };
 enum class EpType : uint8_t { msg, rdm };
@@ -216,6 +220,14 @@ inline bool is_two_sided(Op op)
 	return op == Op::send || op == Op::tagged;
 }
 
+inline bool is_atomic(Op op)
+{
+	return op == Op::fadd || op == Op::cswap || op == Op::amax;
+}
+
+// The bytes an atomic operation moves: one FI_UINT64.
+constexpr size_t kAtomicSize = 8;
+
 // The value of `all` whose name is `text`: the names are op_name and
 // mode_name's, so parsing and printing cannot drift apart.
 template <typename E, size_t N>
@@ -227,7 +239,8 @@ std::optional<E> parse_name(const std::string &text, const E (&all)[N], const ch
 	return std::nullopt;
 }
 
-constexpr Op kAllOps[] = {Op::write, Op::read, Op::writedata, Op::inject_write, Op::send, Op::tagged};
+constexpr Op kAllOps[] = {Op::write, Op::read, Op::writedata, Op::inject_write, Op::send,
+			  Op::tagged, Op::fadd, Op::cswap, Op::amax};
 constexpr Mode kAllModes[] = {Mode::bw, Mode::lat, Mode::rate};
 constexpr EpType kAllEpTypes[] = {EpType::msg, EpType::rdm};
 
@@ -238,7 +251,7 @@ struct Options {
 	bool port_given = false;
 	Op op = Op::write;
 	Mode mode = Mode::bw;
-	EpType ep_type = EpType::msg; // rdm for send/tagged unless -e says otherwise; either for RMA
+	EpType ep_type = EpType::msg; // rdm for send/tagged unless -e says otherwise; either for RMA; rdm for atomics
 	size_t window = 64;
 	std::vector<size_t> sizes; // empty: the mode's default
 	bool sizes_all = false;
@@ -256,7 +269,7 @@ struct Options {
 };
 
 // The sizes a client measures: -S, or the mode's default (powers of two up
-// to --max-size for bw and lat, 8 bytes for rate).
+// to --max-size for bw and lat, 8 bytes for rate); 8 bytes for the atomics.
 std::vector<size_t> run_sizes(const Options &opt);
 
 // ---------------------------------------------------------------- libfabric objects

@@ -45,6 +45,9 @@ const char *op_name(Op op)
 	case Op::inject_write: return "inject_write";
 	case Op::send: return "send";
 	case Op::tagged: return "tagged";
+	case Op::fadd: return "fadd";
+	case Op::cswap: return "cswap";
+	case Op::amax: return "amax";
 	}
 	return "?";
 }
@@ -88,6 +91,8 @@ std::string flags_name(uint8_t flags)
 
 std::vector<size_t> run_sizes(const Options &opt)
 {
+	if (is_atomic(opt.op))
+		return {kAtomicSize};
 	std::vector<size_t> sizes = opt.sizes;
 	if (sizes.empty()) {
 		if (opt.sizes_all || opt.mode != Mode::rate)

@@ -1,7 +1,7 @@
 // vrma_bench: benchmark of libfabric providers over the public API only:
-// RMA over FI_EP_MSG or FI_EP_RDM (vrma_bench_msg.cpp) and two-sided
-// messages over FI_EP_RDM or FI_EP_MSG (vrma_bench_rdm.cpp). This file: the
-// command line.
+// RMA over FI_EP_MSG or FI_EP_RDM and atomics over FI_EP_RDM
+// (vrma_bench_msg.cpp), two-sided messages over FI_EP_RDM or FI_EP_MSG
+// (vrma_bench_rdm.cpp). This file: the command line.
 
 #include "vrma_bench.h"
 
@@ -29,18 +29,21 @@ const char kUsage[] =
 	"  -P PORT               server port (default 47600; loopback: a free port unless given);\n"
 	"                        -e rdm and send/tagged: the TCP port of the control connection\n"
 	"  --addr ADDR           address the server (or loopback) listens on (default: the provider's)\n"
-	"  -e msg|rdm            endpoint type (default: msg for the RMA operations, rdm for send and\n"
-	"                        tagged; -e rdm alone means -o tagged; -e msg -o send is the\n"
-	"                        two-sided floor over FI_EP_MSG; -e rdm -o write measures RMA over\n"
-	"                        FI_EP_RDM as -e msg -o write does over FI_EP_MSG)\n"
+	"  -e msg|rdm            endpoint type (default: msg for the RMA operations, rdm for send,\n"
+	"                        tagged and the atomics; -e rdm alone means -o tagged; -e msg -o send\n"
+	"                        is the two-sided floor over FI_EP_MSG; -e rdm -o write measures RMA\n"
+	"                        over FI_EP_RDM as -e msg -o write does over FI_EP_MSG)\n"
 	"benchmark (client and loopback):\n"
 	"  -o OP                 RMA, over -e msg or -e rdm: write | read | writedata | inject_write\n"
 	"                        (default write); two-sided messages: tagged (fi_tsend/fi_trecv) |\n"
-	"                        send (fi_send/fi_recv)\n"
-	"  -m MODE               bw | lat | rate (default bw)\n"
+	"                        send (fi_send/fi_recv); atomics on one FI_UINT64, over -e rdm, -m lat\n"
+	"                        only, 8 bytes: fadd (fi_fetch_atomic FI_SUM) | cswap\n"
+	"                        (fi_compare_atomic FI_CSWAP) | amax (fi_fetch_atomic FI_MAX)\n"
+	"  -m MODE               bw | lat | rate (default bw; lat for the atomics)\n"
 	"  -w N                  operations outstanding in bw and rate modes (default 64)\n"
 	"  -S all|N[,N...]       sizes in bytes (suffixes k, m: KiB, MiB); all: powers of two up to\n"
-	"                        --max-size (default: all for bw and lat, 8 for rate)\n"
+	"                        --max-size (default: all for bw and lat, 8 for rate; the atomics: 8\n"
+	"                        only)\n"
 	"  --max-size N          largest size of -S all (default 4m)\n"
 	"  -I N                  iterations per size (default: calibrated to take --duration)\n"
 	"  --warmup N            warm-up iterations (default 10% of the iterations, at least 2;\n"
@@ -73,6 +76,18 @@ const char kUsage[] =
 	"size, 100 untimed command round trips and a read make the connection (vrma's RDM endpoint\n"
 	"connects on the first operation). The server: -e rdm and any RMA -o (the client's counts),\n"
 	"e.g. vrma_bench -p vrma -e rdm -o write --server.\n"
+	"Atomics (-o fadd, cswap, amax; -e rdm, caps FI_ATOMIC besides RMA's): the same connection,\n"
+	"warm-up and target region as RMA over -e rdm; the server must be started with an atomic -o\n"
+	"(any of the three: its endpoint needs FI_ATOMIC), e.g. vrma_bench -p vrma -e rdm -o fadd\n"
+	"--server. lat: the client posts one atomic on an 8-byte word of the server's region, waits\n"
+	"for its completion and checks the old value it fetched (fadd adds 0x100000001; cswap swaps\n"
+	"between two values, comparing with the current one, so every swap succeeds; amax takes\n"
+	"the maximum with a larger and then a smaller operand), then the next; latency = one\n"
+	"atomic's completion time, a round trip, not halved (as for read, so that fadd and read\n"
+	"figures compare). After the measured run the word is read back and checked. An operation\n"
+	"that fi_fetch_atomicvalid/fi_compare_atomicvalid reports unsupported on FI_UINT64 ends\n"
+	"with exit status 2: vrma with FI_VRMA_RDM_NATIVE_ATOMICS=1 (fadd and cswap as device\n"
+	"atomics) reports amax so; without it vrma's target executes all three (emulated).\n"
 	"tagged and send: the server's fabric address reaches the client over a TCP connection to\n"
 	"port -P, which then carries the client's commands and the server's data check (never\n"
 	"timed); each side inserts the other into an FI_AV_TABLE address vector (FI_EP_RDM) or\n"
@@ -156,6 +171,23 @@ double parse_seconds(const char *text, const char *what)
 	return v;
 }
 
+// The atomics (-o fadd, cswap, amax): over -e rdm, latency only (the
+// default), one FI_UINT64 (-S 8 or no -S).
+void check_atomic_args(Options &opt, bool mode_given)
+{
+	const char *op = op_name(opt.op);
+	if (opt.ep_type != EpType::rdm)
+		usage_error("-o %s: the atomics are measured over -e rdm", op);
+	if (!mode_given)
+		opt.mode = Mode::lat;
+	if (opt.mode != Mode::lat)
+		usage_error("-o %s measures latency only (-m lat), not -m %s", op, mode_name(opt.mode));
+	const bool only_8 =
+		std::all_of(opt.sizes.begin(), opt.sizes.end(), [](size_t s) { return s == kAtomicSize; });
+	if (opt.sizes_all || !only_8)
+		usage_error("-o %s moves one 8-byte FI_UINT64: give -S 8 or no -S", op);
+}
+
 // Returns the options, or throws BenchError after -h (status 0) or a usage
 // error.
 Options parse_args(int argc, char **argv)
@@ -183,7 +215,7 @@ Options parse_args(int argc, char **argv)
 		{nullptr, 0, nullptr, 0},
 	};
 	Options opt;
-	bool server = false, loopback = false, op_given = false;
+	bool server = false, loopback = false, op_given = false, mode_given = false;
 	std::optional<EpType> ep_type;
 	std::string sizes_text;
 	opterr = 0;
@@ -209,7 +241,7 @@ Options parse_args(int argc, char **argv)
 		case 'o': {
 			const std::optional<Op> op = parse_name(optarg, kAllOps, op_name);
 			if (!op)
-				usage_error("-o: unknown operation '%s' (write, read, writedata, inject_write, tagged, send)",
+				usage_error("-o: unknown operation '%s' (write, read, writedata, inject_write, tagged, send, fadd, cswap, amax)",
 					    optarg);
 			opt.op = *op;
 			op_given = true;
@@ -220,6 +252,7 @@ Options parse_args(int argc, char **argv)
 			if (!mode)
 				usage_error("-m: unknown mode '%s' (bw, lat, rate)", optarg);
 			opt.mode = *mode;
+			mode_given = true;
 			break;
 		}
 		case 'w':
@@ -289,8 +322,10 @@ Options parse_args(int argc, char **argv)
 	if (ep_type == EpType::rdm && !op_given)
 		opt.op = Op::tagged;
 	// RMA runs over either endpoint type (-e msg by default).
-	opt.ep_type = ep_type.value_or(is_two_sided(opt.op) ? EpType::rdm : EpType::msg);
-	if (is_two_sided(opt.op) && opt.flags)
+	opt.ep_type = ep_type.value_or(is_two_sided(opt.op) || is_atomic(opt.op) ? EpType::rdm : EpType::msg);
+	if (is_atomic(opt.op))
+		check_atomic_args(opt, mode_given);
+	if ((is_two_sided(opt.op) || is_atomic(opt.op)) && opt.flags)
 		usage_error("--%s applies to the RMA operations, not to -o %s",
 			    flags_name(opt.flags).substr(0, flags_name(opt.flags).find(',')).c_str(),
 			    op_name(opt.op));

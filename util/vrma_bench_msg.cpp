@@ -4,7 +4,10 @@
 // tcp). It uses the public libfabric API only. The two endpoint types
 // differ only in how the sides find each other and part; every measured
 // operation, command and check is the same code, so that `-e msg -o write`
-// and `-e rdm -o write` numbers compare.
+// and `-e rdm -o write` numbers compare. The atomics (-o fadd, cswap, amax:
+// one FI_UINT64, latency only) run over FI_EP_RDM with the same connection,
+// commands and region, caps FI_ATOMIC added: the client's word is the first
+// 8 bytes of the server's rx area (see "Atomics" below).
 //
 // Protocol between client and server (both ends are this program, on hosts
 // of the same byte order):
@@ -35,6 +38,10 @@
 //    untimed command round trips and one read, so that no connection set-up
 //    falls into a calibration or a measured run (FI_EP_MSG connects in
 //    fi_connect, before any of that too).
+//  - Atomics: the server only serves commands (its progress executes the
+//    atomics of providers that emulate them at the target, vrma's default);
+//    its endpoint needs FI_ATOMIC, so it must be started with an atomic -o
+//    as well (any of them), which request_error tells a client that forgot.
 //  - The end: the client's quit command, acked; FI_EP_MSG: fi_shutdown.
 //    FI_EP_RDM: the client closes its fabric objects, then the control
 //    connection; the server closes its own after that end-of-file (as the
@@ -43,6 +50,7 @@
 
 #include "vrma_bench.h"
 
+#include <rdma/fi_atomic.h>
 #include <rdma/fi_cm.h>
 #include <rdma/fi_domain.h>
 #include <rdma/fi_endpoint.h>
@@ -66,7 +74,8 @@ uint64_t completion_op_flags(uint8_t flags)
 }
 
 // FI_RMA on FI_EP_MSG (as it always asked); on FI_EP_RDM the directions
-// spelled out, since nothing else (FI_MSG) is asked for.
+// spelled out, since nothing else (FI_MSG) is asked for; the atomics add
+// FI_ATOMIC (the directions cover them too).
 constexpr uint64_t kRdmRmaCaps = FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
 
 // addr_format: FI_EP_RDM clients ask in the format of the server's address.
@@ -75,7 +84,7 @@ InfoPtr make_hints(const Options &opt, uint32_t addr_format)
 	const bool rdm = opt.ep_type == EpType::rdm;
 	InfoPtr hints = alloc_hints();
 	hints->ep_attr->type = rdm ? FI_EP_RDM : FI_EP_MSG;
-	hints->caps = rdm ? kRdmRmaCaps : FI_RMA;
+	hints->caps = (rdm ? kRdmRmaCaps : FI_RMA) | (is_atomic(opt.op) ? FI_ATOMIC : 0);
 	hints->addr_format = addr_format;
 	if (opt.flags & kFlagCommit)
 		hints->caps |= FI_RMA_PMEM;
@@ -97,6 +106,8 @@ std::string hints_text(const Options &opt)
 {
 	const bool rdm = opt.ep_type == EpType::rdm;
 	std::string caps = rdm ? "FI_RMA|FI_READ|FI_WRITE|FI_REMOTE_READ|FI_REMOTE_WRITE" : "FI_RMA";
+	if (is_atomic(opt.op))
+		caps += "|FI_ATOMIC";
 	if (opt.flags & kFlagCommit)
 		caps += "|FI_RMA_PMEM";
 	if (opt.flags & kFlagFence)
@@ -189,6 +200,30 @@ constexpr uint8_t kServerSalt = 0xa5;
 // consumes a side keeps posted (FI_RX_CQ_DATA).
 constexpr size_t kServerTxSlots = 16;
 constexpr size_t kMaxRxCqData = 256;
+
+// ---------------------------------------------------------------- atomics
+
+// The client's atomics act on one FI_UINT64: the first 8 bytes of the
+// server's rx area (8-byte aligned, as device atomics need). The operand
+// goes from the client's tx area (cswap's compare value after it), the old
+// value comes back into the client's rx area.
+constexpr size_t kAtomicCompare = 8; // cswap's compare value, in the tx area
+// What fadd adds, and amax's larger operand exceeds the word by: both
+// halves of the word change.
+constexpr uint64_t kAtomicStep = 0x100000001;
+// cswap swaps between these two.
+constexpr uint64_t kSwapA = 0xa5a5a5a55a5a5a5a;
+constexpr uint64_t kSwapB = ~kSwapA;
+
+fi_op atomic_fi_op(Op op)
+{
+	return op == Op::fadd ? FI_SUM : op == Op::cswap ? FI_CSWAP : FI_MAX;
+}
+
+const char *atomic_fi_op_name(Op op)
+{
+	return op == Op::fadd ? "FI_SUM" : op == Op::cswap ? "FI_CSWAP" : "FI_MAX";
+}
 
 // ---------------------------------------------------------------- one endpoint
 
@@ -578,6 +613,16 @@ protected:
 			case Op::inject_write:
 				call = "fi_inject_write";
 				return fi_inject_write(ep_.get(), local, size, peer_addr_, remote, peer_key_);
+			case Op::fadd:
+			case Op::amax:
+				call = "fi_fetch_atomic";
+				return fi_fetch_atomic(ep_.get(), local, 1, desc_, base_ + rx_off(), desc_, peer_addr_,
+						       remote, peer_key_, FI_UINT64, atomic_fi_op(op), ctx);
+			case Op::cswap:
+				call = "fi_compare_atomic";
+				return fi_compare_atomic(ep_.get(), local, 1, desc_, local + kAtomicCompare, desc_,
+							 base_ + rx_off(), desc_, peer_addr_, remote, peer_key_,
+							 FI_UINT64, FI_CSWAP, ctx);
 			case Op::send:
 			case Op::tagged:
 				break; // two-sided: never here (vrma_bench_rdm.cpp)
@@ -757,9 +802,14 @@ protected:
 			return "the client runs with flags " + flags_name(peer.flags & kHintFlags) + ", the server with " +
 			       flags_name(opt_.flags & kHintFlags) +
 			       ": give both the same --delivery-complete/--commit-complete/--fence";
-		if (peer.op > static_cast<uint8_t>(Op::inject_write) || peer.mode > static_cast<uint8_t>(Mode::rate) ||
-		    peer.data_size == 0 || peer.data_size > kLargestSize || peer.data_size % 64)
+		if (peer.op > static_cast<uint8_t>(Op::amax) || is_two_sided(static_cast<Op>(peer.op)) ||
+		    peer.mode > static_cast<uint8_t>(Mode::rate) || peer.data_size == 0 ||
+		    peer.data_size > kLargestSize || peer.data_size % 64)
 			return std::string("malformed connection request");
+		const Op op = static_cast<Op>(peer.op);
+		if (is_atomic(op) && !is_atomic(opt_.op))
+			return std::string("the client runs -o ") + op_name(op) +
+			       ": start the server with an atomic -o as well (fadd, cswap or amax: its endpoint needs FI_ATOMIC)";
 		return std::nullopt;
 	}
 
@@ -1094,6 +1144,10 @@ protected:
 
 	void prepare(size_t size, uint8_t salt) override
 	{
+		if (is_atomic(op_)) {
+			word_ = read_word("the read of the atomics' word");
+			return;
+		}
 		for (size_t i = 0; i < size; ++i)
 			base_[tx_off() + i] = pattern_byte(i, salt);
 	}
@@ -1110,12 +1164,16 @@ protected:
 
 	void after_measured(size_t size, uint8_t salt) override
 	{
-		if (mode_ != Mode::lat)
+		if (is_atomic(op_))
+			check_word(read_word("the read-back of the atomics' word"), "the word read back after");
+		else if (mode_ != Mode::lat)
 			verify(size, salt);
 	}
 
 	double timed_run(size_t size, uint64_t n, std::vector<double> *samples, bool show) override
 	{
+		if (is_atomic(op_))
+			return atomic_run(n, samples, show);
 		if (mode_ == Mode::lat)
 			return lat_run(size, n, samples, show);
 		if (op_ == Op::inject_write)
@@ -1125,8 +1183,30 @@ protected:
 
 	uint64_t posts() const override { return data_posts_; }
 
-	// A read's latency is its completion time; the others' half a round trip.
-	unsigned trips_per_iteration() const override { return op_ == Op::read ? 1 : 2; }
+	// A read's latency is its completion time, and so is an atomic's (a
+	// round trip too, compared with a read's); the others' half a round
+	// trip.
+	unsigned trips_per_iteration() const override { return op_ == Op::read || is_atomic(op_) ? 1 : 2; }
+
+	// Whether the provider offers the atomic on FI_UINT64; an operation
+	// it reports unsupported ends here (exit status 2). The endpoint is
+	// enabled.
+	void check_atomic_valid() const
+	{
+		if (!is_atomic(op_))
+			return;
+		fid_ep *ep = ep_.get();
+		const char *call = op_ == Op::cswap ? "fi_compare_atomicvalid" : "fi_fetch_atomicvalid";
+		size_t count = 0;
+		int rc = -FI_ENOSYS;
+		if (ep->atomic) // providers without atomics may leave it unset
+			rc = op_ == Op::cswap ? fi_compare_atomicvalid(ep, FI_UINT64, FI_CSWAP, &count)
+					      : fi_fetch_atomicvalid(ep, FI_UINT64, atomic_fi_op(op_), &count);
+		if (rc || count == 0)
+			fail(kExitUnsupported, "provider %s does not offer -o %s (%s(FI_UINT64, %s): %s): not supported",
+			     info_->fabric_attr->prov_name, op_name(op_), call, atomic_fi_op_name(op_),
+			     rc ? fi_strerror(-rc) : "count 0");
+	}
 
 	void send_command(uint64_t kind, size_t size, uint64_t count)
 	{
@@ -1141,6 +1221,67 @@ protected:
 
 private:
 	uint64_t cmd_seq_ = 0;
+	uint64_t word_ = 0;       // atomics: the server's word, as the client's atomics left it
+	uint64_t atomic_seq_ = 0; // atomics posted so far (amax alternates its operand)
+
+	// The server's word, read with an RMA read.
+	uint64_t read_word(const char *what)
+	{
+		rma_ctrl(false, ctrl_off() + kCtrlCheck, rx_off(), kAtomicSize, what);
+		return load_u64(ctrl_off() + kCtrlCheck);
+	}
+
+	void check_word(uint64_t got, const char *what) const
+	{
+		if (got != word_)
+			fail(kExitError, "data check failed: %s %s is 0x%016" PRIx64 ", expected 0x%016" PRIx64,
+			     what, op_name(op_), got, word_);
+	}
+
+	// The next atomic's operands, into the tx area; returns the word's
+	// value after it. fadd adds kAtomicStep; cswap compares with the word
+	// and swaps in the other of kSwapA and kSwapB, so every swap succeeds;
+	// amax alternates an operand above the word (the new value) and one
+	// below it (no change).
+	uint64_t set_operands()
+	{
+		uint64_t operand = 0, after = 0;
+		if (op_ == Op::fadd) {
+			operand = kAtomicStep;
+			after = word_ + operand;
+		} else if (op_ == Op::cswap) {
+			operand = word_ == kSwapA ? kSwapB : kSwapA;
+			memcpy(base_ + tx_off() + kAtomicCompare, &word_, sizeof word_);
+			after = operand;
+		} else {
+			operand = (atomic_seq_ & 1) ? word_ / 2 : word_ + kAtomicStep;
+			after = std::max(word_, operand);
+		}
+		memcpy(base_ + tx_off(), &operand, sizeof operand);
+		return after;
+	}
+
+	// Latency of the atomics, as of read: one operation posted, its
+	// completion waited for (its time is the sample, a round trip), then
+	// the old value it fetched checked against the word before it.
+	double atomic_run(uint64_t n, std::vector<double> *samples, bool show)
+	{
+		const auto start = Clock::now();
+		for (uint64_t i = 0; i < n; ++i) {
+			const uint64_t after = set_operands();
+			const uint64_t spoiled = ~word_; // a result never written fails the check
+			memcpy(base_ + rx_off(), &spoiled, sizeof spoiled);
+			const Stamp t0 = sample_clock_.now();
+			void *ctx = acquire_tx();
+			post_data(op_, kAtomicSize, 0, 0, ctx);
+			wait_slot(ctx, "an atomic's completion");
+			lap(samples, t0, 1, show, i + 1);
+			check_word(load_u64(rx_off()), "the old value fetched by");
+			word_ = after;
+			++atomic_seq_;
+		}
+		return seconds_since(start);
+	}
 
 	double bw_run(size_t size, uint64_t n, std::vector<double> *samples, bool show)
 	{
@@ -1350,6 +1491,7 @@ public:
 		plan(max_size);
 		set_window(info_->tx_attr->size);
 		setup_endpoint(info_.get(), window_ + 16, 0xc1c1);
+		check_atomic_valid();
 		RmaHello mine = my_hello();
 		mine.cm = my_cm_data();
 		send_all(ctl_, &mine, sizeof mine);

@@ -47,6 +47,23 @@ void print_two_sided_header(const RunInfo &ri)
 	fflush(stdout);
 }
 
+// What an RMA or atomic run's lat figures are.
+const char *lat_meaning(Op op)
+{
+	switch (op) {
+	case Op::read: return "one read's completion time";
+	case Op::fadd: return "one fadd's completion time (fi_fetch_atomic FI_SUM; a round trip, as read's)";
+	case Op::cswap: return "one cswap's completion time (fi_compare_atomic FI_CSWAP; a round trip, as read's)";
+	case Op::amax: return "one amax's completion time (fi_fetch_atomic FI_MAX; a round trip, as read's)";
+	case Op::write:
+	case Op::writedata:
+	case Op::inject_write:
+	case Op::send:
+	case Op::tagged: break;
+	}
+	return "one-way latency = round trip / 2, per iteration";
+}
+
 } // namespace
 
 void print_header(const RunInfo &ri)
@@ -67,9 +84,7 @@ void print_header(const RunInfo &ri)
 		printf(", inject flush: %s", ri.inject_flush.c_str());
 	printf("\n");
 	if (ri.mode == Mode::lat)
-		printf("# MB = 10^6 bytes; lat: %s\n",
-		       ri.op == Op::read ? "one read's completion time"
-					 : "one-way latency = round trip / 2, per iteration");
+		printf("# MB = 10^6 bytes; lat: %s\n", lat_meaning(ri.op));
 	else
 		printf("# MB = 10^6 bytes; lat: time per operation within a window (window time / %zu)\n",
 		       ri.window);

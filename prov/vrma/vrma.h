@@ -776,6 +776,10 @@ extern const fi_ops_mr mr_ops;
 bool domain_scalable_keys(const fi_info &info) noexcept;
 // Allocates and registers the domain's key table (rdm_params.mr_keys).
 int domain_open_key_table(Domain *dom) noexcept;
+// The region a peer names by key (fi_mr_key: the rkey, or the application's
+// key with scalable keys) as a key-table entry; false when there is none.
+// mr_lock held.
+bool domain_resolve_key(Domain *dom, uint64_t key, keys::KeyEntry &out) noexcept;
 
 // vrma_cq.cpp
 int cq_open(fid_domain *domain, fi_cq_attr *attr, fid_cq **cq, void *context) noexcept;

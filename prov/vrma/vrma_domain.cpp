@@ -1,5 +1,6 @@
 // The domain: one protection domain on one RDMA device.
 #include "vrma.h"
+#include "vrma_rdm.h"
 
 namespace vrma {
 
@@ -53,9 +54,31 @@ int domain_srx_ctx(fid_domain *, fi_rx_attr *, fid_ep **, void *) noexcept
 	return -FI_ENOSYS;
 }
 
-int domain_query_atomic(fid_domain *, fi_datatype, fi_op, fi_atomic_attr *, uint64_t) noexcept
+// What the domain's RDM endpoints do (fi_query_atomic): MSG endpoints
+// have no atomics.
+int domain_query_atomic(fid_domain *d, fi_datatype datatype, fi_op op, fi_atomic_attr *attr,
+			uint64_t flags) noexcept
 {
-	return -FI_ENOSYS;
+	if (!attr) {
+		VRMA_WARN(FI_LOG_DOMAIN, "fi_query_atomic: NULL attr\n");
+		return -FI_EINVAL;
+	}
+	if (flags & ~(FI_FETCH_ATOMIC | FI_COMPARE_ATOMIC) ||
+	    (flags & FI_FETCH_ATOMIC && flags & FI_COMPARE_ATOMIC)) {
+		VRMA_WARN(FI_LOG_DOMAIN, "fi_query_atomic: flags 0x%llx\n", static_cast<unsigned long long>(flags));
+		return -FI_EBADFLAGS;
+	}
+	const Domain *dom = from_fid<Domain>(&d->fid);
+	const auto kind = flags & FI_COMPARE_ATOMIC ? atomic::Kind::Compare
+			  : flags & FI_FETCH_ATOMIC ? atomic::Kind::Fetch
+						    : atomic::Kind::Plain;
+	const bool native = rdm_params.native_atomics && dom->dev_attr.atomic_cap != IBV_ATOMIC_NONE;
+	const size_t max = rdm_atomic_max(kind, op, datatype, native, rdm_params.eager_size);
+	if (!max)
+		return -FI_EOPNOTSUPP;
+	attr->size = atomic::datatype_size(datatype);
+	attr->count = max;
+	return 0;
 }
 
 int domain_query_collective(fid_domain *, fi_collective_op, fi_collective_attr *,

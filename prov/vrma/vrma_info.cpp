@@ -303,7 +303,7 @@ fi_info *build_rdm_cap_info(const Port &p, const PortAddr &a, int inline_size)
 		return nullptr;
 	info->caps = kRdmCaps;
 	fi_tx_attr &tx = *info->tx_attr;
-	tx.caps = kRdmCaps & (FI_MSG | FI_TAGGED | FI_RMA | FI_FENCE | kTxDirections);
+	tx.caps = kRdmCaps & (FI_MSG | FI_TAGGED | FI_RMA | FI_ATOMIC | FI_FENCE | kTxDirections);
 	tx.op_flags = kRdmTxOpFlags;
 	tx.msg_order = kRdmMsgOrder;
 	// A rendezvous send completes when the receiver has read it: later
@@ -314,7 +314,7 @@ fi_info *build_rdm_cap_info(const Port &p, const PortAddr &a, int inline_size)
 	tx.iov_limit = kRdmIovLimit;
 	tx.rma_iov_limit = kMaxRmaIov;
 	fi_rx_attr &rx = *info->rx_attr;
-	rx.caps = kRdmCaps & (FI_MSG | FI_TAGGED | FI_RMA | FI_RMA_EVENT | FI_DIRECTED_RECV |
+	rx.caps = kRdmCaps & (FI_MSG | FI_TAGGED | FI_RMA | FI_ATOMIC | FI_RMA_EVENT | FI_DIRECTED_RECV |
 			      FI_MULTI_RECV | FI_SOURCE | kRxDirections);
 	rx.op_flags = kRdmRxOpFlags;
 	rx.msg_order = kRdmMsgOrder;

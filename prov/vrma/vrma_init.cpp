@@ -97,6 +97,13 @@ void params_init() noexcept
 	define_size("rdm_rndv_reads",
 		    "RDM endpoints: rendezvous RDMA READs a connection keeps in flight at most; 0: as many as its queue pair issues at once (max_rd_atomic) (default: 0)",
 		    &rdm_params.rndv_reads);
+	{
+		int on = 0;
+		fi_param_define(&provider, "rdm_native_atomics", FI_PARAM_BOOL,
+				"RDM endpoints: FI_INT64/FI_UINT64 FI_SUM, FI_ATOMIC_READ and FI_CSWAP as device atomics (fetch-and-add, compare-and-swap) where the device has them; the other ops on those two types are then not offered, so that no word is updated by both the device and a CPU (default: false: every atomic executed by the target's vrma)");
+		if (fi_param_get_bool(&provider, "rdm_native_atomics", &on) == 0)
+			rdm_params.native_atomics = on != 0;
+	}
 	define_size("mr_keys",
 		    "Scalable keys (mr_mode 0 or FI_MR_SCALABLE): regions a domain can publish under keys the application chose, rounded up to a power of two times 8 (default: 4096)",
 		    &rdm_params.mr_keys);

@@ -13,7 +13,7 @@ constexpr uint64_t kAccessKnown =
 
 // Each libfabric access right maps to the verbs right it needs. The device
 // enforces them: a remote write into a region without FI_REMOTE_WRITE fails.
-int access_to_ibv(uint64_t access)
+int access_to_ibv(uint64_t access, bool device_atomics)
 {
 	if (!(access & kAccessKnown))
 		access = FI_SEND | FI_RECV; // 0: local use only
@@ -23,6 +23,10 @@ int access_to_ibv(uint64_t access)
 		a |= IBV_ACCESS_LOCAL_WRITE;
 	if (access & FI_REMOTE_WRITE)
 		a |= IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_LOCAL_WRITE; // verbs requires both
+	// Native atomics (FI_VRMA_RDM_NATIVE_ATOMICS) update remotely writable
+	// regions: granted where the device has atomics.
+	if ((access & FI_REMOTE_WRITE) && device_atomics)
+		a |= IBV_ACCESS_REMOTE_ATOMIC;
 	if (access & FI_REMOTE_READ)
 		a |= IBV_ACCESS_REMOTE_READ;
 	return a;
@@ -151,7 +155,8 @@ try {
 	}
 	auto mr = std::make_unique<Mr>();
 	mr->domain = dom;
-	const int ibv_access = access_to_ibv(attr->access);
+	const int ibv_access = access_to_ibv(
+		attr->access, rdm_params.native_atomics && dom->dev_attr.atomic_cap != IBV_ATOMIC_NONE);
 	mr->mr.reset(ibv_reg_mr(dom->pd.get(), iov.iov_base, iov.iov_len, ibv_access));
 	mr->local_write = ibv_access & IBV_ACCESS_LOCAL_WRITE;
 	if (!mr->mr) {
@@ -255,6 +260,26 @@ int domain_open_key_table(Domain *dom) noexcept
 	dom->key_table = keys::KeyTable(dom->key_table_mem.get(), buckets);
 	dom->scalable_keys = true;
 	return 0;
+}
+
+bool domain_resolve_key(Domain *dom, uint64_t key, keys::KeyEntry &out) noexcept
+{
+	if (dom->scalable_keys)
+		return dom->key_table.find(key, out);
+	if (key > UINT32_MAX)
+		return false;
+	auto it = dom->mrs_by_key.find(static_cast<uint32_t>(key));
+	if (it == dom->mrs_by_key.end())
+		return false;
+	const Mr *mr = it->second;
+	out.key = key;
+	out.va = reinterpret_cast<uintptr_t>(mr->mr->addr);
+	out.start = out.va; // virtual addresses
+	out.len = mr->mr->length;
+	out.rkey = mr->mr_rkey;
+	out.access = ((mr->access & FI_REMOTE_READ) ? keys::kAccessRemoteRead : 0) |
+		     ((mr->access & FI_REMOTE_WRITE) ? keys::kAccessRemoteWrite : 0);
+	return true;
 }
 
 void count_region_events(Domain *dom, bool write, const uint64_t *keys, size_t n) noexcept

@@ -34,6 +34,7 @@
 #include "fast_mutex.h"
 #include "rdm_wire.h"
 #include "tag_match.h"
+#include "atomic_ops.h"
 
 #include <unordered_map>
 
@@ -44,7 +45,7 @@ namespace vrma {
 // to applications that take that mode on.
 inline constexpr uint64_t kRdmMsgCaps = FI_MSG | FI_TAGGED | FI_SEND | FI_RECV | FI_DIRECTED_RECV |
 					FI_MULTI_RECV | FI_SOURCE | FI_LOCAL_COMM | FI_REMOTE_COMM;
-inline constexpr uint64_t kRdmRmaCaps = FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ |
+inline constexpr uint64_t kRdmRmaCaps = FI_RMA | FI_ATOMIC | FI_READ | FI_WRITE | FI_REMOTE_READ |
 					FI_REMOTE_WRITE | FI_RMA_EVENT | FI_FENCE;
 inline constexpr uint64_t kRdmCaps = kRdmMsgCaps | kRdmRmaCaps;
 inline constexpr int kRdmRmaMrMode = FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
@@ -54,8 +55,12 @@ inline constexpr uint64_t kRdmRxOpFlags = FI_COMPLETION | FI_MULTI_RECV;
 // One RC connection per peer keeps every order between two endpoints, and
 // a rendezvous message completes its receive before any later message of
 // the peer is matched (matching is in arrival order).
+// Atomics of one datatype execute in the order sent (device atomics on the
+// queue pair; emulated ones in the target's arrival order).
 inline constexpr uint64_t kRdmMsgOrder = FI_ORDER_SAS | FI_ORDER_SAW | FI_ORDER_WAS |
-					 FI_ORDER_WAW | FI_ORDER_RAW | FI_ORDER_RAR | FI_ORDER_RAS;
+					 FI_ORDER_WAW | FI_ORDER_RAW | FI_ORDER_RAR | FI_ORDER_RAS |
+					 FI_ORDER_ATOMIC_RAR | FI_ORDER_ATOMIC_RAW |
+					 FI_ORDER_ATOMIC_WAR | FI_ORDER_ATOMIC_WAW;
 inline constexpr size_t kRdmCqDataSize = 8; // the header carries 64 bits
 // Scatter entries of a send or receive: a rendezvous request names at most
 // this many of the sender's segments.
@@ -71,6 +76,7 @@ struct RdmParams {
 	size_t peer_tx_size = 128; // send queue depth per peer
 	size_t rndv_reads = 0;     // READs in flight per connection (0: max_rd_atomic)
 	size_t mr_keys = 4096;     // scalable keys a domain publishes (key_table.h)
+	bool native_atomics = false; // (U)INT64 SUM, READ, CSWAP as device atomics
 };
 extern RdmParams rdm_params;
 
@@ -86,6 +92,7 @@ enum class RdmTx : uint8_t {
 	DcSend = 4,   // an eager send with FI_DELIVERY_COMPLETE: context is the RdmTxOp
 	RmaOp = 5,    // an RMA operation holding registrations: context is the RdmRmaOp
 	KeyRead = 6,  // a READ of a peer's key bucket: context is the RdmKeyRead
+	AtomicNative = 7, // a device atomic of an operation: context is the RdmAtomicOp
 };
 inline constexpr uint32_t rdm_aux(RdmTx kind, uint32_t buf_plus1) noexcept
 {
@@ -144,6 +151,23 @@ struct RdmKeyRead {
 	uint64_t key = 0;
 	uint32_t read_id = 0;
 	uint32_t buf = 0;
+};
+
+// An atomic operation in flight: emulated ones wait in RdmPeer::atomics
+// for the target's AtomicResponse; native ones are the context of their
+// device atomics, whose old values land in the send buffer `buf`.
+struct RdmAtomicOp {
+	RdmPeer *peer = nullptr;
+	uint32_t msg_id = 0;
+	void *context = nullptr;
+	uint64_t comp_flags = 0;
+	bool report = false;
+	Cntr *cntr = nullptr;
+	size_t dt_size = 0;
+	fi_ioc result[kRdmIovLimit]; // Fetch, Compare: where the old values go
+	size_t nresult = 0;
+	size_t result_bytes = 0;
+	int buf = -1;
 };
 
 // A receive posted by the application.
@@ -219,6 +243,7 @@ struct RdmPeer {
 	// the peer registered again is read again.
 	rdm::KeyTableRef key_table;
 	std::unordered_map<uint64_t, RemoteKey> keys;
+	std::unordered_map<uint32_t, RdmAtomicOp *> atomics; // emulated, by msg_id
 };
 
 // A provider receive buffer in the SRQ.
@@ -256,6 +281,11 @@ struct RdmEp final : fid_ep {
 	size_t peer_tx_depth = 0;
 	bool enabled = false;
 	bool scalable_keys = false; // the domain's (Domain::scalable_keys)
+	bool native_atomics = false; // rdm_params.native_atomics and a device that has them
+	// Atomic requests are built here (eager_size bytes), and target-side
+	// results (lock held).
+	std::unique_ptr<uint8_t[]> atomic_buf;
+	std::unique_ptr<uint8_t[]> atomic_result;
 
 	FastMutex lock;
 	sockaddr_storage name{}; // fi_setname before enable; fi_getname after
@@ -358,6 +388,7 @@ struct RdmEp final : fid_ep {
 	struct Answer {
 		RdmPeer *peer;
 		uint8_t hdr[rdm::kRdmHeaderBytes];
+		std::vector<uint8_t> body; // an atomic response's data
 	};
 	std::deque<Answer> answer_backlog;
 
@@ -498,8 +529,31 @@ inline const keys::KeyEntry *rdm_key_ready(RdmPeer *peer, uint64_t key, uint8_t 
 // A KeyRead request completed.
 void rdm_key_read_done(RdmEp *ep, RdmKeyRead *rd, bool ok) noexcept;
 
+// vrma_rdm_atomic.cpp
+extern const fi_ops_atomic rdm_atomic_ops;
+// The largest element count of an atomic of this kind, op and datatype on an
+// RDM endpoint (0: not offered). native: rdm_params.native_atomics in effect.
+size_t rdm_atomic_max(atomic::Kind kind, int op, int datatype, bool native,
+		      size_t eager_size) noexcept;
+// An AtomicRequest or AtomicResponse from a peer (lock held).
+void rdm_handle_atomic(RdmEp *ep, RdmPeer *peer, const uint8_t *buf, size_t len) noexcept;
+// A native atomic's request completed.
+void rdm_atomic_native_done(RdmEp *ep, Conn *c, const RdmRmaDone &d) noexcept;
+// The peer's connection went away: its emulated atomics fail with err.
+void rdm_fail_atomics(RdmPeer *peer, int err) noexcept;
+
 // vrma_rdm_msg.cpp
 extern const fi_ops_msg rdm_msg_ops;
+// One send of len bytes (vrma's own: no completion) on conn.
+ssize_t rdm_post_send_copy(RdmEp *ep, Conn *conn, const uint8_t *src, size_t len) noexcept;
+// An answer to the peer (a header, body_len bytes of body), queued when
+// the ring is full.
+void rdm_send_answer(RdmEp *ep, RdmPeer *peer, const uint8_t *hdr, const uint8_t *body,
+		     size_t body_len) noexcept;
+uint32_t rdm_next_msg_id(RdmPeer *peer) noexcept;
+// A registered send buffer (-1: none free after progress), and its memory.
+int rdm_take_tx_buf(RdmEp *ep) noexcept;
+uint8_t *rdm_tx_buf(RdmEp *ep, uint32_t idx) noexcept;
 // A receive from the endpoint's pool (or the heap), default-initialised;
 // nullptr when out of memory. rdm_put_recv takes it back (lock held for
 // both).

@@ -350,7 +350,9 @@ try {
 	ep->tx_bufs.reset(new uint8_t[tx_count * ep->buf_stride]);
 	ep->rx_mr.reset(ibv_reg_mr(pd, ep->rx_bufs.get(), ep->rx_count * ep->buf_stride,
 				   IBV_ACCESS_LOCAL_WRITE));
-	ep->tx_mr.reset(ibv_reg_mr(pd, ep->tx_bufs.get(), tx_count * ep->buf_stride, 0));
+	// Local write: native atomics return old values into send buffers.
+	ep->tx_mr.reset(ibv_reg_mr(pd, ep->tx_bufs.get(), tx_count * ep->buf_stride,
+				   ep->native_atomics ? IBV_ACCESS_LOCAL_WRITE : 0));
 	if (!ep->rx_mr || !ep->tx_mr) {
 		const int err = errno;
 		VRMA_WARN(FI_LOG_EP_CTRL, "RDM: registering %zu bytes of buffers: %s\n",
@@ -770,6 +772,7 @@ try {
 	ep->directed = caps & FI_DIRECTED_RECV;
 	ep->rma_events = caps & FI_RMA_EVENT;
 	ep->scalable_keys = dom->scalable_keys;
+	ep->native_atomics = rdm_params.native_atomics && dom->dev_attr.atomic_cap != IBV_ATOMIC_NONE;
 	ep->matcher.directed(ep->directed);
 	ep->tx_op_flags = info->tx_attr ? info->tx_attr->op_flags & kRdmTxOpFlags : 0;
 	ep->rx_op_flags = info->rx_attr ? info->rx_attr->op_flags & kRdmRxOpFlags : 0;
@@ -792,7 +795,11 @@ try {
 	ep->msg = const_cast<fi_ops_msg *>(&rdm_msg_ops);
 	ep->rma = const_cast<fi_ops_rma *>(caps & FI_RMA ? &rdm_rma_ops : &rma_nosys);
 	ep->tagged = const_cast<fi_ops_tagged *>(&rdm_tagged_ops);
-	ep->atomic = const_cast<fi_ops_atomic *>(&atomic_nosys);
+	ep->atomic = const_cast<fi_ops_atomic *>(caps & FI_ATOMIC ? &rdm_atomic_ops : &atomic_nosys);
+	if (caps & FI_ATOMIC) {
+		ep->atomic_buf.reset(new uint8_t[ep->eager_size + rdm::kRdmHeaderBytes]);
+		ep->atomic_result.reset(new uint8_t[ep->eager_size]);
+	}
 	ep->collective = const_cast<fi_ops_collective *>(&collective_nosys);
 	dom->refs++;
 	*ep_out = ep.release();

@@ -131,22 +131,29 @@ ssize_t post_copy(RdmEp *ep, Conn *conn, const uint8_t *src, size_t len, const i
 	return rc;
 }
 
+// Posts an answer: its header and body_len bytes of body.
+ssize_t post_answer(RdmEp *ep, Conn *conn, const uint8_t *hdr, const uint8_t *body, size_t body_len)
+{
+	const iovec extra{const_cast<uint8_t *>(body), body_len};
+	return post_copy(ep, conn, hdr, kHdr, body_len ? &extra : nullptr, body_len ? 1 : 0, body_len,
+			 nullptr, 0, 0, false, nullptr, false, RdmTx::Internal);
+}
+
 // One of vrma's own answers; queued when the ring is full.
-void send_answer(RdmEp *ep, RdmPeer *peer, const uint8_t *hdr)
+void send_answer(RdmEp *ep, RdmPeer *peer, const uint8_t *hdr, const uint8_t *body = nullptr,
+		 size_t body_len = 0)
 {
 	Conn *conn = peer->conn.get();
 	if (!conn || conn->state.load() != EpState::Connected)
 		return; // the peer's side fails its operation with the connection
-	if (ep->answer_backlog.empty() &&
-	    post_copy(ep, conn, hdr, kHdr, nullptr, 0, 0, nullptr, 0, 0, false, nullptr, false,
-		      RdmTx::Internal) == 0)
+	if (ep->answer_backlog.empty() && post_answer(ep, conn, hdr, body, body_len) == 0)
 		return;
 	try {
-		RdmEp::Answer a{peer, {}};
+		RdmEp::Answer a{peer, {}, std::vector<uint8_t>(body, body + body_len)};
 		memcpy(a.hdr, hdr, kHdr);
-		ep->answer_backlog.push_back(a);
+		ep->answer_backlog.push_back(std::move(a));
 	} catch (...) {
-		VRMA_WARN(FI_LOG_EP_DATA, "RDM: out of memory queuing an answer: the peer's send will wait for its connection to end\n");
+		VRMA_WARN(FI_LOG_EP_DATA, "RDM: out of memory queuing an answer: the peer's operation will wait for its connection to end\n");
 	}
 }
 
@@ -349,6 +356,24 @@ bool start_rndv(RdmEp *ep, RdmRecv *r, RdmPeer *peer, const rdm::RdmHeader &h,
 }
 
 } // namespace
+
+ssize_t rdm_post_send_copy(RdmEp *ep, Conn *conn, const uint8_t *src, size_t len) noexcept
+{
+	return post_copy(ep, conn, src, len, nullptr, 0, 0, nullptr, 0, 0, false, nullptr, false,
+			 RdmTx::Internal);
+}
+
+void rdm_send_answer(RdmEp *ep, RdmPeer *peer, const uint8_t *hdr, const uint8_t *body,
+		     size_t body_len) noexcept
+{
+	send_answer(ep, peer, hdr, body, body_len);
+}
+
+uint32_t rdm_next_msg_id(RdmPeer *peer) noexcept { return next_msg_id(peer); }
+
+int rdm_take_tx_buf(RdmEp *ep) noexcept { return take_tx_buf(ep); }
+
+uint8_t *rdm_tx_buf(RdmEp *ep, uint32_t idx) noexcept { return tx_buf(ep, idx); }
 
 // Registrations and READ requests of one rendezvous receive. False when
 // they cannot go now (no room in the queues, or the connection's READ
@@ -861,16 +886,9 @@ void handle_message(RdmEp *ep, const ibv_wc &wc, const uint8_t *buf)
 		complete_tx_op(ep, w->second, err, 0);
 		return;
 	}
-	case rdm::MsgType::AtomicRequest: {
-		// Atomics are not served yet: refused, so that the initiator fails
-		// its operation rather than wait for an answer.
-		uint8_t a[kHdr];
-		rdm::encode_atomic_response(a, h.msg_id, rdm::AtomicStatus::Unsupported, nullptr, 0);
-		send_answer(ep, peer, a);
-		return;
-	}
+	case rdm::MsgType::AtomicRequest:
 	case rdm::MsgType::AtomicResponse:
-		VRMA_INFO(FI_LOG_EP_DATA, "RDM: an atomic response, though no atomic was sent\n");
+		rdm_handle_atomic(ep, peer, buf, wc.byte_len);
 		return;
 	}
 }
@@ -900,6 +918,7 @@ void rdm_fail_waiting(RdmPeer *peer, int err) noexcept
 	RdmEp *ep = peer->ep;
 	while (!peer->waiting.empty())
 		complete_tx_op(ep, peer->waiting.begin()->second, err, 0);
+	rdm_fail_atomics(peer, err);
 	for (auto it = ep->answer_backlog.begin(); it != ep->answer_backlog.end();)
 		it = it->peer == peer ? ep->answer_backlog.erase(it) : it + 1;
 	for (auto it = ep->read_backlog.begin(); it != ep->read_backlog.end();) {
@@ -940,8 +959,7 @@ void rdm_retry_backlog(RdmEp *ep) noexcept
 		RdmEp::Answer &a = ep->answer_backlog.front();
 		Conn *conn = a.peer->conn.get();
 		if (conn && conn->state.load() == EpState::Connected &&
-		    post_copy(ep, conn, a.hdr, kHdr, nullptr, 0, 0, nullptr, 0, 0, false, nullptr, false,
-			      RdmTx::Internal) == -FI_EAGAIN)
+		    post_answer(ep, conn, a.hdr, a.body.data(), a.body.size()) == -FI_EAGAIN)
 			break;
 		ep->answer_backlog.pop_front();
 	}
@@ -1053,6 +1071,10 @@ void rdm_handle_wc(RdmEp *ep, const ibv_wc &wc) noexcept
 	case RdmTx::KeyRead:
 		rdm_key_read_done(ep, static_cast<RdmKeyRead *>(context), ok);
 		return;
+	case RdmTx::AtomicNative:
+		rdm_atomic_native_done(ep, c, {context, comp_flags, len, seq, op_end, report, ok, err,
+					       static_cast<int>(wc.status)});
+		return;
 	case RdmTx::Internal:
 		return;
 	}
@@ -1085,6 +1107,11 @@ void rdm_report_unposted(Conn *conn, const ibv_send_wr *first, int err) noexcept
 			break;
 		case RdmTx::KeyRead:
 			rdm_key_read_done(ep, static_cast<RdmKeyRead *>(s->context), false);
+			break;
+		case RdmTx::AtomicNative:
+			rdm_atomic_native_done(ep, conn, {s->context, s->comp_flags, s->len, s->op_end,
+							  s->op_end, s->report, false, fi_err,
+							  IBV_WC_GENERAL_ERR});
 			break;
 		default:
 			break;

@@ -180,5 +180,6 @@ Suite *events_suite();
 Suite *staged_suite();
 Suite *rdm_suite();
 Suite *rdm_rma_suite();
+Suite *rdm_atomic_suite();
 Suite *av_suite();
 Suite *msg_auto_suite();

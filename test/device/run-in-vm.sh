@@ -116,6 +116,17 @@ if [ -x "$mpi_test" ]; then
 			cat "/tmp/mpi.$np"
 		fi
 	done
+	# MPI one-sided (osc/rdma over btl/ofi on vrma's RMA and atomics).
+	for np in 2 4; do
+		if timeout 600 "${VRMA_SRCDIR:-$builddir/..}/test/mpi/run-mpi.sh" "$builddir/test/mpi/vrma_mpi_osc" \
+			vrma-osc -np "$np" >"/tmp/mpi-osc.$np" 2>&1; then
+			pass "Open MPI one-sided (osc rdma, btl ofi) over vrma RDM, $np ranks"
+			tail -1 "/tmp/mpi-osc.$np"
+		else
+			fail "Open MPI one-sided (osc rdma, btl ofi) over vrma RDM, $np ranks"
+			cat "/tmp/mpi-osc.$np"
+		fi
+	done
 	# The 8-byte MPI ping-pong: data checked, the time printed for reading
 	# (comparing transports: DEVELOPERS.md, "Open MPI latency").
 	if timeout 300 "${VRMA_SRCDIR:-$builddir/..}/test/mpi/run-mpi.sh" "$builddir/test/mpi/vrma_mpi_latency" \

@@ -8,6 +8,8 @@
 #         vrma       pml cm, mtl ofi, provider vrma (its native FI_EP_RDM)
 #         rxm        pml cm, mtl ofi, provider "vrma;ofi_rxm"
 #         verbs-rxm  pml cm, mtl ofi, provider "verbs;ofi_rxm" (reference)
+#         vrma-osc   osc rdma over btl ofi on vrma's RDM endpoint (pml ob1,
+#                    btl self,vader,ofi): MPI one-sided on vrma RMA/atomics
 #   -np N  number of ranks (default 2); ranks may outnumber cores
 # Environment: FI_PROVIDER_PATH and every other FI_*, VRMA_*, RDMAV_* and
 # IBV_* variable are passed to the ranks (mpirun -x); RUN_MPI_ARGS adds
@@ -24,7 +26,7 @@ die() {
 	_said=1
 	exit "${2:-1}"
 }
-usage() { sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; }
 # One line for any failure the script did not explain itself.
 trap '_cmd=$BASH_COMMAND _line=$LINENO' ERR
 on_exit() {
@@ -84,7 +86,13 @@ vrma | rxm | verbs-rxm)
 	transport=(--mca pml cm --mca mtl ofi --mca mtl_ofi_provider_include "$provider"
 		--mca btl ^openib)
 	;;
-*) die "unknown mode '$mode' (shm, vrma, rxm or verbs-rxm)" 2 ;;
+vrma-osc)
+	# Open MPI 4.1's btl/ofi carries RMA and atomics only: two-sided
+	# messages go over vader (one host), and osc/rdma is held to btl/ofi.
+	transport=(--mca pml ob1 --mca btl "self,vader,ofi" --mca btl_ofi_provider_include vrma
+		--mca osc rdma --mca osc_rdma_btls ofi)
+	;;
+*) die "unknown mode '$mode' (shm, vrma, rxm, verbs-rxm or vrma-osc)" 2 ;;
 esac
 
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -106,7 +114,7 @@ set -e
 ((st[1] == 0)) || die "tee $log failed (exit ${st[1]})"
 if ((st[0] != 0)); then
 	what=$(grep -m1 '^not ok ' "$log") ||
-		what=$(grep -m1 '^vrma_mpi_test: ' "$log") ||
+		what=$(grep -m1 -E '^vrma_mpi_(test|osc): ' "$log") ||
 		what=$(grep -m1 -iE 'error|fail|abort|timeout|not found|no components|unable' "$log") ||
 		what="see its output above"
 	die "mpirun -np $np ($mode) of ${prog##*/} failed (exit ${st[0]}): $what" "${st[0]}"

@@ -16,201 +16,20 @@
 #include <rdma/fi_errno.h>
 
 #include "atomic_ops.h"
+#include "../atomic_reference.h"
 #include "unit.h"
 
 using namespace vrma::atomic;
 
 namespace {
 
-using cfloat = std::complex<float>;
-using cdouble = std::complex<double>;
-using cldouble = std::complex<long double>;
-
-template <typename T> struct IsComplex : std::false_type {};
-template <typename T> struct IsComplex<std::complex<T>> : std::true_type {};
+using namespace atomic_ref;
 
 constexpr Kind kKinds[] = {Kind::Plain, Kind::Fetch, Kind::Compare};
 
 const char *kind_name(Kind k)
 {
 	return k == Kind::Plain ? "plain" : k == Kind::Fetch ? "fetch" : "compare";
-}
-
-// Calls f(datatype, T{}) for every datatype and its host type, in enum
-// fi_datatype's order.
-template <typename F> void for_each_datatype(F &&f)
-{
-	static_assert(FI_INT8 == 0 && FI_FLOAT == 8 && FI_FLOAT_COMPLEX == 10 &&
-		      FI_LONG_DOUBLE == 12 && FI_LONG_DOUBLE_COMPLEX == 13);
-	int dt = FI_INT8;
-	auto each = [&](auto... zero) { (f(dt++, zero), ...); };
-	each(int8_t{}, uint8_t{}, int16_t{}, uint16_t{}, int32_t{}, uint32_t{}, int64_t{},
-	     uint64_t{}, float{}, double{}, cfloat{}, cdouble{}, static_cast<long double>(0),
-	     cldouble{});
-}
-
-// The expected table, one row per op: the kinds that take it, the classes of
-// datatype it is defined on (libfabric's util_atomic.c handler tables).
-struct Row {
-	int op;
-	bool plain, fetch, compare;
-	bool integer, real, complex;
-};
-constexpr Row kTable[] = {
-	{FI_MIN, true, true, false, true, true, false},
-	{FI_MAX, true, true, false, true, true, false},
-	{FI_SUM, true, true, false, true, true, true},
-	{FI_PROD, true, true, false, true, true, true},
-	{FI_LOR, true, true, false, true, true, true},
-	{FI_LAND, true, true, false, true, true, true},
-	{FI_BOR, true, true, false, true, false, false},
-	{FI_BAND, true, true, false, true, false, false},
-	{FI_LXOR, true, true, false, true, true, true},
-	{FI_BXOR, true, true, false, true, false, false},
-	{FI_ATOMIC_READ, false, true, false, true, true, true},
-	{FI_ATOMIC_WRITE, true, true, false, true, true, true},
-	{FI_CSWAP, false, false, true, true, true, true},
-	{FI_CSWAP_NE, false, false, true, true, true, true},
-	{FI_CSWAP_LE, false, false, true, true, true, false},
-	{FI_CSWAP_LT, false, false, true, true, true, false},
-	{FI_CSWAP_GE, false, false, true, true, true, false},
-	{FI_CSWAP_GT, false, false, true, true, true, false},
-	{FI_MSWAP, false, false, true, true, false, false},
-};
-
-bool expected_valid(Kind kind, int op, int datatype)
-{
-	for (const Row &r : kTable) {
-		if (r.op != op)
-			continue;
-		const bool kind_ok = kind == Kind::Plain ? r.plain : kind == Kind::Fetch ? r.fetch
-											: r.compare;
-		switch (datatype) {
-		case FI_INT8: case FI_UINT8: case FI_INT16: case FI_UINT16:
-		case FI_INT32: case FI_UINT32: case FI_INT64: case FI_UINT64:
-			return kind_ok && r.integer;
-		case FI_FLOAT: case FI_DOUBLE: case FI_LONG_DOUBLE:
-			return kind_ok && r.real;
-		case FI_FLOAT_COMPLEX: case FI_DOUBLE_COMPLEX: case FI_LONG_DOUBLE_COMPLEX:
-			return kind_ok && r.complex;
-		default:
-			return false;
-		}
-	}
-	return false;
-}
-
-// Values to combine: zero, small ones of both signs, the extremes.
-template <typename T> std::vector<T> samples()
-{
-	if constexpr (std::is_integral_v<T>) {
-		using L = std::numeric_limits<T>;
-		std::vector<T> v = {T(0), T(1), T(2), T(5), T(0x5a), L::max(), T(L::max() - 1)};
-		if constexpr (std::is_signed_v<T>)
-			v.insert(v.end(), {T(-1), T(-2), T(-7), L::min(), T(L::min() + 1)});
-		else
-			v.push_back(T(L::max() / 2 + 1)); // the top bit alone
-		return v;
-	} else if constexpr (IsComplex<T>::value) {
-		using R = typename T::value_type;
-		return {T(0, 0), T(1, 0), T(0, 1), T(R(-1.5), 2), T(3, R(-0.5)), T(2, 2),
-			T(R(-0.25), 0)};
-	} else {
-		return {T(0), T(1), T(-1), T(2.5), T(-0.75), T(3), T(-1000), T(1e6), T(1e-3)};
-	}
-}
-
-// Integer arithmetic the long way: in 64 unsigned bits, then cut to T.
-template <typename T> uint64_t u64(T v) { return static_cast<uint64_t>(v); }
-
-// What fi_atomic(3) says the target becomes, written out plainly: sets n and
-// returns true when the target is written, false when it keeps its value.
-template <typename T> bool reference(int op, const T &t, const T &x, const T &c, T &n)
-{
-	const bool tt = !(t == T(0)), xt = !(x == T(0));
-	auto swap_if = [&](bool cond) {
-		n = x;
-		return cond;
-	};
-	switch (op) {
-	case FI_SUM:
-		if constexpr (std::is_integral_v<T>)
-			n = static_cast<T>(u64(t) + u64(x));
-		else
-			n = t + x;
-		return true;
-	case FI_PROD:
-		if constexpr (std::is_integral_v<T>)
-			n = static_cast<T>(u64(t) * u64(x));
-		else if constexpr (IsComplex<T>::value)
-			n = T(t.real() * x.real() - t.imag() * x.imag(),
-			      t.real() * x.imag() + t.imag() * x.real());
-		else
-			n = t * x;
-		return true;
-	case FI_LOR:
-		n = (tt || xt) ? T(1) : T(0);
-		return true;
-	case FI_LAND:
-		n = (tt && xt) ? T(1) : T(0);
-		return true;
-	case FI_LXOR:
-		n = ((tt && !xt) || (!tt && xt)) ? T(1) : T(0);
-		return true;
-	case FI_ATOMIC_READ:
-		return false;
-	case FI_ATOMIC_WRITE:
-		return swap_if(true);
-	case FI_CSWAP:
-		return swap_if(c == t);
-	case FI_CSWAP_NE:
-		return swap_if(!(c == t));
-	}
-	if constexpr (!IsComplex<T>::value) {
-		switch (op) {
-		case FI_MIN:
-			return swap_if(x < t);
-		case FI_MAX:
-			return swap_if(t < x);
-		case FI_CSWAP_LE:
-			return swap_if(c < t || c == t);
-		case FI_CSWAP_LT:
-			return swap_if(c < t);
-		case FI_CSWAP_GE:
-			return swap_if(t < c || c == t);
-		case FI_CSWAP_GT:
-			return swap_if(t < c);
-		}
-	}
-	if constexpr (std::is_integral_v<T>) {
-		switch (op) {
-		case FI_BOR:
-			n = static_cast<T>(u64(t) | u64(x));
-			return true;
-		case FI_BAND:
-			n = static_cast<T>(u64(t) & u64(x));
-			return true;
-		case FI_BXOR:
-			n = static_cast<T>(u64(t) ^ u64(x));
-			return true;
-		case FI_MSWAP:
-			n = static_cast<T>((u64(x) & u64(c)) | (u64(t) & ~u64(c)));
-			return true;
-		}
-	}
-	ck_abort_msg("reference: op %d", op);
-	return false;
-}
-
-// Equal values (NaN-free: == is enough; long double's padding is not part of
-// its value).
-template <typename T> bool same(const T &a, const T &b) { return a == b; }
-
-template <typename T> T load(const uint8_t *p)
-{
-	T v;
-	memcpy(&v, p, sizeof v);
-	return v;
 }
 
 // Failures, counted (a passing ck_assert per element would log 10^5 lines);
