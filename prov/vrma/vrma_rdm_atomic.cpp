@@ -36,6 +36,7 @@ constexpr uint64_t kAtomicFlags = FI_COMPLETION | FI_INJECT | FI_INJECT_COMPLETE
 				  FI_TRANSMIT_COMPLETE | FI_DELIVERY_COMPLETE | FI_FENCE | FI_MORE;
 constexpr size_t kNativeMax = 16; // device atomics of one operation
 constexpr size_t kHdr = rdm::kRdmHeaderBytes;
+static_assert(rdm::kMaxAtomicSegments <= rdm::kMaxRmaEventKeys, "an event names every key of an operation");
 
 // Every vrma atomic executed by a CPU in this process, whatever its
 // endpoint or domain, holds this lock: two initiators' operations on one
@@ -147,7 +148,11 @@ ssize_t post_native(RdmEp *ep, RdmPeer *peer, Conn *conn, const AtomicCall &c,
 				return -FI_EINVAL;
 			}
 	}
-	if (!rdm_tx_room(ep, total))
+	// A target that counts RMA events (FI_RMA_EVENT) hears of the operation
+	// from an event message after the device atomics (RC delivers it after
+	// they executed), as for RMA.
+	const bool event = peer_has(*conn, wire::kCmFlagRmaEvents);
+	if (!rdm_tx_room(ep, total + event))
 		return -FI_EAGAIN;
 	const int idx = rdm_take_tx_buf(ep);
 	if (idx < 0)
@@ -161,8 +166,8 @@ ssize_t post_native(RdmEp *ep, RdmPeer *peer, Conn *conn, const AtomicCall &c,
 		std::fill(operand, operand + total, 0);
 	if (c.kind == Kind::Compare)
 		gather(reinterpret_cast<uint8_t *>(compare), c.compare, c.ncompare, 8);
-	ibv_send_wr wrs[kNativeMax];
-	ibv_sge sges[kNativeMax];
+	ibv_send_wr wrs[kNativeMax + 1];
+	ibv_sge sges[kNativeMax + 1];
 	size_t n = 0;
 	for (size_t r = 0; r < m.rma_iov_count; r++) {
 		for (size_t e = 0; e < m.rma_iov[r].count; e++, n++) {
@@ -187,6 +192,25 @@ ssize_t post_native(RdmEp *ep, RdmPeer *peer, Conn *conn, const AtomicCall &c,
 		wrs[0].send_flags |= IBV_SEND_FENCE;
 	TxOp top{op.get(), op->comp_flags, 0, true, nullptr, (c.flags & FI_MORE) != 0};
 	top.aux = rdm_aux(RdmTx::AtomicNative, 0);
+	uint8_t event_msg[rdm::kRmaEventMsgMax];
+	if (event) {
+		rdm::RdmHeader h;
+		h.type = rdm::MsgType::RmaEvent;
+		h.status = static_cast<uint8_t>(m.op == FI_ATOMIC_READ ? rdm::RmaKind::Read : rdm::RmaKind::Write);
+		h.length = total * 8;
+		uint64_t keys[rdm::kMaxAtomicSegments];
+		size_t nkeys = 0;
+		for (size_t r = 0; r < m.rma_iov_count; r++)
+			if (std::find(keys, keys + nkeys, remote[r].key) == keys + nkeys)
+				keys[nkeys++] = remote[r].key;
+		top.event = event_msg;
+		top.event_len = rdm::encode_rma_event(event_msg, h, keys, nkeys);
+		wrs[n] = {};
+		wrs[n].sg_list = &sges[n];
+		wrs[n].num_sge = 1;
+		wrs[n].opcode = IBV_WR_SEND;
+		n++;
+	}
 	const uint64_t head = conn->tx.head();
 	const ssize_t rc = post_send_chain_locked(conn, wrs, n, top);
 	const uint64_t pushed = conn->tx.head() - head;
@@ -540,8 +564,10 @@ size_t rdm_atomic_max(Kind kind, int op, int datatype, bool native, size_t eager
 	// values) each fit one eager buffer.
 	const size_t size = atomic::datatype_size(datatype);
 	const size_t arrays = std::max<size_t>(rdm::atomic_request_arrays(kind, op), 1);
-	const size_t room = eager_size - rdm::atomic_request_head_bytes(rdm::kMaxAtomicSegments);
-	return room / (arrays * size);
+	const size_t head = rdm::atomic_request_head_bytes(rdm::kMaxAtomicSegments);
+	if (eager_size <= head) // FI_VRMA_RDM_EAGER_SIZE below 137 bytes
+		return 0;
+	return (eager_size - head) / (arrays * size);
 }
 
 void rdm_handle_atomic(RdmEp *ep, RdmPeer *peer, const uint8_t *buf, size_t len) noexcept

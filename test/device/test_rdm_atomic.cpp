@@ -40,9 +40,11 @@ const char *kind_name(Kind k)
 	return k == Kind::Plain ? "fi_atomic" : k == Kind::Fetch ? "fi_fetch_atomic" : "fi_compare_atomic";
 }
 
+constexpr int kBasicMr = FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
+
 struct Hints {
 	fi_info *h;
-	explicit Hints(int mr_mode = FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY) : h(rdm_hints(kAtomicCaps))
+	explicit Hints(int mr_mode, uint64_t extra_caps) : h(rdm_hints(kAtomicCaps | extra_caps))
 	{
 		h->domain_attr->mr_mode = mr_mode;
 	}
@@ -50,8 +52,8 @@ struct Hints {
 };
 
 struct AtomicEnv : private Hints, RdmEnv {
-	explicit AtomicEnv(int mr_mode = FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY)
-		: Hints(mr_mode), RdmEnv(h)
+	explicit AtomicEnv(int mr_mode = kBasicMr, uint64_t extra_caps = 0)
+		: Hints(mr_mode, extra_caps), RdmEnv(h)
 	{
 		ck_assert_msg(info->caps & FI_ATOMIC, "caps 0x%" PRIx64 " lack FI_ATOMIC", info->caps);
 	}
@@ -478,6 +480,56 @@ START_TEST(rdm_atomic_errors)
 }
 END_TEST
 
+// FI_RMA_EVENT: a target's FI_REMOTE_WRITE/FI_REMOTE_READ counters (its
+// endpoint's and a region's) count atomics from a peer: updates as writes,
+// FI_ATOMIC_READ as reads. `native`: the 64-bit ones go to the device.
+void check_atomic_events(bool native)
+{
+	AtomicEnv ea, eb(kBasicMr, FI_RMA_EVENT);
+	RdmNodeOptions topt;
+	topt.remote_write_cntr = true;
+	topt.remote_read_cntr = true;
+	RdmNode a(ea), b(eb, topt);
+	connect_all({&a, &b});
+	Region r(eb, 64);
+	memset(r.mem.data(), 0, 64);
+	fid_cntr *region_writes = nullptr;
+	fi_cntr_attr attr{};
+	attr.events = FI_CNTR_EVENTS_COMP;
+	ck_assert_int_eq(fi_cntr_open(eb.domain, &attr, &region_writes, nullptr), 0);
+	ck_assert_int_eq(fi_mr_bind(r.mr, &region_writes->fid, FI_REMOTE_WRITE), 0);
+	size_t count = 0;
+	ck_assert_int_eq(fi_atomicvalid(a.ep, FI_INT64, FI_MIN, &count), native ? -FI_EOPNOTSUPP : 0);
+	const int64_t one = 1;
+	int64_t old = -1;
+	fi_context ctx;
+	for (int i = 0; i < 3; i++) {
+		post([&] { return fi_fetch_atomic(a.ep, &one, 1, nullptr, &old, nullptr, a.addr_of(b), r.addr(0), r.key(),
+						  FI_INT64, FI_SUM, &ctx); }, "fetch-add INT64");
+		expect_ok(a, &ctx, FI_ATOMIC | FI_READ, "fetch-add INT64");
+	}
+	post([&] { return fi_fetch_atomic(a.ep, nullptr, 1, nullptr, &old, nullptr, a.addr_of(b), r.addr(0), r.key(),
+					  FI_INT64, FI_ATOMIC_READ, &ctx); }, "ATOMIC_READ INT64");
+	expect_ok(a, &ctx, FI_ATOMIC | FI_READ, "ATOMIC_READ INT64");
+	ck_assert_int_eq(old, 3);
+	const int32_t two = 2;
+	post([&] { return fi_atomic(a.ep, &two, 1, nullptr, a.addr_of(b), r.addr(8), r.key(), FI_INT32, FI_SUM, &ctx); },
+	     "SUM INT32 (emulated in both modes)");
+	expect_ok(a, &ctx, FI_ATOMIC | FI_WRITE, "SUM INT32");
+	expect_cntr(b.remote_write_cntr, 4, native ? "FI_REMOTE_WRITE (native)" : "FI_REMOTE_WRITE");
+	expect_cntr(b.remote_read_cntr, 1, native ? "FI_REMOTE_READ (native)" : "FI_REMOTE_READ");
+	expect_cntr(region_writes, 4, "the region's FI_REMOTE_WRITE counter");
+	ck_assert_int_eq(fi_close(&r.mr->fid), 0); // the region holds its counter
+	r.mr = nullptr;
+	ck_assert_int_eq(fi_close(&region_writes->fid), 0);
+}
+
+START_TEST(rdm_atomic_events)
+{
+	check_atomic_events(false);
+}
+END_TEST
+
 // Scalable keys: the target resolves the application's key and offset.
 START_TEST(rdm_atomic_scalable_keys)
 {
@@ -575,6 +627,18 @@ START_TEST(rdm_atomic_native)
 }
 END_TEST
 
+START_TEST(rdm_atomic_native_events)
+{
+	const char *fork = getenv("CK_FORK");
+	if (fork && !strcmp(fork, "no")) {
+		fprintf(stderr, "rdm_atomic_native_events: needs check's fork mode (a fresh provider); not run\n");
+		return;
+	}
+	setenv("FI_VRMA_RDM_NATIVE_ATOMICS", "1", 1);
+	check_atomic_events(true);
+}
+END_TEST
+
 void setup()
 {
 	rdm_reset();
@@ -595,7 +659,7 @@ Suite *rdm_atomic_suite()
 	};
 	add("rdm_atomic_ops", 240, {rdm_atomic_valid, rdm_atomic_every_op, rdm_atomic_vectors_and_inject});
 	add("rdm_atomic_concurrent", 180, {rdm_atomic_two_initiators});
-	add("rdm_atomic_errors", 120, {rdm_atomic_errors, rdm_atomic_scalable_keys});
-	add("rdm_atomic_native", 120, {rdm_atomic_native});
+	add("rdm_atomic_errors", 120, {rdm_atomic_errors, rdm_atomic_scalable_keys, rdm_atomic_events});
+	add("rdm_atomic_native", 120, {rdm_atomic_native, rdm_atomic_native_events});
 	return s;
 }
