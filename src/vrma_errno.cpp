@@ -6,7 +6,7 @@
 
 namespace vrma {
 
-int errno_to_fi(int err) noexcept
+int errno_to_fi(int err, ErrPath path) noexcept
 {
 	if (err < 0)
 		err = -err;
@@ -17,8 +17,10 @@ int errno_to_fi(int err) noexcept
 	// retryable conditions.
 	case ENOMEM:
 	case ENOBUFS:
-	case EAGAIN:
+		return path == ErrPath::Post ? -FI_EAGAIN : -FI_ENOMEM;
 	case EBUSY:
+		return path == ErrPath::Post ? -FI_EAGAIN : -FI_EBUSY;
+	case EAGAIN:
 		return -FI_EAGAIN;
 	case EINVAL:
 		return -FI_EINVAL;

@@ -21,7 +21,8 @@ int domain_close(fid *f) noexcept
 	dom->key_table_mr.reset(); // its registration is in the protection domain too
 	ibv_pd *pd = dom->pd.release();
 	if (int rc = ibv_dealloc_pd(pd)) {
-		VRMA_WARN(FI_LOG_DOMAIN, "ibv_dealloc_pd: %s\n", strerror(rc));
+		VRMA_WARN(FI_LOG_DOMAIN, "ibv_dealloc_pd: %s (a registration, queue pair or SRQ of this domain is still alive)\n",
+			  strerror(rc));
 		dom->pd.reset(pd);
 		return errno_to_fi(rc);
 	}

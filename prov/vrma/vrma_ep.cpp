@@ -371,7 +371,7 @@ void report_unposted(Conn *conn, const ibv_send_wr *first, int err) noexcept
 		return;
 	}
 	Ep *ep = conn->ep;
-	const int fi_err = -errno_to_fi(err);
+	const int fi_err = -errno_to_fi(err, ErrPath::Post);
 	for (const ibv_send_wr *w = first; w; w = w->next) {
 		auto *s = reinterpret_cast<TxSlot *>(w->wr_id);
 		if (s->seq != s->op_end)

@@ -164,7 +164,7 @@ try {
 		VRMA_WARN(FI_LOG_MR, "ibv_reg_mr(%p, %zu): %s\n", iov.iov_base, iov.iov_len,
 			  strerror(err));
 		// EINVAL/EFAULT here mean a bad buffer, not a full table.
-		return err == ENOMEM ? -FI_ENOMEM : errno_to_fi(err);
+		return errno_to_fi(err);
 	}
 	mr->lkey = mr->mr->lkey;
 	mr->fid.fclass = FI_CLASS_MR;

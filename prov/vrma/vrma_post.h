@@ -179,7 +179,7 @@ template <typename E> inline bool rx_reports(const E *ep, uint64_t flags) noexce
 
 inline ssize_t post_failed(int rc, const char *what) noexcept
 {
-	int fi = errno_to_fi(rc);
+	int fi = errno_to_fi(rc, ErrPath::Post);
 	if (fi != -FI_EAGAIN)
 		VRMA_WARN(FI_LOG_EP_DATA, "%s: %s\n", what, strerror(rc < 0 ? -rc : rc));
 	return fi;

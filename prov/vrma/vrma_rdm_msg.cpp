@@ -981,7 +981,7 @@ int rdm_post_srq(RdmEp *ep, const uint32_t *idx, size_t n) noexcept
 	ibv_recv_wr *bad;
 	if (int rc = ibv_post_srq_recv(ep->srq.get(), wr, &bad)) {
 		VRMA_WARN(FI_LOG_EP_DATA, "RDM: ibv_post_srq_recv: %s\n", strerror(rc));
-		return errno_to_fi(rc);
+		return errno_to_fi(rc, ErrPath::Post);
 	}
 	return 0;
 }
@@ -1084,7 +1084,7 @@ void rdm_report_unposted(Conn *conn, const ibv_send_wr *first, int err) noexcept
 {
 	RdmPeer *peer = conn->peer;
 	RdmEp *ep = peer->ep;
-	const int fi_err = -errno_to_fi(err);
+	const int fi_err = -errno_to_fi(err, ErrPath::Post);
 	for (const ibv_send_wr *w = first; w; w = w->next) {
 		auto *s = reinterpret_cast<TxSlot *>(w->wr_id);
 		if (s->seq != s->op_end)

@@ -20,12 +20,16 @@ struct ErrnoCase {
 	int fi;
 };
 
-// The conditions an ibv_post_* / rdma_cm call reports when a queue or pool
-// is momentarily exhausted.
+using vrma::ErrPath;
+
+// The conditions an ibv_post_* call reports when its work queue is
+// momentarily full.
 constexpr int kTransient[] = {ENOMEM, ENOBUFS, EAGAIN, EBUSY};
 
-bool is_transient(int err)
+bool is_transient(int err, ErrPath path = ErrPath::Post)
 {
+	if (path == ErrPath::Control)
+		return err == EAGAIN;
 	for (int t : kTransient)
 		if (t == err)
 			return true;
@@ -84,13 +88,34 @@ END_TEST
 START_TEST(errno_transient_is_eagain)
 {
 	for (int err : kTransient) {
-		ck_assert_msg(errno_to_fi(err) == -FI_EAGAIN, "errno %d -> %d, want -FI_EAGAIN",
-			      err, errno_to_fi(err));
-		ck_assert_msg(errno_to_fi(-err) == -FI_EAGAIN,
-			      "errno -%d -> %d, want -FI_EAGAIN", err, errno_to_fi(-err));
+		ck_assert_msg(errno_to_fi(err, ErrPath::Post) == -FI_EAGAIN,
+			      "errno %d -> %d, want -FI_EAGAIN", err, errno_to_fi(err, ErrPath::Post));
+		ck_assert_msg(errno_to_fi(-err, ErrPath::Post) == -FI_EAGAIN,
+			      "errno -%d -> %d, want -FI_EAGAIN", err, errno_to_fi(-err, ErrPath::Post));
 	}
 	// EWOULDBLOCK is EAGAIN's other spelling.
+	ck_assert_int_eq(errno_to_fi(EWOULDBLOCK, ErrPath::Post), -FI_EAGAIN);
 	ck_assert_int_eq(errno_to_fi(EWOULDBLOCK), -FI_EAGAIN);
+}
+END_TEST
+
+// Outside a post, memory is memory and busy is busy: an application told
+// -FI_EAGAIN would retry a failed registration or a close forever
+// (issue 13: a domain close answered -FI_EAGAIN after ibv_dealloc_pd's
+// EBUSY; staging buffers over RLIMIT_MEMLOCK reported as -FI_EAGAIN).
+START_TEST(errno_control_path_is_not_eagain)
+{
+	ck_assert_int_eq(errno_to_fi(ENOMEM), -FI_ENOMEM);
+	ck_assert_int_eq(errno_to_fi(ENOBUFS), -FI_ENOMEM);
+	ck_assert_int_eq(errno_to_fi(EBUSY), -FI_EBUSY);
+	ck_assert_int_eq(errno_to_fi(-EBUSY, ErrPath::Control), -FI_EBUSY);
+	ck_assert_int_eq(errno_to_fi(EAGAIN, ErrPath::Control), -FI_EAGAIN);
+	// Every other errno maps the same on both paths.
+	for (int err = 1; err < 4096; err++)
+		if (!is_transient(err))
+			ck_assert_msg(errno_to_fi(err) == errno_to_fi(err, ErrPath::Post),
+				      "errno %d: control %d, post %d", err, errno_to_fi(err),
+				      errno_to_fi(err, ErrPath::Post));
 }
 END_TEST
 
@@ -117,11 +142,13 @@ START_TEST(errno_nothing_else_is_eagain)
 	// Every other errno (and the values above the errno range) is a
 	// permanent failure: negative and never -FI_EAGAIN.
 	for (int err = 1; err < 4096; err++) {
-		if (is_transient(err))
-			continue;
-		const int fi = errno_to_fi(err);
-		ck_assert_msg(fi != -FI_EAGAIN, "errno %d reported as -FI_EAGAIN", err);
-		ck_assert_msg(fi < 0, "errno %d -> %d, want a negative code", err, fi);
+		for (ErrPath path : {ErrPath::Post, ErrPath::Control}) {
+			if (is_transient(err, path))
+				continue;
+			const int fi = errno_to_fi(err, path);
+			ck_assert_msg(fi != -FI_EAGAIN, "errno %d reported as -FI_EAGAIN", err);
+			ck_assert_msg(fi < 0, "errno %d -> %d, want a negative code", err, fi);
+		}
 	}
 }
 END_TEST
@@ -197,6 +224,7 @@ Suite *errno_suite()
 	TCase *tc = tcase_create("errno_to_fi");
 	tcase_add_test(tc, errno_zero_is_success);
 	tcase_add_test(tc, errno_transient_is_eagain);
+	tcase_add_test(tc, errno_control_path_is_not_eagain);
 	tcase_add_test(tc, errno_einval);
 	tcase_add_test(tc, errno_mapped_codes);
 	tcase_add_test(tc, errno_nothing_else_is_eagain);
