@@ -31,6 +31,7 @@
 #pragma once
 
 #include "vrma.h"
+#include "vrma_post.h"
 #include "fast_mutex.h"
 #include "rdm_wire.h"
 #include "tag_match.h"
@@ -506,6 +507,39 @@ void rdm_handle_rma_event(RdmEp *ep, RdmPeer *peer, const uint8_t *buf, size_t l
 // An RmaOp request completed: the operation's entry at its last request
 // (or its first error), then the op is freed.
 void rdm_rma_op_done(RdmEp *ep, Conn *c, const RdmRmaDone &d) noexcept;
+
+// Whether this completion of a request of an operation posted as one chain
+// (RmaOp, AtomicNative) ends the operation: its first error, or its last
+// request's success. False for a request of a failed post (the call
+// returned the error), later errors of a failed operation and the requests
+// before the last.
+inline bool rdm_op_ends(Conn *c, const RdmRmaDone &d) noexcept
+{
+	if (!d.report)
+		return false;
+	if (d.ok)
+		return d.seq == d.op_end;
+	if (d.op_end == c->failed_op_end)
+		return false;
+	c->failed_op_end = d.op_end;
+	return true;
+}
+
+// Posts an operation's chain (room checked by the caller). The requests of a
+// failed post that went out complete as vrma's own: the call's error is the
+// operation's only outcome.
+inline ssize_t rdm_post_op_chain(RdmEp *ep, Conn *conn, ibv_send_wr *wrs, size_t n,
+				 const TxOp &top) noexcept
+{
+	const uint64_t head = conn->tx.head();
+	const ssize_t rc = post_send_chain_locked(conn, wrs, n, top);
+	const uint64_t pushed = conn->tx.head() - head;
+	ep->tx_wrs += pushed; // each slot's retirement takes one back
+	if (rc)
+		for (uint64_t seq = head; seq < head + pushed; seq++)
+			conn->tx.at(seq).aux = rdm_aux(RdmTx::Internal, 0);
+	return rc;
+}
 
 // vrma_rdm_keys.cpp: scalable keys (lock held).
 // The remote segments of an operation of `total` bytes translated into the

@@ -211,13 +211,7 @@ ssize_t post_native(RdmEp *ep, RdmPeer *peer, Conn *conn, const AtomicCall &c,
 		wrs[n].opcode = IBV_WR_SEND;
 		n++;
 	}
-	const uint64_t head = conn->tx.head();
-	const ssize_t rc = post_send_chain_locked(conn, wrs, n, top);
-	const uint64_t pushed = conn->tx.head() - head;
-	ep->tx_wrs += pushed;
-	if (rc) {
-		for (uint64_t seq = head; seq < head + pushed; seq++)
-			conn->tx.at(seq).aux = rdm_aux(RdmTx::Internal, 0);
+	if (ssize_t rc = rdm_post_op_chain(ep, conn, wrs, n, top)) {
 		ep->tx_free.push_back(static_cast<uint32_t>(idx));
 		op->buf = -1;
 		return rc;
@@ -608,18 +602,13 @@ void rdm_handle_atomic(RdmEp *ep, RdmPeer *peer, const uint8_t *buf, size_t len)
 
 void rdm_atomic_native_done(RdmEp *ep, Conn *c, const RdmRmaDone &d) noexcept
 {
-	if (!d.report)
-		return; // a request of a failed post: the call returned the error
+	if (!rdm_op_ends(c, d))
+		return;
 	auto *op = static_cast<RdmAtomicOp *>(d.context);
 	if (!d.ok) {
-		if (d.op_end == c->failed_op_end)
-			return;
-		c->failed_op_end = d.op_end;
 		finish(ep, op, d.err, d.prov_errno);
 		return;
 	}
-	if (d.seq != d.op_end)
-		return;
 	scatter(op->result, op->nresult, 8, rdm_tx_buf(ep, static_cast<uint32_t>(op->buf)),
 		op->result_bytes);
 	finish(ep, op, 0, 0);

@@ -191,17 +191,8 @@ ssize_t rdm_rma(RdmEp *ep, ibv_wr_opcode opcode, const iovec *iov, void *const *
 	}
 	if (!rdm_tx_room(ep, w.nwr))
 		return -FI_EAGAIN;
-	const uint64_t head = conn->tx.head();
-	const ssize_t rc = post_send_chain_locked(conn, w.wrs, w.nwr, top);
-	const uint64_t pushed = conn->tx.head() - head;
-	ep->tx_wrs += pushed; // each slot's retirement takes one back
-	if (rc) {
-		// Requests of a failed post that went out complete as vrma's
-		// own: the call's error is the operation's only outcome.
-		for (uint64_t seq = head; seq < head + pushed; seq++)
-			conn->tx.at(seq).aux = rdm_aux(RdmTx::Internal, 0);
+	if (ssize_t rc = rdm_post_op_chain(ep, conn, w.wrs, w.nwr, top))
 		return rc;
-	}
 	(void)op.release(); // its last request's completion frees it
 	return 0;
 }
@@ -344,16 +335,9 @@ ssize_t r_injectdata(fid_ep *f, const void *buf, size_t len, uint64_t data, fi_a
 
 void rdm_rma_op_done(RdmEp *ep, Conn *c, const RdmRmaDone &d) noexcept
 {
-	if (!d.report)
-		return; // a request of a failed post: the call returned the error
-	auto *op = static_cast<RdmRmaOp *>(d.context);
-	if (!d.ok) {
-		if (d.op_end == c->failed_op_end)
-			return; // the operation's error was reported (and op freed)
-		c->failed_op_end = d.op_end;
-	} else if (d.seq != d.op_end) {
+	if (!rdm_op_ends(c, d))
 		return;
-	}
+	auto *op = static_cast<RdmRmaOp *>(d.context);
 	rdm_report_tx(ep, op->context, d.comp_flags, d.len, op->report, op->cntr, d.err, d.prov_errno);
 	delete op;
 }
