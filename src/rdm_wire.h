@@ -258,6 +258,12 @@ inline constexpr uint8_t kConnFlagCrossing = 1 << 1;
 inline constexpr uint8_t kConnFlagRmaEvents = 1 << 2;
 // The sender's domain publishes scalable keys: its key table follows.
 inline constexpr uint8_t kConnFlagKeyTable = 1 << 3;
+// The sender is an FI_RMA_PMEM endpoint: it answers CommitRequests.
+inline constexpr uint8_t kConnFlagCommitService = 1 << 4;
+// The sender's domain declared that RDMA writes land in its persistence
+// domain (fi_vrma_domain_ops::set_direct_write_to_pmem): a read-back after
+// the writes makes them durable, no request needed.
+inline constexpr uint8_t kConnFlagDirectWritePmem = 1 << 5;
 static_assert(24 + sizeof(uint64_t) == kConnHeaderBytes, "the nonce ends the header");
 
 // Where a peer's scalable-key table is (key_table.h).
@@ -369,13 +375,15 @@ inline bool keep_initiated(const RdmAddr &self, uint64_t self_nonce, const RdmAd
 //   1  u8   kRdmVersion
 //   2  u8   flags (kFlag*), only those allowed for the type
 //   3  u8   status: RndvDone's RndvStatus, RmaEvent's RmaKind,
-//           AtomicResponse's AtomicStatus; 0 in every other type
+//           AtomicResponse's AtomicStatus, CommitAnswer's CommitStatus; 0
+//           in every other type
 //   4  u32  msg_id
 //   8  u64  tag: the tagged types' tag; 0 otherwise
 //   16 u64  cq_data: remote CQ data if kFlagCqData; 0 otherwise
 //   24 u64  length: the message's total length (Eager*, Rndv*), the bytes
 //           moved (RmaEvent), the element count (AtomicRequest), the bytes
-//           of fetched data after the header (AtomicResponse); 0 otherwise
+//           of fetched data after the header (AtomicResponse), the bytes
+//           the ranges hold (CommitRequest); 0 otherwise
 //   32
 //
 // The types:
@@ -412,17 +420,30 @@ inline bool keep_initiated(const RdmAddr &self, uint64_t self_nonce, const RdmAd
 //    body (encode_atomic_request) says which op on which datatype, where
 //    (segments of the target's regions), and carries the operand and compare
 //    arrays. msg_id is the initiator's request id, never 0; length the total
-//    element count, never 0; no flags.
+//    element count, never 0; kFlagCqData: the target reports cq_data as
+//    remote CQ data once it applied the operation.
 //  - AtomicResponse: answers an AtomicRequest once the target executed it
 //    (or refused it): msg_id is the request's, status an AtomicStatus. With
 //    Ok, the old values of a Fetch or Compare request follow the header
 //    (length bytes: its element count times the datatype's size, which the
 //    initiator checks against its request), nothing for Plain; with any
 //    other status nothing follows (length 0).
+//  - CommitRequest: follows the RDMA WRITEs of an FI_COMMIT_COMPLETE
+//    operation on the same connection (RC delivers it after their data was
+//    placed): the target makes the written ranges durable and answers with
+//    CommitAnswer. msg_id is the initiator's request id, never 0; length the
+//    bytes the ranges hold, never 0. It stands for the RmaEvent of the
+//    operation too: the target counts it (FI_RMA_EVENT) and reports its
+//    remote CQ data (kFlagCqData). The body
+//    (encode_commit_request) names the ranges as device keys and virtual
+//    addresses.
+//  - CommitAnswer: answers a CommitRequest once the ranges are durable (or
+//    could not be made so): msg_id is the request's, status a CommitStatus;
+//    nothing follows.
 //
 // msg_id: chosen by the message's sender, unique among its messages on that
 // connection still waiting for an answer (a wrapping counter per connection
-// does); the answers (RndvDone, DeliveryAck, AtomicResponse) carry the id of
+// does); the answers (RndvDone, DeliveryAck, AtomicResponse, CommitAnswer) carry the id of
 // the message they answer, as the other side chose it.
 inline constexpr uint8_t kRdmVersion = 1;
 inline constexpr size_t kRdmHeaderBytes = 32;
@@ -439,8 +460,10 @@ enum class MsgType : uint8_t {
 	// 8, 9: never assigned (refused)
 	AtomicRequest = 10,
 	AtomicResponse = 11,
+	CommitRequest = 12,
+	CommitAnswer = 13,
 };
-inline constexpr uint8_t kMsgTypeMax = 11;
+inline constexpr uint8_t kMsgTypeMax = 13;
 
 inline constexpr uint8_t kFlagCqData = 1 << 0;            // cq_data is remote CQ data
 inline constexpr uint8_t kFlagDeliveryComplete = 1 << 1;  // answer with DeliveryAck
@@ -458,7 +481,19 @@ inline constexpr uint8_t kRndvStatusMax = 2;
 enum class RmaKind : uint8_t {
 	Write = 1,
 	Read = 2,
+	AtomicWrite = 3, // an atomic that updates (FI_ATOMIC entries at the target)
+	AtomicRead = 4,  // FI_ATOMIC_READ
 };
+inline constexpr bool rma_kind_writes(uint8_t kind) noexcept
+{
+	return kind == static_cast<uint8_t>(RmaKind::Write) ||
+	       kind == static_cast<uint8_t>(RmaKind::AtomicWrite);
+}
+inline constexpr bool rma_kind_atomic(uint8_t kind) noexcept
+{
+	return kind == static_cast<uint8_t>(RmaKind::AtomicWrite) ||
+	       kind == static_cast<uint8_t>(RmaKind::AtomicRead);
+}
 
 // An AtomicResponse's status.
 enum class AtomicStatus : uint8_t {
@@ -467,6 +502,15 @@ enum class AtomicStatus : uint8_t {
 	Unsupported = 2, // an op/datatype the target cannot do
 };
 inline constexpr uint8_t kAtomicStatusMax = 2;
+
+// A CommitAnswer's status.
+enum class CommitStatus : uint8_t {
+	Ok = 0,
+	AccessError = 1,   // a range outside every region open for remote writes
+	PersistFailed = 2, // the target could not make a range durable (msync)
+	Malformed = 3,     // the request's body did not decode
+};
+inline constexpr uint8_t kCommitStatusMax = 3;
 
 struct RdmHeader {
 	MsgType type = MsgType::Eager;
@@ -500,7 +544,7 @@ inline constexpr uint8_t allowed_flags(MsgType t) noexcept
 		return kFlagCqData | kFlagDeliveryComplete | kFlagLastPiece;
 	if (is_rndv_request(t))
 		return kFlagCqData | kFlagDeliveryComplete;
-	if (t == MsgType::RmaEvent)
+	if (t == MsgType::RmaEvent || t == MsgType::CommitRequest || t == MsgType::AtomicRequest)
 		return kFlagCqData;
 	return 0;
 }
@@ -512,10 +556,12 @@ inline constexpr bool status_allowed(MsgType t, uint8_t status) noexcept
 	case MsgType::RndvDone:
 		return status <= kRndvStatusMax;
 	case MsgType::RmaEvent:
-		return status == static_cast<uint8_t>(RmaKind::Write) ||
-		       status == static_cast<uint8_t>(RmaKind::Read);
+		return status >= static_cast<uint8_t>(RmaKind::Write) &&
+		       status <= static_cast<uint8_t>(RmaKind::AtomicRead);
 	case MsgType::AtomicResponse:
 		return status <= kAtomicStatusMax;
+	case MsgType::CommitAnswer:
+		return status <= kCommitStatusMax;
 	default:
 		return status == 0;
 	}
@@ -649,6 +695,30 @@ struct AtomicRequest {
 	size_t compare_bytes = 0;
 };
 
+// CommitRequest body, after the header:
+//
+//   0  u8   count: 1..kMaxCommitRanges
+//   1  7    reserved, 0
+//   8       count ranges of 24 bytes, each written by the operation:
+//           0 u64 addr (virtual), 8 u64 len (> 0), 16 u64 key (device rkey)
+//
+// The ranges' lengths add up to the header's length. An operation that
+// wrote nothing sends no request.
+inline constexpr size_t kMaxCommitRanges = 16;
+inline constexpr size_t kCommitBodyHeadBytes = 8;
+inline constexpr size_t kCommitRangeBytes = 24;
+inline constexpr size_t kCommitRequestMin =
+	kRdmHeaderBytes + kCommitBodyHeadBytes + kCommitRangeBytes;
+inline constexpr size_t kCommitRequestMax =
+	kRdmHeaderBytes + kCommitBodyHeadBytes + kMaxCommitRanges * kCommitRangeBytes;
+static_assert(kCommitRequestMax == 424, "the commit request is a wire format");
+
+struct CommitRange {
+	uint64_t addr = 0;
+	uint64_t len = 0;
+	uint64_t key = 0;
+};
+
 // A response, decoded: data points into the received buffer.
 struct AtomicResponse {
 	AtomicStatus status = AtomicStatus::Ok;
@@ -696,6 +766,10 @@ inline bool decode_header(const uint8_t *buf, size_t len, RdmHeader &h) noexcept
 	if (h.type == MsgType::AtomicResponse)
 		return h.msg_id != 0 && payload == h.length &&
 		       (h.length == 0 || h.status == static_cast<uint8_t>(AtomicStatus::Ok));
+	if (h.type == MsgType::CommitRequest)
+		return h.msg_id != 0 && h.length > 0 && len >= kCommitRequestMin;
+	if (h.type == MsgType::CommitAnswer)
+		return h.msg_id != 0 && payload == 0 && h.length == 0;
 	return payload == 0 && h.length == 0;
 }
 
@@ -915,6 +989,71 @@ inline void encode_delivery_ack(uint8_t *buf, uint32_t msg_id) noexcept
 	h.type = MsgType::DeliveryAck;
 	h.msg_id = msg_id;
 	encode_header(buf, h);
+}
+
+inline void encode_commit_answer(uint8_t *buf, uint32_t msg_id, CommitStatus status) noexcept
+{
+	RdmHeader h;
+	h.type = MsgType::CommitAnswer;
+	h.status = static_cast<uint8_t>(status);
+	h.msg_id = msg_id;
+	encode_header(buf, h);
+}
+
+// Writes a CommitRequest (h.msg_id not 0; h.flags kFlagCqData or none, with
+// h.cq_data; count ranges, 1..kMaxCommitRanges, none empty) into buf
+// (kCommitRequestMax bytes); returns its length. The type and length are
+// set here.
+inline size_t encode_commit_request(uint8_t *buf, RdmHeader h, const CommitRange *ranges,
+				    size_t count) noexcept
+{
+	h.type = MsgType::CommitRequest;
+	h.length = 0;
+	for (size_t i = 0; i < count; i++)
+		h.length += ranges[i].len;
+	encode_header(buf, h);
+	uint8_t *body = buf + kRdmHeaderBytes;
+	memset(body, 0, kCommitBodyHeadBytes);
+	body[0] = static_cast<uint8_t>(count);
+	for (size_t i = 0; i < count; i++) {
+		uint8_t *r = body + kCommitBodyHeadBytes + i * kCommitRangeBytes;
+		le::put64(r, ranges[i].addr);
+		le::put64(r + 8, ranges[i].len);
+		le::put64(r + 16, ranges[i].key);
+	}
+	return kRdmHeaderBytes + kCommitBodyHeadBytes + count * kCommitRangeBytes;
+}
+
+// Parses a whole CommitRequest of len bytes: the header as decode_header
+// does, then exactly count ranges (1..kMaxCommitRanges) into ranges (room for
+// kMaxCommitRanges), none empty, whose lengths add up to the header's length
+// without overflowing; reserved bytes 0.
+inline bool decode_commit_request(const uint8_t *buf, size_t len, RdmHeader &h,
+				  CommitRange *ranges, size_t &count) noexcept
+{
+	if (!decode_header(buf, len, h) || h.type != MsgType::CommitRequest)
+		return false;
+	const uint8_t *body = buf + kRdmHeaderBytes;
+	const size_t n = body[0];
+	if (n == 0 || n > kMaxCommitRanges ||
+	    len != kRdmHeaderBytes + kCommitBodyHeadBytes + n * kCommitRangeBytes)
+		return false;
+	for (size_t i = 1; i < kCommitBodyHeadBytes; i++)
+		if (body[i] != 0)
+			return false;
+	uint64_t sum = 0;
+	for (size_t i = 0; i < n; i++) {
+		const uint8_t *r = body + kCommitBodyHeadBytes + i * kCommitRangeBytes;
+		const uint64_t rlen = le::get64(r + 8);
+		if (rlen == 0 || rlen > UINT64_MAX - sum)
+			return false;
+		sum += rlen;
+		ranges[i] = {le::get64(r), rlen, le::get64(r + 16)};
+	}
+	if (sum != h.length)
+		return false;
+	count = n;
+	return true;
 }
 
 } // namespace vrma::rdm

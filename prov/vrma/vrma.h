@@ -594,9 +594,11 @@ struct Conn {
 	// Provider messages that ride with an operation, one buffer per send
 	// slot, allocated at first use (copy_to_slot_buffer): RMA event
 	// messages (wire::RmaEvent), and headers of staged messages sent as
-	// pieces (wire::MsgHeader).
+	// pieces (wire::MsgHeader); RDM commit requests too long for an event
+	// buffer (rdm::kCommitRequestMax).
 	SlotBuffers event_bufs;
 	SlotBuffers msg_hdr_bufs;
+	SlotBuffers commit_bufs;
 	// Registered copies of injected payloads too large for inline data,
 	// allocated at the first such inject. Buffer i serves the operation
 	// whose first sequence is i modulo kBounceCount: free once that
@@ -983,6 +985,13 @@ int pmem_commit_method(const Ep *ep) noexcept;
 // negative FI_E* code.
 int pmem_begin_commit(Ep *ep, const wire::CommitRange *ranges, size_t n, void *context,
 		      size_t len, Cntr *cntr, bool report, ibv_sge &request) noexcept;
+// Makes len bytes at virtual address addr of the region with device key
+// `key` durable: msync for memory of a shared file mapping, a CPU cache
+// flush otherwise (commit_stats counts both). BadRange unless the bytes lie
+// inside one region registered for remote writes; PersistFailed when msync
+// fails. Takes the domain's mr_lock.
+wire::CommitStatus commit_persist_range(Domain *dom, uint64_t key, uint64_t addr,
+					uint64_t len) noexcept;
 // Whether commits wait for their answer (an FI_FENCE must wait for them).
 bool pmem_commits_pending(Ep *ep) noexcept;
 // Releases a commit whose requests were never posted.

@@ -303,7 +303,8 @@ fi_info *build_rdm_cap_info(const Port &p, const PortAddr &a, int inline_size)
 		return nullptr;
 	info->caps = kRdmCaps;
 	fi_tx_attr &tx = *info->tx_attr;
-	tx.caps = kRdmCaps & (FI_MSG | FI_TAGGED | FI_RMA | FI_ATOMIC | FI_FENCE | kTxDirections);
+	tx.caps = kRdmCaps &
+		  (FI_MSG | FI_TAGGED | FI_RMA | FI_ATOMIC | FI_FENCE | FI_RMA_PMEM | kTxDirections);
 	tx.op_flags = kRdmTxOpFlags;
 	tx.msg_order = kRdmMsgOrder;
 	// A rendezvous send completes when the receiver has read it: later
@@ -314,8 +315,8 @@ fi_info *build_rdm_cap_info(const Port &p, const PortAddr &a, int inline_size)
 	tx.iov_limit = kRdmIovLimit;
 	tx.rma_iov_limit = kMaxRmaIov;
 	fi_rx_attr &rx = *info->rx_attr;
-	rx.caps = kRdmCaps & (FI_MSG | FI_TAGGED | FI_RMA | FI_ATOMIC | FI_RMA_EVENT | FI_DIRECTED_RECV |
-			      FI_MULTI_RECV | FI_SOURCE | kRxDirections);
+	rx.caps = kRdmCaps & (FI_MSG | FI_TAGGED | FI_RMA | FI_ATOMIC | FI_RMA_EVENT | FI_RMA_PMEM |
+			      FI_DIRECTED_RECV | FI_MULTI_RECV | FI_SOURCE | kRxDirections);
 	rx.op_flags = kRdmRxOpFlags;
 	rx.msg_order = kRdmMsgOrder;
 	rx.comp_order = FI_ORDER_NONE;
@@ -352,6 +353,33 @@ void with_scalable_keys(fi_info &info)
 	info.domain_attr->mr_cnt = std::min(info.domain_attr->mr_cnt,
 					    std::bit_ceil(rdm_params.mr_keys / keys::kBucketEntries) *
 						    keys::kBucketEntries);
+}
+
+// FI_RMA_PMEM on an RDM endpoint: offered when asked for, or implied by a
+// default FI_COMMIT_COMPLETE, which is honoured for RMA writes only: such an
+// info carries no messages or atomics (false, logged: the hints ask for
+// them, or for the default without FI_RMA_PMEM, or RMA was ruled out).
+bool rdm_pmem_caps(fi_info &info, const fi_info *hints)
+{
+	const uint64_t asked = hints ? hints->caps : 0;
+	auto drop = [&info](uint64_t caps) {
+		info.caps &= ~caps;
+		info.tx_attr->caps &= ~caps;
+		info.rx_attr->caps &= ~caps;
+	};
+	if (!(info.tx_attr->op_flags & FI_COMMIT_COMPLETE)) {
+		if (!(asked & FI_RMA_PMEM))
+			drop(FI_RMA_PMEM);
+		return true;
+	}
+	constexpr uint64_t kNotRma = FI_MSG | FI_TAGGED | FI_SEND | FI_RECV | FI_ATOMIC |
+				     FI_DIRECTED_RECV | FI_MULTI_RECV;
+	if ((asked && !(asked & FI_RMA_PMEM)) || (asked & kNotRma) || !(info.caps & FI_RMA)) {
+		VRMA_INFO(FI_LOG_CORE, "RDM: a default FI_COMMIT_COMPLETE needs FI_RMA and FI_RMA_PMEM, and is honoured for RMA writes only (no FI_MSG, FI_TAGGED or FI_ATOMIC)\n");
+		return false;
+	}
+	drop(kNotRma);
+	return true;
 }
 
 // The RDM endpoint without RMA: messages only, no registration mode.
@@ -667,6 +695,8 @@ try {
 				return -FI_ENOMEM;
 			apply_hints(api, *rout, hints, rdm_params.tx_buffers, 65536, kRdmIovLimit, 0);
 			default_manual_data_progress(*rout, hints);
+			if (!rdm_pmem_caps(*rout, hints))
+				return 0;
 			if (have_dest) {
 				rout->dest_addr = dup_addr(reinterpret_cast<sockaddr *>(&dest), &rout->dest_addrlen);
 				if (!rout->dest_addr)

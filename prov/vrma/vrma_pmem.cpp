@@ -37,7 +37,6 @@ struct PmemService {
 	Fd epoll_fd;      // the CQ's wait set and wake_fd
 	std::thread thread;
 	std::atomic<bool> stop{false};
-	persist::CacheFlush cache_flush = persist::CacheFlush::None;
 	// Held by the thread for each iteration; guards eps and the jobs being
 	// served.
 	std::mutex lock;
@@ -84,23 +83,31 @@ void wake(PmemService *svc)
 	eventfd_signal(svc->wake_fd.get());
 }
 
-// Persists one range the peer wrote; false if it is not inside a region
-// registered for remote writes.
-wire::CommitStatus persist_range(PmemService *svc, const wire::CommitRange &r)
+persist::CacheFlush cache_flush_method()
 {
-	Domain *dom = svc->domain;
+	static const persist::CacheFlush method = persist::detect_cache_flush();
+	return method;
+}
+
+} // namespace
+
+wire::CommitStatus commit_persist_range(Domain *dom, uint64_t key, uint64_t addr_,
+					uint64_t len) noexcept
+{
 	CommitStats &st = dom->commit_stats;
 	// The region stays registered while it is flushed.
+	if (key > UINT32_MAX) // device keys are 32 bits
+		return wire::CommitStatus::BadRange;
 	std::lock_guard<std::mutex> guard(dom->mr_lock);
-	auto it = dom->mrs_by_key.find(r.key);
+	auto it = dom->mrs_by_key.find(static_cast<uint32_t>(key));
 	if (it == dom->mrs_by_key.end())
 		return wire::CommitStatus::BadRange;
 	Mr *mr = it->second;
 	const uintptr_t base = reinterpret_cast<uintptr_t>(mr->mr->addr);
-	if (!(mr->access & FI_REMOTE_WRITE) || r.addr < base || r.len > mr->mr->length ||
-	    r.addr - base > mr->mr->length - r.len)
+	if (!(mr->access & FI_REMOTE_WRITE) || addr_ < base || len > mr->mr->length ||
+	    addr_ - base > mr->mr->length - len)
 		return wire::CommitStatus::BadRange;
-	void *addr = reinterpret_cast<void *>(static_cast<uintptr_t>(r.addr));
+	void *addr = reinterpret_cast<void *>(static_cast<uintptr_t>(addr_));
 	int backing = mr->backing.load(std::memory_order_relaxed);
 	if (backing < 0) {
 		backing = static_cast<int>(persist::backing_of(mr->mr->addr));
@@ -109,25 +116,27 @@ wire::CommitStatus persist_range(PmemService *svc, const wire::CommitRange &r)
 			  persist::name(static_cast<persist::Backing>(backing)),
 			  backing == static_cast<int>(persist::Backing::SharedFile)
 				  ? "msync"
-				  : persist::name(svc->cache_flush));
+				  : persist::name(cache_flush_method()));
 	}
 	st.ranges.fetch_add(1, std::memory_order_relaxed);
-	st.bytes.fetch_add(r.len, std::memory_order_relaxed);
+	st.bytes.fetch_add(len, std::memory_order_relaxed);
 	if (backing == static_cast<int>(persist::Backing::SharedFile)) {
 		// A file's page cache is made durable by writing it back; on a
 		// DAX file system msync also flushes the CPU caches.
 		st.msync_calls.fetch_add(1, std::memory_order_relaxed);
-		if (int rc = persist::sync_mapped_file(addr, r.len)) {
+		if (int rc = persist::sync_mapped_file(addr, len)) {
 			VRMA_WARN(FI_LOG_EP_DATA, "commit: msync(%p, %llu): %s\n", addr,
-				  static_cast<unsigned long long>(r.len), strerror(-rc));
+				  static_cast<unsigned long long>(len), strerror(-rc));
 			return wire::CommitStatus::PersistFailed;
 		}
 		return wire::CommitStatus::Ok;
 	}
 	st.cache_flushes.fetch_add(1, std::memory_order_relaxed);
-	persist::flush_cache_range(svc->cache_flush, addr, r.len);
+	persist::flush_cache_range(cache_flush_method(), addr, len);
 	return wire::CommitStatus::Ok;
 }
+
+namespace {
 
 // Persists a job's ranges (once) and posts the answer. False when the
 // answer must be retried (the send queue is full).
@@ -136,7 +145,8 @@ bool serve(PmemService *svc, PmemService::Job &job)
 	if (!job.persisted) {
 		// A malformed request arrives with its status set and no ranges.
 		for (size_t i = 0; i < job.n && job.status == wire::CommitStatus::Ok; i++)
-			job.status = persist_range(svc, job.ranges[i]);
+			job.status = commit_persist_range(svc->domain, job.ranges[i].key,
+							  job.ranges[i].addr, job.ranges[i].len);
 		job.persisted = true;
 		svc->domain->commit_stats.requests.fetch_add(1, std::memory_order_relaxed);
 		if (job.status != wire::CommitStatus::Ok)
@@ -261,7 +271,6 @@ int service_start(Domain *dom)
 {
 	auto svc = std::make_unique<PmemService>();
 	svc->domain = dom;
-	svc->cache_flush = persist::detect_cache_flush();
 	fi_cq_attr attr{};
 	attr.format = FI_CQ_FORMAT_CONTEXT;
 	attr.wait_obj = FI_WAIT_FD;
@@ -287,7 +296,7 @@ int service_start(Domain *dom)
 		return rc;
 	}
 	VRMA_INFO(FI_LOG_DOMAIN, "commit service started (cache flush: %s)\n",
-		  persist::name(svc->cache_flush));
+		  persist::name(cache_flush_method()));
 	dom->pmem.reset(svc.release());
 	return 0;
 }
@@ -337,7 +346,7 @@ int commit_stats(fid_domain *domain, fi_vrma_commit_stats *out) noexcept
 	out->msync_calls = st.msync_calls.load();
 	out->cache_flushes = st.cache_flushes.load();
 	out->failures = st.failures.load();
-	out->cache_flush = persist::name(persist::detect_cache_flush());
+	out->cache_flush = persist::name(cache_flush_method());
 	return 0;
 }
 

@@ -322,13 +322,17 @@ inline ssize_t post_send_chain_locked(Conn *conn, ibv_send_wr *wrs, size_t n, co
 	const uint64_t last = first + n - 1;
 	const uint64_t prev_signaled = conn->last_signaled;
 	if (op.event_len) [[unlikely]] {
-		// The event send is the operation's last request.
-		// MSG endpoints' events (wire::RmaEvent) or RDM endpoints'.
+		// The event send is the operation's last request: MSG endpoints'
+		// events (wire::RmaEvent), RDM endpoints' or their larger commit
+		// requests, which get buffers of their own.
 		constexpr size_t kStride =
 			(std::max(wire::kRmaEventMax, rdm::kRmaEventMsgMax) + 7) & ~size_t(7);
-		if (ssize_t rc = copy_to_slot_buffer(conn, conn->event_bufs, kStride, last, op.event,
-						     op.event_len, wrs[n - 1].sg_list[0],
-						     "RMA event buffers"))
+		constexpr size_t kCommitStride = (rdm::kCommitRequestMax + 7) & ~size_t(7);
+		const bool commit = op.event_len > kStride;
+		if (ssize_t rc = copy_to_slot_buffer(
+			    conn, commit ? conn->commit_bufs : conn->event_bufs,
+			    commit ? kCommitStride : kStride, last, op.event, op.event_len,
+			    wrs[n - 1].sg_list[0], commit ? "commit request buffers" : "RMA event buffers"))
 			return rc;
 	}
 	if (op.bounce_src) {

@@ -37,6 +37,7 @@
 #include "tag_match.h"
 #include "atomic_ops.h"
 
+#include <algorithm>
 #include <unordered_map>
 
 namespace vrma {
@@ -46,12 +47,16 @@ namespace vrma {
 // to applications that take that mode on.
 inline constexpr uint64_t kRdmMsgCaps = FI_MSG | FI_TAGGED | FI_SEND | FI_RECV | FI_DIRECTED_RECV |
 					FI_MULTI_RECV | FI_SOURCE | FI_LOCAL_COMM | FI_REMOTE_COMM;
+// FI_RMA_PMEM: offered only when asked for (vrma_info.cpp).
 inline constexpr uint64_t kRdmRmaCaps = FI_RMA | FI_ATOMIC | FI_READ | FI_WRITE | FI_REMOTE_READ |
-					FI_REMOTE_WRITE | FI_RMA_EVENT | FI_FENCE;
+					FI_REMOTE_WRITE | FI_RMA_EVENT | FI_FENCE | FI_RMA_PMEM;
 inline constexpr uint64_t kRdmCaps = kRdmMsgCaps | kRdmRmaCaps;
 inline constexpr int kRdmRmaMrMode = FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
+// FI_COMMIT_COMPLETE as a default: RMA writes only (getinfo offers it only
+// without messages).
 inline constexpr uint64_t kRdmTxOpFlags = FI_COMPLETION | FI_INJECT | FI_INJECT_COMPLETE |
-					  FI_TRANSMIT_COMPLETE | FI_DELIVERY_COMPLETE;
+					  FI_TRANSMIT_COMPLETE | FI_DELIVERY_COMPLETE |
+					  FI_COMMIT_COMPLETE;
 inline constexpr uint64_t kRdmRxOpFlags = FI_COMPLETION | FI_MULTI_RECV;
 // One RC connection per peer keeps every order between two endpoints, and
 // a rendezvous message completes its receive before any later message of
@@ -90,7 +95,11 @@ enum class RdmTx : uint8_t {
 	Internal = 1, // vrma's own message (answers): no completion
 	RndvReq = 2,  // a rendezvous request: context is the RdmTxOp
 	RndvRead = 3, // an RDMA READ of a rendezvous receive: context is the RdmRxOp
-	DcSend = 4,   // an eager send with FI_DELIVERY_COMPLETE: context is the RdmTxOp
+	// A request of an operation the peer's answer completes (an eager send
+	// with FI_DELIVERY_COMPLETE, an RMA write with FI_COMMIT_COMPLETE):
+	// context is the msg_id of its RdmTxOp in RdmPeer::waiting; only an
+	// error completion ends the operation.
+	Awaited = 4,
 	RmaOp = 5,    // an RMA operation holding registrations: context is the RdmRmaOp
 	KeyRead = 6,  // a READ of a peer's key bucket: context is the RdmKeyRead
 	AtomicNative = 7, // a device atomic of an operation: context is the RdmAtomicOp
@@ -102,7 +111,8 @@ inline constexpr uint32_t rdm_aux(RdmTx kind, uint32_t buf_plus1) noexcept
 inline RdmTx rdm_aux_kind(uint32_t aux) noexcept { return static_cast<RdmTx>(aux >> 24); }
 inline uint32_t rdm_aux_buf(uint32_t aux) noexcept { return aux & 0xffffff; }
 
-// A send waiting for the peer's answer (RndvDone, DeliveryAck).
+// An operation waiting for the peer's answer: a send (RndvDone,
+// DeliveryAck) or an RMA write with FI_COMMIT_COMPLETE (CommitAnswer).
 struct RdmTxOp {
 	RdmPeer *peer = nullptr;
 	uint32_t msg_id = 0;
@@ -111,7 +121,9 @@ struct RdmTxOp {
 	size_t len = 0;
 	bool report = false;
 	Cntr *cntr = nullptr;
-	UserReg regs[kRdmIovLimit]; // rendezvous: registrations of the sender's segments
+	// Rendezvous: registrations of the sender's segments; commit: of the
+	// local buffers (the answer comes after the target received them all).
+	UserReg regs[kRdmIovLimit];
 };
 
 // An RMA operation whose local buffers vrma registered (no desc given):
@@ -269,6 +281,9 @@ struct RdmEp final : fid_ep {
 	// (their RmaEvent messages; peers learn of it from the connection
 	// header's kConnFlagRmaEvents).
 	bool rma_events = false;
+	// FI_RMA_PMEM: this side's writes may ask for FI_COMMIT_COMPLETE, and
+	// it answers its peers' CommitRequests (kConnFlagCommitService).
+	bool rma_pmem = false;
 	Cntr *cntr_remote_read = nullptr;
 	Cntr *cntr_remote_write = nullptr;
 	uint64_t tx_op_flags = 0;
@@ -501,12 +516,51 @@ void rdm_close_peers(RdmEp *ep) noexcept;
 
 // vrma_rdm_rma.cpp
 extern const fi_ops_rma rdm_rma_ops;
+// The RmaEvent of an operation into buf (rdm::kRmaEventMsgMax bytes): what
+// it did, the bytes it moved, the target keys it touched (n of them,
+// repeats dropped), and its remote CQ data when cq_data. Returns its length.
+inline size_t rdm_encode_rma_event(uint8_t *buf, rdm::RmaKind kind, uint64_t bytes,
+				   const uint64_t *keys, size_t n, bool cq_data,
+				   uint64_t data) noexcept
+{
+	rdm::RdmHeader h;
+	h.type = rdm::MsgType::RmaEvent;
+	h.status = static_cast<uint8_t>(kind);
+	h.length = bytes;
+	if (cq_data) {
+		h.flags = rdm::kFlagCqData;
+		h.cq_data = data;
+	}
+	uint64_t distinct[rdm::kMaxRmaEventKeys];
+	size_t nd = 0;
+	for (size_t i = 0; i < n; i++)
+		if (std::find(distinct, distinct + nd, keys[i]) == distinct + nd)
+			distinct[nd++] = keys[i];
+	return rdm::encode_rma_event(buf, h, distinct, nd);
+}
 // An RmaEvent from a peer (lock held): remote CQ data and FI_RMA_EVENT
 // counts.
 void rdm_handle_rma_event(RdmEp *ep, RdmPeer *peer, const uint8_t *buf, size_t len) noexcept;
+// What a peer's operation did to this endpoint's memory (lock held), from
+// its RmaEvent, CommitRequest or AtomicRequest: its remote CQ data (h's
+// kFlagCqData, an entry with `flags` | FI_REMOTE_CQ_DATA and h's length)
+// and the FI_RMA_EVENT counts of the endpoint and of the regions `keys`
+// (device keys, each once).
+void rdm_report_rma_event(RdmEp *ep, RdmPeer *peer, uint64_t flags, const rdm::RdmHeader &h,
+			  const uint64_t *keys, size_t n) noexcept;
 // An RmaOp request completed: the operation's entry at its last request
 // (or its first error), then the op is freed.
 void rdm_rma_op_done(RdmEp *ep, Conn *c, const RdmRmaDone &d) noexcept;
+// A CommitRequest from a peer (lock held): persists its ranges, counts and
+// reports it as an RmaEvent would be, answers.
+void rdm_handle_commit(RdmEp *ep, RdmPeer *peer, const uint8_t *buf, size_t len) noexcept;
+// The wire::kCmFlag* a peer's connection header announces (Conn::peer_cm_flags).
+inline uint8_t rdm_peer_cm_flags(uint8_t conn_flags) noexcept
+{
+	return ((conn_flags & rdm::kConnFlagRmaEvents) ? wire::kCmFlagRmaEvents : 0) |
+	       ((conn_flags & rdm::kConnFlagCommitService) ? wire::kCmFlagCommitService : 0) |
+	       ((conn_flags & rdm::kConnFlagDirectWritePmem) ? wire::kCmFlagDirectWritePmem : 0);
+}
 
 // Whether this completion of a request of an operation posted as one chain
 // (RmaOp, AtomicNative) ends the operation: its first error, or its last
@@ -539,6 +593,23 @@ inline ssize_t rdm_post_op_chain(RdmEp *ep, Conn *conn, ibv_send_wr *wrs, size_t
 		for (uint64_t seq = head; seq < head + pushed; seq++)
 			conn->tx.at(seq).aux = rdm_aux(RdmTx::Internal, 0);
 	return rc;
+}
+
+// FI_FENCE: a fenced operation waits until every earlier operation to the
+// peer has completed. The device's fence (IBV_SEND_FENCE) covers reads and
+// device atomics; the operations the peer's answer completes (rendezvous
+// and delivery-complete sends, commits, emulated atomics, which the target
+// applies after a later READ could have run) are waited for here: true
+// while any is outstanding, after posting what FI_MORE held back (so that
+// it can end) and one progress pass. The caller returns -FI_EAGAIN.
+inline bool rdm_fence_blocked(RdmEp *ep, RdmPeer *peer, Conn *conn) noexcept
+{
+	if (peer->waiting.empty() && peer->atomics.empty()) [[likely]]
+		return false;
+	if (conn->more_held)
+		flush_more(conn);
+	rdm_progress_locked(ep);
+	return !peer->waiting.empty() || !peer->atomics.empty();
 }
 
 // vrma_rdm_keys.cpp: scalable keys (lock held).

@@ -33,7 +33,8 @@ namespace {
 using atomic::Kind;
 
 constexpr uint64_t kAtomicFlags = FI_COMPLETION | FI_INJECT | FI_INJECT_COMPLETE |
-				  FI_TRANSMIT_COMPLETE | FI_DELIVERY_COMPLETE | FI_FENCE | FI_MORE;
+				  FI_TRANSMIT_COMPLETE | FI_DELIVERY_COMPLETE | FI_FENCE | FI_MORE |
+				  FI_REMOTE_CQ_DATA;
 constexpr size_t kNativeMax = 16; // device atomics of one operation
 constexpr size_t kHdr = rdm::kRdmHeaderBytes;
 static_assert(rdm::kMaxAtomicSegments <= rdm::kMaxRmaEventKeys, "an event names every key of an operation");
@@ -148,10 +149,11 @@ ssize_t post_native(RdmEp *ep, RdmPeer *peer, Conn *conn, const AtomicCall &c,
 				return -FI_EINVAL;
 			}
 	}
-	// A target that counts RMA events (FI_RMA_EVENT) hears of the operation
-	// from an event message after the device atomics (RC delivers it after
-	// they executed), as for RMA.
-	const bool event = peer_has(*conn, wire::kCmFlagRmaEvents);
+	// A target that counts RMA events (FI_RMA_EVENT), or is to report remote
+	// CQ data, hears of the operation from an event message after the
+	// device atomics (RC delivers it after they executed), as for RMA.
+	const bool cq_data = c.flags & FI_REMOTE_CQ_DATA;
+	const bool event = cq_data || peer_has(*conn, wire::kCmFlagRmaEvents);
 	if (!rdm_tx_room(ep, total + event))
 		return -FI_EAGAIN;
 	const int idx = rdm_take_tx_buf(ep);
@@ -194,17 +196,14 @@ ssize_t post_native(RdmEp *ep, RdmPeer *peer, Conn *conn, const AtomicCall &c,
 	top.aux = rdm_aux(RdmTx::AtomicNative, 0);
 	uint8_t event_msg[rdm::kRmaEventMsgMax];
 	if (event) {
-		rdm::RdmHeader h;
-		h.type = rdm::MsgType::RmaEvent;
-		h.status = static_cast<uint8_t>(m.op == FI_ATOMIC_READ ? rdm::RmaKind::Read : rdm::RmaKind::Write);
-		h.length = total * 8;
 		uint64_t keys[rdm::kMaxAtomicSegments];
-		size_t nkeys = 0;
 		for (size_t r = 0; r < m.rma_iov_count; r++)
-			if (std::find(keys, keys + nkeys, remote[r].key) == keys + nkeys)
-				keys[nkeys++] = remote[r].key;
+			keys[r] = remote[r].key;
 		top.event = event_msg;
-		top.event_len = rdm::encode_rma_event(event_msg, h, keys, nkeys);
+		top.event_len = rdm_encode_rma_event(
+			event_msg,
+			m.op == FI_ATOMIC_READ ? rdm::RmaKind::AtomicRead : rdm::RmaKind::AtomicWrite,
+			total * 8, keys, m.rma_iov_count, cq_data, m.data);
 		wrs[n] = {};
 		wrs[n].sg_list = &sges[n];
 		wrs[n].num_sge = 1;
@@ -235,6 +234,10 @@ ssize_t post_emulated(RdmEp *ep, RdmPeer *peer, Conn *conn, const AtomicCall &c,
 	h.type = rdm::MsgType::AtomicRequest;
 	h.msg_id = rdm_next_msg_id(peer);
 	h.length = total;
+	if (c.flags & FI_REMOTE_CQ_DATA) {
+		h.flags = rdm::kFlagCqData;
+		h.cq_data = m.data;
+	}
 	uint8_t *b = ep->atomic_buf.get();
 	const size_t head = rdm::atomic_request_head_bytes(r.nseg);
 	const size_t bytes = total * op->dt_size;
@@ -332,6 +335,8 @@ ssize_t rdm_atomic(RdmEp *ep, const AtomicCall &c) noexcept
 		[[unlikely]]
 		return rc > 0 ? 0 : rc;
 	if (conn->peer_flags_pending) [[unlikely]]
+		return -FI_EAGAIN;
+	if ((c.flags & FI_FENCE) && rdm_fence_blocked(ep, peer, conn)) [[unlikely]]
 		return -FI_EAGAIN;
 	auto op = std::unique_ptr<RdmAtomicOp>(new (std::nothrow) RdmAtomicOp);
 	if (!op)
@@ -537,9 +542,14 @@ void serve_request(RdmEp *ep, RdmPeer *peer, const uint8_t *buf, size_t len)
 			}
 		}
 	}
-	if (status == rdm::AtomicStatus::Ok && ep->rma_events) {
-		count_completion(writes ? ep->cntr_remote_write : ep->cntr_remote_read, true);
-		count_region_events(ep->domain, writes, rkeys, r.nseg);
+	if (status == rdm::AtomicStatus::Ok) {
+		// The header's length counts elements; the entry's len is bytes.
+		rdm::RdmHeader ev = h;
+		ev.length = h.length * size;
+		std::sort(rkeys, rkeys + r.nseg);
+		const size_t nkeys = static_cast<size_t>(std::unique(rkeys, rkeys + r.nseg) - rkeys);
+		rdm_report_rma_event(ep, peer, FI_ATOMIC | (writes ? FI_REMOTE_WRITE : FI_REMOTE_READ), ev,
+				     rkeys, nkeys);
 	}
 	const bool ok = status == rdm::AtomicStatus::Ok;
 	rdm::encode_atomic_response(answer, h.msg_id, status, nullptr, ok ? result_bytes : 0);

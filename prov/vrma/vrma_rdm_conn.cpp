@@ -89,7 +89,9 @@ struct ConnParam {
 void fill_param(RdmEp *ep, ConnParam &p, uint8_t flags)
 {
 	rdm::RdmConnHeader h;
-	h.flags = flags | (ep->rma_events ? rdm::kConnFlagRmaEvents : 0);
+	h.flags = flags | (ep->rma_events ? rdm::kConnFlagRmaEvents : 0) |
+		  (ep->rma_pmem ? rdm::kConnFlagCommitService : 0) |
+		  (ep->domain->direct_write_to_pmem.load() ? rdm::kConnFlagDirectWritePmem : 0);
 	h.addr = ep->self;
 	h.nonce = ep->nonce;
 	if (const Domain *dom = ep->domain; dom->scalable_keys) {
@@ -237,8 +239,7 @@ rdma_cm_id *accept_request(RdmEp *ep, rdma_cm_event *ev)
 	}
 	c->id.reset(id);
 	id->context = c.get();
-	if (h.flags & rdm::kConnFlagRmaEvents)
-		c->peer_cm_flags.store(wire::kCmFlagRmaEvents);
+	c->peer_cm_flags.store(rdm_peer_cm_flags(h.flags));
 	peer->key_table = h.key_table;
 	if (create_qp(ep, *c)) {
 		rdma_reject(id, nullptr, 0);
@@ -470,8 +471,7 @@ void rdm_cm_event(RdmEp *ep, rdma_cm_event *ev, rdma_cm_id *&destroy) noexcept
 					    ev->param.conn.private_data_len, h) &&
 				    (h.flags & rdm::kConnFlagAccept)) {
 					peer->nonce = h.nonce;
-					if (h.flags & rdm::kConnFlagRmaEvents)
-						c->peer_cm_flags.store(wire::kCmFlagRmaEvents);
+					c->peer_cm_flags.store(rdm_peer_cm_flags(h.flags));
 					peer->key_table = h.key_table;
 				}
 

@@ -343,7 +343,10 @@ try {
 		return errno_to_fi(errno);
 
 	// Buffers.
-	ep->buf_stride = (rdm::kRdmHeaderBytes + std::max(ep->eager_size, rdm::kRndvMsgMax) + 63) & ~size_t(63);
+	// Every vrma message fits a buffer, whatever the eager size.
+	ep->buf_stride = (rdm::kRdmHeaderBytes +
+			  std::max({ep->eager_size, rdm::kRndvMsgMax, rdm::kCommitRequestMax}) + 63) &
+			 ~size_t(63);
 	ep->rx_count = std::min<size_t>(rdm_params.rx_buffers, static_cast<size_t>(dom->dev_attr.max_srq_wr));
 	const size_t tx_count = std::min<size_t>(rdm_params.tx_buffers, 0xfffffe);
 	ep->rx_bufs.reset(new uint8_t[ep->rx_count * ep->buf_stride]);
@@ -771,6 +774,7 @@ try {
 	}
 	ep->directed = caps & FI_DIRECTED_RECV;
 	ep->rma_events = caps & FI_RMA_EVENT;
+	ep->rma_pmem = caps & FI_RMA_PMEM;
 	ep->scalable_keys = dom->scalable_keys;
 	ep->native_atomics = rdm_params.native_atomics && dom->dev_attr.atomic_cap != IBV_ATOMIC_NONE;
 	ep->matcher.directed(ep->directed);

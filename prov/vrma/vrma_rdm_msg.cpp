@@ -165,7 +165,7 @@ void complete_tx_op(RdmEp *ep, RdmTxOp *op, int err, int prov_errno)
 	delete op;
 }
 
-// A request of a waiting send (RndvReq, DcSend: its slot's context is the
+// A request of a waiting operation (RndvReq, Awaited: its slot's context is the
 // msg_id) failed: the send ends with err, if it still waits.
 void fail_waiting_send(RdmEp *ep, RdmPeer *peer, void *slot_context, int err, int prov_errno)
 {
@@ -550,7 +550,7 @@ ssize_t rdm_send(RdmEp *ep, const iovec *iov, size_t count, fi_addr_t dest, uint
 		}
 		ssize_t rc = post_copy(ep, conn, hb, kHdr, iov, count, total,
 				       reinterpret_cast<void *>(uintptr_t(op->msg_id)), 0, total, false,
-				       nullptr, flags & FI_MORE, RdmTx::DcSend);
+				       nullptr, flags & FI_MORE, RdmTx::Awaited);
 		if (rc) {
 			peer->waiting.erase(op->msg_id);
 			delete op;
@@ -890,6 +890,33 @@ void handle_message(RdmEp *ep, const ibv_wc &wc, const uint8_t *buf)
 	case rdm::MsgType::AtomicResponse:
 		rdm_handle_atomic(ep, peer, buf, wc.byte_len);
 		return;
+	case rdm::MsgType::CommitRequest:
+		rdm_handle_commit(ep, peer, buf, wc.byte_len);
+		return;
+	case rdm::MsgType::CommitAnswer: {
+		auto w = peer->waiting.find(h.msg_id);
+		if (w == peer->waiting.end()) {
+			VRMA_INFO(FI_LOG_EP_DATA, "RDM: an answer to commit %u, which waits no more\n",
+				  h.msg_id);
+			return;
+		}
+		// As MSG endpoints report their commits (vrma_pmem.cpp).
+		switch (static_cast<rdm::CommitStatus>(h.status)) {
+		case rdm::CommitStatus::Ok:
+			complete_tx_op(ep, w->second, 0, 0);
+			break;
+		case rdm::CommitStatus::AccessError:
+			complete_tx_op(ep, w->second, FI_EACCES, IBV_WC_REM_ACCESS_ERR);
+			break;
+		case rdm::CommitStatus::PersistFailed:
+			complete_tx_op(ep, w->second, FI_EREMOTEIO, IBV_WC_REM_OP_ERR);
+			break;
+		default:
+			complete_tx_op(ep, w->second, FI_EREMOTEIO, IBV_WC_REM_INV_REQ_ERR);
+			break;
+		}
+		return;
+	}
 	}
 }
 
@@ -1026,6 +1053,10 @@ void rdm_handle_wc(RdmEp *ep, const ibv_wc &wc) noexcept
 	});
 	const bool ok = wc.status == IBV_WC_SUCCESS;
 	if (!ok) {
+		// A waiting operation whose own request failed ends with that
+		// error, before the connection's end fails the others.
+		if (kind == RdmTx::RndvReq || kind == RdmTx::Awaited)
+			fail_waiting_send(ep, peer, context, wc_status_to_fi(wc.status), wc.status);
 		if (wc.status != IBV_WC_WR_FLUSH_ERR) {
 			VRMA_WARN(FI_LOG_EP_DATA, "RDM: a request to a peer failed: %s\n",
 				  ibv_wc_status_str(wc.status));
@@ -1059,7 +1090,7 @@ void rdm_handle_wc(RdmEp *ep, const ibv_wc &wc) noexcept
 		return;
 	}
 	case RdmTx::RndvReq:
-	case RdmTx::DcSend: {
+	case RdmTx::Awaited: {
 		if (!ok) // else the peer's answer completes it
 			fail_waiting_send(ep, peer, context, err, wc.status);
 		return;
@@ -1097,7 +1128,7 @@ void rdm_report_unposted(Conn *conn, const ibv_send_wr *first, int err) noexcept
 				      IBV_WC_GENERAL_ERR);
 			break;
 		case RdmTx::RndvReq:
-		case RdmTx::DcSend:
+		case RdmTx::Awaited:
 			fail_waiting_send(ep, peer, s->context, fi_err, IBV_WC_GENERAL_ERR);
 			break;
 		case RdmTx::RmaOp:

@@ -18,6 +18,14 @@
 //    remote CQ data (64 bits: cq_data_size 8) or the target counts RMA
 //    events (kConnFlagRmaEvents). RC delivers it after the data was placed
 //    (writes) or read (reads);
+//  - FI_COMMIT_COMPLETE (an FI_RMA_PMEM endpoint's writes): to a target
+//    that answers commits (kConnFlagCommitService), a CommitRequest follows
+//    the data instead of the RmaEvent and stands for it; the target's
+//    CommitAnswer, once the ranges are durable, completes the operation,
+//    which waits in RdmPeer::waiting until then. To a target whose writes
+//    land in its persistence domain (kConnFlagDirectWritePmem), a
+//    read-back proves them, as for FI_DELIVERY_COMPLETE. A target serves
+//    requests in its progress: with FI_PROGRESS_MANUAL, when it calls in;
 //  - an accepted operation ends with exactly one completion or error entry
 //    (or count), through its last request's completion or the flush of its
 //    connection.
@@ -34,6 +42,12 @@ constexpr uint64_t kRdmRmaFlags = FI_COMPLETION | FI_INJECT | FI_INJECT_COMPLETE
 
 static_assert(kMaxRmaIov <= rdm::kMaxRmaEventKeys, "an event names every key of an operation");
 static_assert(kRdmIovLimit < kMaxSge, "the local pieces fit the core's arrays");
+static_assert(kMaxRmaIov <= rdm::kMaxCommitRanges, "a commit request names every range written");
+static_assert(static_cast<int>(wire::CommitStatus::BadRange) ==
+			      static_cast<int>(rdm::CommitStatus::AccessError) &&
+		      static_cast<int>(wire::CommitStatus::PersistFailed) ==
+			      static_cast<int>(rdm::CommitStatus::PersistFailed),
+	      "commit_persist_range's answers are the wire's");
 
 // The checks that need no lock: flags, the local and remote segments and
 // their lengths. total is the local byte count.
@@ -43,8 +57,8 @@ ssize_t rdm_rma_check(RdmEp *ep, bool is_read, const iovec *iov, size_t count,
 {
 	if (ssize_t rc = check_op_flags(flags, kRdmRmaFlags, "RDM RMA"))
 		return rc;
-	if (flags & FI_COMMIT_COMPLETE) [[unlikely]] {
-		VRMA_WARN(FI_LOG_EP_DATA, "FI_COMMIT_COMPLETE needs an FI_RMA_PMEM endpoint; RDM endpoints do not offer FI_RMA_PMEM\n");
+	if ((flags & FI_COMMIT_COMPLETE) && !is_read && !ep->rma_pmem) [[unlikely]] {
+		VRMA_WARN(FI_LOG_EP_DATA, "FI_COMMIT_COMPLETE needs an FI_RMA_PMEM endpoint\n");
 		return -FI_EBADFLAGS;
 	}
 	if (is_read && (inject || (flags & FI_REMOTE_CQ_DATA))) [[unlikely]] {
@@ -108,6 +122,8 @@ ssize_t rdm_rma(RdmEp *ep, ibv_wr_opcode opcode, const iovec *iov, void *const *
 		return -FI_EAGAIN; // the CM thread handles the ESTABLISHED event soon
 	if (!ep->answer_backlog.empty() || !ep->read_backlog.empty()) [[unlikely]]
 		rdm_progress_locked(ep);
+	if ((flags & FI_FENCE) && rdm_fence_blocked(ep, peer, conn)) [[unlikely]]
+		return -FI_EAGAIN;
 	fi_rma_iov translated[kMaxRmaIov];
 	if (ep->scalable_keys) {
 		const uint8_t access = is_read ? keys::kAccessRemoteRead : keys::kAccessRemoteWrite;
@@ -115,6 +131,32 @@ ssize_t rdm_rma(RdmEp *ep, ibv_wr_opcode opcode, const iovec *iov, void *const *
 						{context, comp_flags, total, report, cntr}, translated))
 			return rc > 0 ? 0 : rc;
 		rma_iov = translated;
+	}
+	// FI_COMMIT_COMPLETE: how this peer makes writes durable. A read
+	// commits trivially, and so does a write of nothing.
+	bool commit_request = false, commit_read_back = false;
+	if (!is_read && (flags & FI_COMMIT_COMPLETE) && total) [[unlikely]] {
+		commit_read_back = peer_has(*conn, wire::kCmFlagDirectWritePmem);
+		commit_request = !commit_read_back && peer_has(*conn, wire::kCmFlagCommitService);
+		if (!commit_read_back && !commit_request) {
+			VRMA_WARN(FI_LOG_EP_DATA, "FI_COMMIT_COMPLETE: the peer is no FI_RMA_PMEM endpoint and its writes do not land in persistent memory\n");
+			return -FI_EOPNOTSUPP;
+		}
+	}
+	// Its answer completes a commit: the operation waits in the peer's
+	// table, holding the registrations too.
+	std::unique_ptr<RdmTxOp> awaited;
+	if (commit_request) {
+		awaited.reset(new (std::nothrow) RdmTxOp);
+		if (!awaited)
+			return -FI_ENOMEM;
+		awaited->peer = peer;
+		awaited->msg_id = rdm_next_msg_id(peer);
+		awaited->context = context;
+		awaited->comp_flags = comp_flags;
+		awaited->len = total;
+		awaited->report = report;
+		awaited->cntr = cntr;
 	}
 
 	// The local pieces and their keys. An inject beyond the inline size is
@@ -143,7 +185,7 @@ ssize_t rdm_rma(RdmEp *ep, ibv_wr_opcode opcode, const iovec *iov, void *const *
 			}
 			if (copied || !len)
 				continue;
-			if (!op) {
+			if (!op && !awaited) {
 				op.reset(new (std::nothrow) RdmRmaOp);
 				if (!op)
 					return -FI_ENOMEM;
@@ -151,16 +193,19 @@ ssize_t rdm_rma(RdmEp *ep, ibv_wr_opcode opcode, const iovec *iov, void *const *
 				op->report = report;
 				op->cntr = cntr;
 			}
-			if (int rc = op->regs[i].acquire(ep->domain, iov[i].iov_base, len,
-							 is_read ? IBV_ACCESS_LOCAL_WRITE : 0))
+			UserReg &reg = awaited ? awaited->regs[i] : op->regs[i];
+			if (int rc = reg.acquire(ep->domain, iov[i].iov_base, len,
+						 is_read ? IBV_ACCESS_LOCAL_WRITE : 0))
 				return rc;
-			local[i].lkey = op->regs[i].lkey();
+			local[i].lkey = reg.lkey();
 		}
 	}
 	RmaWrs w;
 	if (ssize_t rc = rma_build_payload(conn, opcode, local, local_len, total, rma_iov, rma_count, w))
 		return rc;
-	if (!is_read && (flags & FI_DELIVERY_COMPLETE) && !rma_add_read_back(conn, w, 0))
+	// A commit request arrives after the data: it proves delivery too.
+	if (!is_read && (commit_read_back || ((flags & FI_DELIVERY_COMPLETE) && !commit_request)) &&
+	    !rma_add_read_back(conn, w, commit_read_back ? kCommitReadLen : 0))
 		return -FI_ENOMEM;
 	if (flags & FI_FENCE) // waits for every earlier read (and so every delivery) on the connection
 		w.wrs[0].send_flags |= IBV_SEND_FENCE;
@@ -172,28 +217,51 @@ ssize_t rdm_rma(RdmEp *ep, ibv_wr_opcode opcode, const iovec *iov, void *const *
 		 bounce ? iov : nullptr, count};
 	top.payload_wrs = w.payload_wrs;
 	top.aux = rdm_aux(op ? RdmTx::RmaOp : RdmTx::App, 0);
-	uint8_t event[rdm::kRmaEventMsgMax];
+	uint8_t event[std::max(rdm::kRmaEventMsgMax, rdm::kCommitRequestMax)];
 	const bool cq_data = !is_read && (flags & FI_REMOTE_CQ_DATA);
-	if (cq_data || peer_has(*conn, wire::kCmFlagRmaEvents)) {
+	if (commit_request) {
+		// The requests end the operation only by failing; the answer
+		// completes it (RdmTx::Awaited).
+		top = {reinterpret_cast<void *>(uintptr_t(awaited->msg_id)), 0, total, false, nullptr,
+		       (flags & FI_MORE) != 0, bounce ? iov : nullptr, count};
+		top.payload_wrs = w.payload_wrs;
+		top.aux = rdm_aux(RdmTx::Awaited, 0);
 		rdm::RdmHeader h;
-		h.type = rdm::MsgType::RmaEvent;
-		h.status = static_cast<uint8_t>(is_read ? rdm::RmaKind::Read : rdm::RmaKind::Write);
-		h.length = total;
+		h.msg_id = awaited->msg_id;
 		if (cq_data) {
 			h.flags = rdm::kFlagCqData;
 			h.cq_data = data;
 		}
+		rdm::CommitRange ranges[kMaxRmaIov];
+		for (size_t i = 0; i < w.nranges; i++)
+			ranges[i] = {w.ranges[i].addr, w.ranges[i].len, w.ranges[i].key};
+		top.event = event;
+		top.event_len = rdm::encode_commit_request(event, h, ranges, w.nranges);
+		rma_add_event_send(w);
+	} else if (cq_data || peer_has(*conn, wire::kCmFlagRmaEvents)) {
 		uint64_t keys[kMaxRmaIov];
 		const size_t nkeys = w.keys(keys);
 		top.event = event;
-		top.event_len = rdm::encode_rma_event(event, h, keys, nkeys);
+		top.event_len = rdm_encode_rma_event(event, is_read ? rdm::RmaKind::Read : rdm::RmaKind::Write,
+						     total, keys, nkeys, cq_data, data);
 		rma_add_event_send(w);
 	}
 	if (!rdm_tx_room(ep, w.nwr))
 		return -FI_EAGAIN;
-	if (ssize_t rc = rdm_post_op_chain(ep, conn, w.wrs, w.nwr, top))
+	if (awaited) {
+		try {
+			peer->waiting.emplace(awaited->msg_id, awaited.get());
+		} catch (...) {
+			return -FI_ENOMEM;
+		}
+	}
+	if (ssize_t rc = rdm_post_op_chain(ep, conn, w.wrs, w.nwr, top)) {
+		if (awaited)
+			peer->waiting.erase(awaited->msg_id);
 		return rc;
-	(void)op.release(); // its last request's completion frees it
+	}
+	(void)op.release();      // its last request's completion frees it
+	(void)awaited.release(); // the answer, or the connection's end, frees it
 	return 0;
 }
 
@@ -342,6 +410,24 @@ void rdm_rma_op_done(RdmEp *ep, Conn *c, const RdmRmaDone &d) noexcept
 	delete op;
 }
 
+void rdm_report_rma_event(RdmEp *ep, RdmPeer *peer, uint64_t flags, const rdm::RdmHeader &h,
+			  const uint64_t *keys, size_t n) noexcept
+{
+	if (h.flags & rdm::kFlagCqData) {
+		// Remote CQ data: an entry of its own, whatever the receive side's
+		// selective completion says (it answers no receive).
+		if (ep->rx_cq)
+			cq_complete(ep->rx_cq,
+				    {nullptr, flags | FI_REMOTE_CQ_DATA, h.length, nullptr, h.cq_data, 0},
+				    rdm_peer_fi_addr(peer));
+	}
+	if (!ep->rma_events)
+		return;
+	const bool write = flags & FI_REMOTE_WRITE;
+	count_completion(write ? ep->cntr_remote_write : ep->cntr_remote_read, true);
+	count_region_events(ep->domain, write, keys, n);
+}
+
 void rdm_handle_rma_event(RdmEp *ep, RdmPeer *peer, const uint8_t *buf, size_t len) noexcept
 {
 	rdm::RdmHeader h;
@@ -351,20 +437,50 @@ void rdm_handle_rma_event(RdmEp *ep, RdmPeer *peer, const uint8_t *buf, size_t l
 		VRMA_WARN(FI_LOG_EP_DATA, "RDM: a malformed RMA event from a peer: ignored\n");
 		return;
 	}
-	const bool write = h.status == static_cast<uint8_t>(rdm::RmaKind::Write);
-	if (h.flags & rdm::kFlagCqData) {
-		// Remote CQ data: an entry of its own, whatever the receive side's
-		// selective completion says (it answers no receive).
-		if (ep->rx_cq)
-			cq_complete(ep->rx_cq,
-				    {nullptr, FI_RMA | FI_REMOTE_WRITE | FI_REMOTE_CQ_DATA, h.length,
-				     nullptr, h.cq_data, 0},
-				    rdm_peer_fi_addr(peer));
+	rdm_report_rma_event(ep, peer,
+			     (rdm::rma_kind_atomic(h.status) ? FI_ATOMIC : FI_RMA) |
+				     (rdm::rma_kind_writes(h.status) ? FI_REMOTE_WRITE : FI_REMOTE_READ),
+			     h, keys, n);
+}
+
+void rdm_handle_commit(RdmEp *ep, RdmPeer *peer, const uint8_t *buf, size_t len) noexcept
+{
+	rdm::RdmHeader h;
+	rdm::CommitRange ranges[rdm::kMaxCommitRanges];
+	size_t n = 0;
+	auto status = rdm::CommitStatus::Ok;
+	if (!rdm::decode_commit_request(buf, len, h, ranges, n)) [[unlikely]] {
+		// The header decoded (rdm_handle_wc checked it): answer its id,
+		// the initiator must not wait forever.
+		(void)rdm::decode_header(buf, len, h);
+		VRMA_WARN(FI_LOG_EP_DATA, "RDM: a malformed commit request from a peer: answered as such\n");
+		status = rdm::CommitStatus::Malformed;
+		n = 0;
 	}
-	if (!ep->rma_events)
-		return;
-	count_completion(write ? ep->cntr_remote_write : ep->cntr_remote_read, true);
-	count_region_events(ep->domain, write, keys, n);
+	// Persisting runs under the endpoint's lock (msync of a file mapping
+	// may take milliseconds: progress of this endpoint waits that long).
+	for (size_t i = 0; i < n && status == rdm::CommitStatus::Ok; i++)
+		status = static_cast<rdm::CommitStatus>(
+			commit_persist_range(ep->domain, ranges[i].key, ranges[i].addr, ranges[i].len));
+	Domain *dom = ep->domain;
+	dom->commit_stats.requests.fetch_add(1, std::memory_order_relaxed);
+	if (status != rdm::CommitStatus::Ok) {
+		dom->commit_stats.failures.fetch_add(1, std::memory_order_relaxed);
+		VRMA_INFO(FI_LOG_EP_DATA, "RDM: commit %u answered with status %u\n", h.msg_id,
+			  static_cast<unsigned>(status));
+	}
+	if (status != rdm::CommitStatus::Malformed) {
+		// The data was placed whether or not it could be made durable.
+		uint64_t keys[rdm::kMaxCommitRanges];
+		size_t nkeys = 0;
+		for (size_t i = 0; i < n; i++)
+			if (std::find(keys, keys + nkeys, ranges[i].key) == keys + nkeys)
+				keys[nkeys++] = ranges[i].key;
+		rdm_report_rma_event(ep, peer, FI_RMA | FI_REMOTE_WRITE, h, keys, nkeys);
+	}
+	uint8_t answer[rdm::kRdmHeaderBytes];
+	rdm::encode_commit_answer(answer, h.msg_id, status);
+	rdm_send_answer(ep, peer, answer, nullptr, 0);
 }
 
 const fi_ops_rma rdm_rma_ops = {

@@ -412,6 +412,22 @@ ssize_t post_retry(const std::function<ssize_t()> &op, RdmNode *only, int timeou
 	}
 }
 
+void post(const std::function<ssize_t()> &op, const char *what, RdmNode *only)
+{
+	const ssize_t rc = post_retry(op, only);
+	ck_assert_msg(rc == 0, "%s: %zd (%s)", what, rc, fi_strerror(static_cast<int>(rc < 0 ? -rc : rc)));
+}
+
+bool in_fresh_process(const char *test)
+{
+	const char *fork = getenv("CK_FORK");
+	if (fork && !strcmp(fork, "no")) {
+		fprintf(stderr, "%s: needs check's fork mode (a fresh provider); not run\n", test);
+		return false;
+	}
+	return true;
+}
+
 void expect_cntr(fid_cntr *c, uint64_t value, const char *what)
 {
 	ck_assert_ptr_nonnull(c);

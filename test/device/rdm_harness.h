@@ -152,6 +152,12 @@ bool progress_until(const std::function<bool()> &done, int timeout_ms = kTimeout
 // test if it is still -FI_EAGAIN after timeout_ms.
 ssize_t post_retry(const std::function<ssize_t()> &op, RdmNode *only = nullptr,
 		   int timeout_ms = kTimeoutMs);
+// post_retry(op, only), which must then accept the operation (0).
+void post(const std::function<ssize_t()> &op, const char *what, RdmNode *only = nullptr);
+// Whether this test has a process of its own (check's fork mode), where
+// FI_VRMA_* variables set now reach the provider it loads; prints why the
+// test is not run otherwise.
+bool in_fresh_process(const char *test);
 // Waits until the counter reaches `value` (progressing every node); asserts
 // it does not go beyond and reports no error.
 void expect_cntr(fid_cntr *c, uint64_t value, const char *what = "");

@@ -7,7 +7,8 @@
 //  - two initiators incrementing the same words (fetch-add and
 //    compare-and-swap loops): exact final values, every old value once;
 //  - injects, scalable keys, refusals (local: -FI_E*; remote: FI_EACCES
-//    error entries) and recovery;
+//    error entries) and recovery; FI_FENCE behind emulated atomics; remote
+//    CQ data;
 //  - FI_VRMA_RDM_NATIVE_ATOMICS=1: 64-bit sum, read and compare-and-swap by
 //    the device, and only those offered on 64-bit integers.
 #include "rdm_harness.h"
@@ -22,6 +23,7 @@
 #include <cstdlib>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 using namespace vt;
@@ -76,12 +78,6 @@ struct Region {
 	uint64_t key() const { return fi_mr_key(mr); }
 	uint64_t addr(size_t off) const { return reinterpret_cast<uintptr_t>(mem.data()) + off; }
 };
-
-void post(const std::function<ssize_t()> &op, const char *what)
-{
-	const ssize_t rc = post_retry(op);
-	ck_assert_msg(rc == 0, "%s: %zd (%s)", what, rc, fi_strerror(static_cast<int>(-rc)));
-}
 
 void expect_rc(ssize_t rc, ssize_t want, const char *what)
 {
@@ -419,7 +415,7 @@ START_TEST(rdm_atomic_errors)
 		const fi_ioc iov{x, 1};
 		const fi_rma_ioc rma{rw.addr(0), 1, rw.key()};
 		fi_msg_atomic m{&iov, nullptr, 1, to, &rma, 1, FI_INT64, FI_SUM, &ctx, 0};
-		expect_rc(fi_atomicmsg(a.ep, &m, FI_REMOTE_CQ_DATA), -FI_EBADFLAGS, "FI_REMOTE_CQ_DATA on an atomic");
+		expect_rc(fi_atomicmsg(a.ep, &m, FI_COMMIT_COMPLETE), -FI_EBADFLAGS, "FI_COMMIT_COMPLETE on an atomic");
 		expect_rc(fi_atomicmsg(a.ep, nullptr, 0), -FI_EINVAL, "a NULL message");
 		fi_ioc r1{res, 1};
 		m.msg_iov = &iov;
@@ -524,6 +520,92 @@ void check_atomic_events(bool native)
 	ck_assert_int_eq(fi_close(&region_writes->fid), 0);
 }
 
+// Remote CQ data on atomics (fi_atomicmsg and its fetch and compare
+// forms with FI_REMOTE_CQ_DATA): the target gets one entry per operation,
+// no context, FI_ATOMIC with FI_REMOTE_WRITE (updates) or FI_REMOTE_READ
+// (FI_ATOMIC_READ) and FI_REMOTE_CQ_DATA, the full 64 bits, the bytes, the
+// initiator's address; the update is in place when it is read. Native
+// (INT64 sum, read, compare-and-swap by the device) or emulated.
+void check_atomic_cq_data(bool native)
+{
+	AtomicEnv env;
+	RdmNode a(env), b(env);
+	connect_all({&a, &b});
+	const fi_addr_t to = a.addr_of(b);
+	Region r(env, 64);
+	memset(r.mem.data(), 0, 64);
+	int64_t *w = reinterpret_cast<int64_t *>(r.mem.data());
+	fi_context ctx;
+	auto remote_entry = [&](uint64_t flags, uint64_t data, size_t len, const char *what) {
+		Completion c = expect_ok(b, nullptr, flags, what);
+		ck_assert_msg(c.e.data == data, "%s: data 0x%" PRIx64, what, c.e.data);
+		ck_assert_msg(c.e.len == len, "%s: len %zu, expected %zu", what, c.e.len, len);
+		ck_assert_msg(c.src == b.addr_of(a), "%s: source %" PRIu64, what, c.src);
+	};
+	constexpr uint64_t kWriteData = FI_ATOMIC | FI_REMOTE_WRITE | FI_REMOTE_CQ_DATA;
+	constexpr uint64_t kReadData = FI_ATOMIC | FI_REMOTE_READ | FI_REMOTE_CQ_DATA;
+	// A sum of two INT64 elements.
+	{
+		int64_t x[2] = {7, -9};
+		fi_ioc ioc{x, 2};
+		fi_rma_ioc rioc{r.addr(0), 2, r.key()};
+		fi_msg_atomic m{&ioc, nullptr, 1, to, &rioc, 1, FI_INT64, FI_SUM, &ctx, 0xfedcba9876543210ULL};
+		post([&] { return fi_atomicmsg(a.ep, &m, FI_REMOTE_CQ_DATA | FI_COMPLETION); }, "sum with CQ data");
+		expect_ok(a, &ctx, FI_ATOMIC | FI_WRITE, "sum with CQ data");
+		remote_entry(kWriteData, 0xfedcba9876543210ULL, 16, "sum with CQ data: the target's entry");
+		ck_assert(w[0] == 7 && w[1] == -9);
+	}
+	// An atomic read and a compare-and-swap, fetching.
+	{
+		int64_t old = -1;
+		fi_ioc res{&old, 1};
+		fi_rma_ioc rioc{r.addr(0), 1, r.key()};
+		fi_msg_atomic m{nullptr, nullptr, 0, to, &rioc, 1, FI_INT64, FI_ATOMIC_READ, &ctx, 1};
+		post([&] { return fi_fetch_atomicmsg(a.ep, &m, &res, nullptr, 1, FI_REMOTE_CQ_DATA | FI_COMPLETION); },
+		     "atomic read with CQ data");
+		expect_ok(a, &ctx, FI_ATOMIC | FI_READ, "atomic read with CQ data");
+		ck_assert_int_eq(old, 7);
+		remote_entry(kReadData, 1, 8, "atomic read with CQ data: the target's entry");
+		int64_t sw = 100, cmp = 7;
+		fi_ioc ioc{&sw, 1}, cioc{&cmp, 1};
+		fi_msg_atomic cm{&ioc, nullptr, 1, to, &rioc, 1, FI_INT64, FI_CSWAP, &ctx, 2};
+		post([&] { return fi_compare_atomicmsg(a.ep, &cm, &cioc, nullptr, 1, &res, nullptr, 1,
+						       FI_REMOTE_CQ_DATA | FI_COMPLETION); }, "cswap with CQ data");
+		expect_ok(a, &ctx, FI_ATOMIC | FI_READ, "cswap with CQ data");
+		ck_assert_int_eq(old, 7);
+		remote_entry(kWriteData, 2, 8, "cswap with CQ data: the target's entry");
+		ck_assert_int_eq(w[0], 100);
+	}
+	// Emulated in both modes: INT32 MAX; without the flag, no entry.
+	{
+		int32_t v = 42;
+		fi_ioc ioc{&v, 1};
+		fi_rma_ioc rioc{r.addr(16), 1, r.key()};
+		fi_msg_atomic m{&ioc, nullptr, 1, to, &rioc, 1, FI_INT32, FI_MAX, &ctx, 3};
+		post([&] { return fi_atomicmsg(a.ep, &m, FI_REMOTE_CQ_DATA | FI_COMPLETION); }, "INT32 max with CQ data");
+		expect_ok(a, &ctx, FI_ATOMIC | FI_WRITE, "INT32 max with CQ data");
+		remote_entry(kWriteData, 3, 4, "INT32 max with CQ data: the target's entry");
+		post([&] { return fi_atomicmsg(a.ep, &m, FI_COMPLETION); }, "INT32 max without CQ data");
+		expect_ok(a, &ctx, FI_ATOMIC | FI_WRITE, "INT32 max without CQ data");
+		expect_none(b, 300, native ? "an atomic without CQ data (native mode)" : "an atomic without CQ data");
+	}
+}
+
+START_TEST(rdm_atomic_cq_data)
+{
+	check_atomic_cq_data(false);
+}
+END_TEST
+
+START_TEST(rdm_atomic_native_cq_data)
+{
+	if (!in_fresh_process("rdm_atomic_native_cq_data"))
+		return;
+	setenv("FI_VRMA_RDM_NATIVE_ATOMICS", "1", 1);
+	check_atomic_cq_data(true);
+}
+END_TEST
+
 START_TEST(rdm_atomic_events)
 {
 	check_atomic_events(false);
@@ -559,13 +641,68 @@ END_TEST
 // process, forked by check, loads it afresh): on 64-bit integers only the
 // device's sum, read and compare-and-swap are offered, and they work; other
 // types stay emulated.
+// FI_FENCE waits for earlier atomics the target applies itself: with the
+// target passive, a fenced read of the word an emulated sum updates is
+// refused with -FI_EAGAIN (the device's fence would let it read the old
+// value); once the target progressed, it reads the sum. A fenced atomic
+// waits the same way.
+START_TEST(rdm_atomic_fence)
+{
+	AtomicEnv env;
+	RdmNode a(env), b(env);
+	connect_all({&a, &b});
+	const fi_addr_t to = a.addr_of(b);
+	Region r(env, 64);
+	int32_t *word = reinterpret_cast<int32_t *>(r.mem.data());
+	*word = 5;
+	const int32_t ten = 10;
+	int32_t back = 0;
+	fi_context actx, rctx;
+	// Connected first, both sides progressing.
+	post([&] { return post_atomic(a, to, r, 0, Kind::Plain, FI_INT32, FI_SUM, &ten, nullptr, nullptr, 1, &actx); },
+	     "the first sum");
+	expect_ok(a, &actx, FI_ATOMIC | FI_WRITE, "the first sum");
+	ck_assert_int_eq(*word, 15);
+
+	// The target makes no progress: the sum waits in its receive queue.
+	ck_assert_int_eq(post_retry([&] {
+		return post_atomic(a, to, r, 0, Kind::Plain, FI_INT32, FI_SUM, &ten, nullptr, nullptr, 1, &actx);
+	}, &a), 0);
+	auto fenced_read = [&] {
+		iovec iov{&back, sizeof back};
+		void *desc = nullptr;
+		fi_rma_iov rma{r.addr(0), sizeof back, r.key()};
+		fi_msg_rma m{&iov, &desc, 1, to, &rma, 1, &rctx, 0};
+		return fi_readmsg(a.ep, &m, FI_FENCE | FI_COMPLETION);
+	};
+	for (int i = 0; i < 20; i++) {
+		a.poll();
+		expect_rc(fenced_read(), -FI_EAGAIN, "a fenced read while the sum is not applied");
+		std::this_thread::sleep_for(std::chrono::milliseconds(10));
+	}
+	const int64_t one = 1;
+	expect_rc(fi_atomicmsg(a.ep, nullptr, FI_FENCE), -FI_EINVAL, "a NULL message");
+	{
+		fi_ioc ioc{const_cast<int64_t *>(&one), 1};
+		fi_rma_ioc rioc{r.addr(8), 1, r.key()};
+		fi_msg_atomic m{&ioc, nullptr, 1, to, &rioc, 1, FI_INT64, FI_SUM, &rctx, 0};
+		expect_rc(fi_atomicmsg(a.ep, &m, FI_FENCE), -FI_EAGAIN, "a fenced atomic while the sum is not applied");
+	}
+	ck_assert_int_eq(*word, 15);
+	// Everyone progresses: the sum is applied, then the read runs.
+	post(fenced_read, "the fenced read");
+	Completion c1 = next(a), c2 = next(a);
+	ck_assert_msg(c1.ok && c2.ok, "%s / %s", c1.describe().c_str(), c2.describe().c_str());
+	ck_assert_msg(c1.context() == &actx && c2.context() == &rctx, "the sum completes before the fenced read");
+	ck_assert_int_eq(*word, 25);
+	ck_assert_int_eq(back, 25);
+}
+END_TEST
+
 START_TEST(rdm_atomic_native)
 {
-	const char *fork = getenv("CK_FORK");
-	if (fork && !strcmp(fork, "no")) {
-		fprintf(stderr, "rdm_atomic_native: needs check's fork mode (a fresh provider); not run\n");
+	if (!in_fresh_process("rdm_atomic_native"))
 		return;
-	}
 	setenv("FI_VRMA_RDM_NATIVE_ATOMICS", "1", 1);
 	AtomicEnv ea, eb;
 	RdmNode a1(ea), a2(ea), b(eb);
@@ -629,11 +766,8 @@ END_TEST
 
 START_TEST(rdm_atomic_native_events)
 {
-	const char *fork = getenv("CK_FORK");
-	if (fork && !strcmp(fork, "no")) {
-		fprintf(stderr, "rdm_atomic_native_events: needs check's fork mode (a fresh provider); not run\n");
+	if (!in_fresh_process("rdm_atomic_native_events"))
 		return;
-	}
 	setenv("FI_VRMA_RDM_NATIVE_ATOMICS", "1", 1);
 	check_atomic_events(true);
 }
@@ -659,7 +793,8 @@ Suite *rdm_atomic_suite()
 	};
 	add("rdm_atomic_ops", 240, {rdm_atomic_valid, rdm_atomic_every_op, rdm_atomic_vectors_and_inject});
 	add("rdm_atomic_concurrent", 180, {rdm_atomic_two_initiators});
-	add("rdm_atomic_errors", 120, {rdm_atomic_errors, rdm_atomic_scalable_keys, rdm_atomic_events});
-	add("rdm_atomic_native", 120, {rdm_atomic_native, rdm_atomic_native_events});
+	add("rdm_atomic_errors", 120,
+	    {rdm_atomic_errors, rdm_atomic_scalable_keys, rdm_atomic_events, rdm_atomic_fence, rdm_atomic_cq_data});
+	add("rdm_atomic_native", 120, {rdm_atomic_native, rdm_atomic_native_events, rdm_atomic_native_cq_data});
 	return s;
 }

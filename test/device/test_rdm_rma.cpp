@@ -5,7 +5,9 @@
 // and scatter on both sides, injection, remote CQ data (full 64 bits, its
 // source, no receive consumed), the completion flags (delivery, inject,
 // transmit complete, FI_MORE, FI_FENCE, FI_COMMIT_COMPLETE refused,
-// selective completion), loopback through the endpoint's own address,
+// selective completion), FI_COMMIT_COMPLETE on FI_RMA_PMEM endpoints (into
+// file mappings and memory, the completion waiting for the target, direct
+// write targets, its errors), loopback through the endpoint's own address,
 // FI_RMA_EVENT counters of a target that only waits on them, remote access
 // errors and the connection after them, and the calls refused at once.
 //
@@ -14,8 +16,12 @@
 // its guards, so a byte written where it should not be is caught as well
 // as a byte missing. One tcase per group (CK_RUN_SUITE=rdm_rma
 // CK_RUN_CASE=<group>): rdm_rma_basic, rdm_rma_data, rdm_rma_flags,
-// rdm_rma_events, rdm_rma_errors.
+// rdm_rma_events, rdm_rma_errors, rdm_rma_keys, rdm_rma_commit.
 #include "rdm_harness.h"
+
+#include <rdma/fi_ext_vrma.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cinttypes>
@@ -75,14 +81,6 @@ struct RmaEnv : private OwnedHints, RdmEnv {
 const char *err_name(ssize_t rc)
 {
 	return fi_strerror(static_cast<int>(rc < 0 ? -rc : rc));
-}
-
-// Posts op (retrying -FI_EAGAIN while every node, or only `only`,
-// progresses); it must be accepted.
-void post(const std::function<ssize_t()> &op, const char *what, RdmNode *only = nullptr)
-{
-	const ssize_t rc = post_retry(op, only);
-	ck_assert_msg(rc == 0, "%s: %zd (%s)", what, rc, err_name(rc));
 }
 
 // A call that must be refused at once with `want`.
@@ -1016,7 +1014,7 @@ START_TEST(rdm_rma_flags)
 		seed += 2;
 	}
 
-	// FI_COMMIT_COMPLETE: no persistent memory on RDM yet.
+	// FI_COMMIT_COMPLETE: the endpoint lacks FI_RMA_PMEM (rdm_rma_commit).
 	{
 		r.reset();
 		fill_pattern(src.p, 64, seed);
@@ -1662,6 +1660,432 @@ START_TEST(rdm_rma_scalable_keys_mismatch)
 }
 END_TEST
 
+// ---------------------------------------------------------------------------
+// rdm_rma_commit: FI_COMMIT_COMPLETE on FI_RMA_PMEM endpoints
+
+namespace {
+
+fi_vrma_domain_ops *domain_ops(RdmEnv &env)
+{
+	void *ops = nullptr;
+	ck_assert_int_eq(fi_open_ops(&env.domain->fid, FI_VRMA_DOMAIN_OPS, 0, &ops, nullptr), 0);
+	ck_assert_ptr_nonnull(ops);
+	return static_cast<fi_vrma_domain_ops *>(ops);
+}
+
+fi_vrma_commit_stats commit_stats(RdmEnv &env)
+{
+	fi_vrma_commit_stats s{};
+	ck_assert_int_eq(domain_ops(env)->commit_stats(env.domain, &s), 0);
+	return s;
+}
+
+// What the target's commit counters moved by.
+struct CommitDelta {
+	uint64_t requests, ranges, bytes, msyncs, flushes, failures;
+};
+CommitDelta delta(const fi_vrma_commit_stats &a, const fi_vrma_commit_stats &b)
+{
+	return {b.requests - a.requests, b.ranges - a.ranges,	    b.bytes - a.bytes,
+		b.msync_calls - a.msync_calls, b.cache_flushes - a.cache_flushes, b.failures - a.failures};
+}
+void expect_delta(const CommitDelta &d, const CommitDelta &want, const char *what)
+{
+	ck_assert_msg(d.requests == want.requests && d.ranges == want.ranges && d.bytes == want.bytes &&
+			      d.msyncs == want.msyncs && d.flushes == want.flushes && d.failures == want.failures,
+		      "%s: the target's commit counters moved by requests %" PRIu64 " ranges %" PRIu64 " bytes %" PRIu64
+		      " msync %" PRIu64 " flushes %" PRIu64 " failures %" PRIu64 "; expected %" PRIu64 " %" PRIu64
+		      " %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64,
+		      what, d.requests, d.ranges, d.bytes, d.msyncs, d.flushes, d.failures, want.requests, want.ranges,
+		      want.bytes, want.msyncs, want.flushes, want.failures);
+}
+
+// A region of a file mapped MAP_SHARED, between sentinel pages of the
+// mapping's own (the guest's /tmp is tmpfs: msync is what makes such
+// memory durable, and commit_stats counts it).
+struct FileMem {
+	std::string path;
+	int fd = -1;
+	uint8_t *p = nullptr;
+	size_t len;
+	fid_mr *mr = nullptr;
+	FileMem(RdmEnv &env, size_t n) : len(n)
+	{
+		const char *dir = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+		path = std::string(dir) + "/vrma-rdm-pmem-XXXXXX";
+		fd = mkstemp(path.data());
+		ck_assert_int_ge(fd, 0);
+		ck_assert_int_eq(ftruncate(fd, static_cast<off_t>(len)), 0);
+		void *m = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+		ck_assert_ptr_ne(m, MAP_FAILED);
+		p = static_cast<uint8_t *>(m);
+		ck_assert_int_eq(fi_mr_reg(env.domain, p, len, kRemoteAccess, 0, 0, 0, &mr, nullptr), 0);
+	}
+	~FileMem()
+	{
+		if (mr)
+			fi_close(&mr->fid);
+		munmap(p, len);
+		close(fd);
+		unlink(path.c_str());
+	}
+	FileMem(const FileMem &) = delete;
+	FileMem &operator=(const FileMem &) = delete;
+	uint64_t addr(size_t off = 0) const { return reinterpret_cast<uintptr_t>(p) + off; }
+	uint64_t key() const { return fi_mr_key(mr); }
+	// The pattern must be in the file, read through the file.
+	void expect_file(size_t off, size_t n, uint32_t seed, const char *what, size_t from = 0) const
+	{
+		std::vector<uint8_t> out(n);
+		ck_assert_int_eq(pread(fd, out.data(), n, static_cast<off_t>(off)), static_cast<ssize_t>(n));
+		expect_pattern(out.data(), n, seed, what, from);
+	}
+};
+
+// An RMA env whose endpoints have FI_RMA_PMEM (and FI_RMA_EVENT), and
+// optionally a default FI_COMMIT_COMPLETE (then RMA only).
+struct PmemEnv : private OwnedHints, RdmEnv {
+	static fi_info *hints(bool default_commit)
+	{
+		fi_info *h = rma_hints(FI_RMA_PMEM | FI_RMA_EVENT);
+		if (default_commit) {
+			h->caps = kRmaCaps | FI_RMA_PMEM;
+			h->tx_attr->op_flags = FI_COMMIT_COMPLETE;
+		}
+		return h;
+	}
+	explicit PmemEnv(bool default_commit = false) : OwnedHints(hints(default_commit)), RdmEnv(h)
+	{
+		ck_assert_msg(info->caps & FI_RMA_PMEM, "the native RDM entry lacks FI_RMA_PMEM: caps 0x%" PRIx64,
+			      info->caps);
+	}
+};
+
+fi_msg_rma rma_msg(iovec *iov, size_t count, fi_rma_iov *rma, size_t rma_count, fi_addr_t to, void *ctx,
+		   uint64_t data = 0)
+{
+	fi_msg_rma m{};
+	m.msg_iov = iov;
+	m.iov_count = count;
+	m.addr = to;
+	m.rma_iov = rma;
+	m.rma_iov_count = rma_count;
+	m.context = ctx;
+	m.data = data;
+	return m;
+}
+
+// Reads only n's CQ for ms: nothing may arrive (the others make no
+// progress meanwhile).
+void expect_none_alone(RdmNode &n, int ms, const char *what)
+{
+	const Deadline d(ms);
+	while (!d.expired()) {
+		n.poll();
+		ck_assert_msg(n.backlog.empty(), "%s: %s", what, n.backlog.front().describe().c_str());
+		std::this_thread::sleep_for(std::chrono::milliseconds(5));
+	}
+}
+
+} // namespace
+
+// FI_RMA_PMEM is offered on the native RDM entry when asked for; a default
+// FI_COMMIT_COMPLETE makes an RMA-only entry, and is declined with
+// messages or atomics, and without FI_RMA_PMEM.
+START_TEST(rdm_rma_commit_getinfo)
+{
+	auto native = [](fi_info *h) -> fi_info * {
+		fi_info *list = nullptr;
+		const int rc = fi_getinfo(FI_VERSION(1, 17), kRdmNodeAddr, nullptr, FI_SOURCE, h, &list);
+		fi_info *out = rc == 0 && find_native_rdm(list) ? fi_dupinfo(find_native_rdm(list)) : nullptr;
+		fi_freeinfo(list);
+		fi_freeinfo(h);
+		return out;
+	};
+	fi_info *plain = native(rma_hints());
+	ck_assert_ptr_nonnull(plain);
+	ck_assert_msg(!(plain->caps & FI_RMA_PMEM), "FI_RMA_PMEM offered unasked");
+	fi_freeinfo(plain);
+	fi_info *pmem = native(rma_hints(FI_RMA_PMEM));
+	ck_assert_ptr_nonnull(pmem);
+	ck_assert(pmem->caps & FI_RMA_PMEM);
+	ck_assert(pmem->caps & FI_MSG); // per-operation commits go with messages
+	fi_freeinfo(pmem);
+
+	fi_info *h = rma_hints(FI_RMA_PMEM);
+	h->caps = kRmaCaps | FI_RMA_PMEM;
+	h->tx_attr->op_flags = FI_COMMIT_COMPLETE;
+	fi_info *def = native(h);
+	ck_assert_ptr_nonnull(def);
+	ck_assert_uint_eq(def->tx_attr->op_flags & FI_COMMIT_COMPLETE, FI_COMMIT_COMPLETE);
+	ck_assert_msg(!(def->caps & (FI_MSG | FI_TAGGED | FI_ATOMIC)), "caps 0x%" PRIx64, def->caps);
+	fi_freeinfo(def);
+	h = rma_hints(FI_RMA_PMEM); // with FI_MSG
+	h->tx_attr->op_flags = FI_COMMIT_COMPLETE;
+	ck_assert_ptr_null(native(h));
+	h = rma_hints();
+	h->caps = kRmaCaps; // no FI_RMA_PMEM
+	h->tx_attr->op_flags = FI_COMMIT_COMPLETE;
+	ck_assert_ptr_null(native(h));
+}
+END_TEST
+
+// Commits into a file mapping (msync) and anonymous memory (cache flush):
+// the completion comes after the target persisted every range written;
+// gather and scatter, remote CQ data and RMA events ride on the request;
+// inject, registration by vrma (desc NULL, 1 MiB), a zero-length write, a
+// read with the flag, and a default FI_COMMIT_COMPLETE.
+START_TEST(rdm_rma_commit_data)
+{
+	PmemEnv env;
+	RdmNodeOptions topt;
+	topt.remote_write_cntr = true;
+	RdmNode a(env), b(env, topt);
+	connect_all({&a, &b});
+	const fi_addr_t to = a.addr_of(b);
+	FileMem f(env, 4 * MiB);
+	Mem anon(64 * KiB), src(2 * MiB), back(4096 + kSlack);
+	anon.reg(env, kRemoteAccess);
+	uint64_t writes = 0;
+	fi_context ctx;
+
+	// 4 KiB into the file.
+	fi_vrma_commit_stats before = commit_stats(env);
+	fill_pattern(src.p, 4096, 1);
+	post([&] { return writemsg1(a, to, src.p, 4096, nullptr, anon, 0, FI_COMPLETION, &ctx); }, "warm-up");
+	expect_ok(a, &ctx, kWriteDone, "warm-up write");
+	anon.expect(0, 4096, 1);
+	anon.await("warm-up write");
+	writes++;
+	{
+		iovec iov{src.p, 4096};
+		fi_rma_iov rma{f.addr(8192), 4096, f.key()};
+		fi_msg_rma m = rma_msg(&iov, 1, &rma, 1, to, &ctx);
+		before = commit_stats(env);
+		post([&] { return fi_writemsg(a.ep, &m, FI_COMMIT_COMPLETE | FI_COMPLETION); }, "commit 4 KiB to a file");
+		expect_ok(a, &ctx, kWriteDone, "commit 4 KiB to a file");
+		writes++;
+		expect_delta(delta(before, commit_stats(env)), {1, 1, 4096, 1, 0, 0}, "commit 4 KiB to a file");
+		f.expect_file(8192, 4096, 1, "commit 4 KiB to a file: the file");
+	}
+	// Three local pieces into three ranges of the file, with CQ data.
+	{
+		fill_pattern(src.p, 3000, 2);
+		iovec iov[3] = {{src.p, 1000}, {src.p + 1000, 1000}, {src.p + 2000, 1000}};
+		fi_rma_iov rma[3] = {{f.addr(0), 500, f.key()}, {f.addr(MiB), 1500, f.key()}, {f.addr(3 * MiB), 1000, f.key()}};
+		fi_msg_rma m = rma_msg(iov, 3, rma, 3, to, &ctx, 0xfedcba9876543210ULL);
+		before = commit_stats(env);
+		post([&] { return fi_writemsg(a.ep, &m, FI_COMMIT_COMPLETE | FI_REMOTE_CQ_DATA | FI_COMPLETION); },
+		     "commit 3 ranges with CQ data");
+		expect_ok(a, &ctx, kWriteDone, "commit 3 ranges with CQ data");
+		writes++;
+		expect_delta(delta(before, commit_stats(env)), {1, 3, 3000, 3, 0, 0}, "commit 3 ranges");
+		f.expect_file(0, 500, 2, "commit 3 ranges: range 1");
+		f.expect_file(MiB, 1500, 2, "commit 3 ranges: range 2", 500);
+		f.expect_file(3 * MiB, 1000, 2, "commit 3 ranges: range 3", 2000);
+		Completion c = expect_ok(b, nullptr, kRemoteData, "commit 3 ranges: the target's CQ data");
+		ck_assert_uint_eq(c.e.data, 0xfedcba9876543210ULL);
+		ck_assert_uint_eq(c.e.len, 3000);
+		ck_assert_uint_eq(c.src, b.addr_of(a));
+	}
+	// Anonymous memory: a cache flush; 1 MiB from memory vrma registers.
+	{
+		fill_pattern(src.p, MiB, 3);
+		iovec iov{src.p, MiB};
+		fi_rma_iov rma{anon.addr(0), 64 * KiB, anon.key()};
+		iov.iov_len = 64 * KiB;
+		fi_msg_rma m = rma_msg(&iov, 1, &rma, 1, to, &ctx);
+		before = commit_stats(env);
+		post([&] { return fi_writemsg(a.ep, &m, FI_COMMIT_COMPLETE | FI_COMPLETION); }, "commit 64 KiB to memory");
+		expect_ok(a, &ctx, kWriteDone, "commit 64 KiB to memory");
+		writes++;
+		expect_delta(delta(before, commit_stats(env)), {1, 1, 64 * KiB, 0, 1, 0}, "commit 64 KiB to memory");
+		anon.expect(0, 64 * KiB, 3);
+		anon.check("commit 64 KiB to memory");
+		fi_rma_iov frma{f.addr(2 * MiB), MiB, f.key()};
+		iov.iov_len = MiB;
+		m = rma_msg(&iov, 1, &frma, 1, to, &ctx);
+		post([&] { return fi_writemsg(a.ep, &m, FI_COMMIT_COMPLETE | FI_COMPLETION); }, "commit 1 MiB to the file");
+		expect_ok(a, &ctx, kWriteDone, "commit 1 MiB to the file");
+		writes++;
+		f.expect_file(2 * MiB, MiB, 3, "commit 1 MiB to the file");
+	}
+	// FI_INJECT: the data is copied at once, committed all the same.
+	{
+		fill_pattern(src.p, 16, 4);
+		iovec iov{src.p, 16};
+		fi_rma_iov rma{f.addr(4 * MiB - 16), 16, f.key()};
+		fi_msg_rma m = rma_msg(&iov, 1, &rma, 1, to, &ctx);
+		before = commit_stats(env);
+		post([&] { return fi_writemsg(a.ep, &m, FI_COMMIT_COMPLETE | FI_INJECT | FI_COMPLETION); },
+		     "inject with commit");
+		fill_pattern(src.p, 16, 99); // the inject copied its data
+		expect_ok(a, &ctx, kWriteDone, "inject with commit");
+		writes++;
+		expect_delta(delta(before, commit_stats(env)), {1, 1, 16, 1, 0, 0}, "inject with commit");
+		f.expect_file(4 * MiB - 16, 16, 4, "inject with commit");
+	}
+	// A zero-length commit and a read with the flag: nothing to persist.
+	{
+		before = commit_stats(env);
+		post([&] { return writemsg1(a, to, src.p, 0, nullptr, anon, 0, FI_COMMIT_COMPLETE | FI_COMPLETION, &ctx); },
+		     "zero-length commit");
+		expect_ok(a, &ctx, kWriteDone, "zero-length commit");
+		writes++;
+		anon.put(0, 4096, 5);
+		post([&] { return readmsg1(a, to, back.p, 4096, nullptr, anon, 0, FI_COMMIT_COMPLETE | FI_COMPLETION, &ctx); },
+		     "read with FI_COMMIT_COMPLETE");
+		expect_ok(a, &ctx, kReadDone, "read with FI_COMMIT_COMPLETE");
+		expect_pattern(back.p, 4096, 5, "read with FI_COMMIT_COMPLETE");
+		expect_delta(delta(before, commit_stats(env)), {0, 0, 0, 0, 0, 0}, "a zero-length commit and a read");
+	}
+	// Every write counted once at the target (events ride on the requests).
+	expect_cntr(b.remote_write_cntr, writes, "the target's FI_REMOTE_WRITE counter");
+
+	// A default FI_COMMIT_COMPLETE: plain fi_write commits.
+	PmemEnv denv(true);
+	RdmNode c(denv), d(denv);
+	connect_all({&c, &d});
+	FileMem g(denv, 64 * KiB);
+	fill_pattern(src.p, 256, 6);
+	before = commit_stats(denv);
+	post([&] { return fi_write(c.ep, src.p, 256, nullptr, c.addr_of(d), g.addr(512), g.key(), &ctx); },
+	     "fi_write with a default FI_COMMIT_COMPLETE");
+	expect_ok(c, &ctx, kWriteDone, "fi_write with a default FI_COMMIT_COMPLETE");
+	expect_delta(delta(before, commit_stats(denv)), {1, 1, 256, 1, 0, 0}, "fi_write with a default commit");
+	g.expect_file(512, 256, 6, "fi_write with a default FI_COMMIT_COMPLETE");
+}
+END_TEST
+
+// The completion waits for the target: while the target makes no progress
+// (FI_PROGRESS_MANUAL, it never calls in) a commit does not complete,
+// though a delivery-complete write beside it does; the target's first
+// progress answers it. A target whose writes land in its persistence
+// domain (set_direct_write_to_pmem) needs no progress: a read-back proves
+// them.
+START_TEST(rdm_rma_commit_waits)
+{
+	PmemEnv env;
+	RdmNode a(env), b(env);
+	connect_all({&a, &b});
+	const fi_addr_t to = a.addr_of(b);
+	Mem r(64 * KiB), src(64 * KiB);
+	r.reg(env, kRemoteAccess);
+	fi_context warm, dc, cc;
+	// Connected first (both sides progress).
+	fill_pattern(src.p, 8, 0);
+	post([&] { return writemsg1(a, to, src.p, 8, nullptr, r, 0, FI_COMPLETION, &warm); }, "warm-up");
+	expect_ok(a, &warm, kWriteDone, "warm-up");
+	r.expect(0, 8, 0);
+	r.await("warm-up");
+
+	fi_vrma_commit_stats before = commit_stats(env);
+	fill_pattern(src.p, 4096, 7);
+	post([&] { return writemsg1(a, to, src.p, 4096, nullptr, r, 4096, FI_COMMIT_COMPLETE | FI_COMPLETION, &cc); },
+	     "commit", &a);
+	post([&] { return writemsg1(a, to, src.p, 4096, nullptr, r, 8192, FI_DELIVERY_COMPLETE | FI_COMPLETION, &dc); },
+	     "delivery complete", &a);
+	{
+		Expected e;
+		e.add(&dc, kWriteDone, "the delivery-complete write, the target passive");
+		e.wait_alone({&a});
+	}
+	expect_none_alone(a, 500, "the commit while the target makes no progress");
+	expect_delta(delta(before, commit_stats(env)), {0, 0, 0, 0, 0, 0}, "a passive target");
+	// A fenced operation waits for the commit's answer.
+	fi_context fc;
+	fill_pattern(src.p + 8192, 64, 70);
+	expect_rc(writemsg1(a, to, src.p + 8192, 64, nullptr, r, 16384, FI_FENCE | FI_COMPLETION, &fc), -FI_EAGAIN,
+		  "a fenced write behind an unanswered commit");
+	expect_ok(a, &cc, kWriteDone, "the commit once the target progresses");
+	post([&] { return writemsg1(a, to, src.p + 8192, 64, nullptr, r, 16384, FI_FENCE | FI_COMPLETION, &fc); },
+	     "the fenced write after the commit");
+	expect_ok(a, &fc, kWriteDone, "the fenced write after the commit");
+	r.expect(16384, 64, 70);
+	expect_delta(delta(before, commit_stats(env)), {1, 1, 4096, 0, 1, 0}, "the commit served");
+	r.expect(4096, 4096, 7);
+	r.expect(8192, 4096, 7);
+	r.check("commit and delivery");
+
+	// Direct write to pmem, declared before the connection: no request.
+	PmemEnv denv;
+	ck_assert_int_eq(domain_ops(denv)->set_direct_write_to_pmem(denv.domain, 1), 0);
+	RdmNode c(env), d(denv);
+	connect_all({&c, &d});
+	Mem dr(4096);
+	dr.reg(denv, kRemoteAccess);
+	post([&] { return writemsg1(c, c.addr_of(d), src.p, 8, nullptr, dr, 0, FI_COMPLETION, &warm); }, "warm-up d");
+	expect_ok(c, &warm, kWriteDone, "warm-up d");
+	before = commit_stats(denv);
+	fill_pattern(src.p, 512, 8);
+	post([&] { return writemsg1(c, c.addr_of(d), src.p, 512, nullptr, dr, 1024, FI_COMMIT_COMPLETE | FI_COMPLETION, &cc); },
+	     "commit to a direct-write target", &c);
+	{
+		Expected e;
+		e.add(&cc, kWriteDone, "commit to a direct-write target, the target passive");
+		e.wait_alone({&c});
+	}
+	dr.expect(0, 8, 7);
+	dr.expect(1024, 512, 8);
+	dr.check("commit to a direct-write target");
+	expect_delta(delta(before, commit_stats(denv)), {0, 0, 0, 0, 0, 0}, "a direct-write target");
+}
+END_TEST
+
+// What fails: FI_COMMIT_COMPLETE without FI_RMA_PMEM (refused at once), to
+// a peer that is no FI_RMA_PMEM endpoint (-FI_EOPNOTSUPP), to a key the
+// target lacks (one FI_EACCES error entry, then the next commit works), and
+// a commit whose target goes away before it answers: one error entry,
+// nothing lost.
+START_TEST(rdm_rma_commit_errors)
+{
+	PmemEnv env;
+	RmaEnv plain_env;
+	RdmNode a(env), b(env), p(plain_env), q(plain_env);
+	connect_all({&a, &b, &p, &q});
+	Mem r(4096), src(4096), pr(4096);
+	r.reg(env, kRemoteAccess);
+	pr.reg(plain_env, kRemoteAccess);
+	fi_context ctx;
+	fill_pattern(src.p, 64, 9);
+
+	expect_rc(writemsg1(p, p.addr_of(q), src.p, 64, nullptr, pr, 0, FI_COMMIT_COMPLETE | FI_COMPLETION, &ctx),
+		  -FI_EBADFLAGS, "FI_COMMIT_COMPLETE on an endpoint without FI_RMA_PMEM");
+	const ssize_t rc = post_retry(
+		[&] { return writemsg1(a, a.addr_of(p), src.p, 64, nullptr, pr, 0, FI_COMMIT_COMPLETE | FI_COMPLETION, &ctx); });
+	expect_rc(rc, -FI_EOPNOTSUPP, "FI_COMMIT_COMPLETE to a peer without FI_RMA_PMEM");
+	expect_none(a, 100, "the refused commit");
+	pr.check("the refused commit");
+
+	// A key the target does not have.
+	post([&] {
+		iovec iov{src.p, 64};
+		fi_rma_iov rma{r.addr(), 64, r.key() ^ 0x5a};
+		fi_msg_rma m = rma_msg(&iov, 1, &rma, 1, a.addr_of(b), &ctx);
+		return fi_writemsg(a.ep, &m, FI_COMMIT_COMPLETE | FI_COMPLETION);
+	}, "commit to a key the target lacks");
+	expect_err(a, &ctx, FI_EACCES, "commit to a key the target lacks");
+	expect_none(a, 300, "a second entry of the failed commit");
+	r.check("commit to a key the target lacks");
+	post([&] { return writemsg1(a, a.addr_of(b), src.p, 64, nullptr, r, 0, FI_COMMIT_COMPLETE | FI_COMPLETION, &ctx); },
+	     "commit after the error");
+	expect_ok(a, &ctx, kWriteDone, "commit after the error");
+	r.expect(0, 64, 9);
+	r.check("commit after the error");
+
+	// The target goes away with the commit unanswered.
+	fi_context lost;
+	post([&] { return writemsg1(a, a.addr_of(b), src.p, 64, nullptr, r, 64, FI_COMMIT_COMPLETE | FI_COMPLETION, &lost); },
+	     "commit to a target about to close", &a);
+	expect_none_alone(a, 200, "the commit to a passive target");
+	b.close_ep();
+	fi_cq_err_entry e = expect_err(a, &lost, 0, "commit whose target closed");
+	ck_assert_msg(e.err != 0, "no error code");
+	ck_assert_uint_eq(e.flags & kWriteDone, kWriteDone);
+	expect_none(a, 300, "a second entry of the lost commit");
+}
+END_TEST
+
 Suite *rdm_rma_suite()
 {
 	Suite *s = suite_create("rdm_rma");
@@ -1680,5 +2104,6 @@ Suite *rdm_rma_suite()
 	add("rdm_rma_events", 90, {rdm_rma_events_two_peers});
 	add("rdm_rma_errors", 120, {rdm_rma_remote_errors, rdm_rma_bad_input});
 	add("rdm_rma_keys", 120, {rdm_rma_scalable_keys, rdm_rma_scalable_key_reregistered, rdm_rma_scalable_keys_mismatch});
+	add("rdm_rma_commit", 120, {rdm_rma_commit_getinfo, rdm_rma_commit_data, rdm_rma_commit_waits, rdm_rma_commit_errors});
 	return s;
 }

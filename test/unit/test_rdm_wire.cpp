@@ -525,7 +525,7 @@ START_TEST(rma_event_round_trip)
 {
 	const uint64_t keys[kMaxRmaEventKeys] = {0x11223344u, 0, UINT64_MAX, 0x8000000000000001ULL};
 	for (size_t n : {size_t(0), size_t(1), size_t(4), kMaxRmaEventKeys}) {
-		for (RmaKind kind : {RmaKind::Write, RmaKind::Read}) {
+		for (RmaKind kind : {RmaKind::Write, RmaKind::Read, RmaKind::AtomicWrite, RmaKind::AtomicRead}) {
 			RdmHeader in = header(MsgType::RmaEvent, kind == RmaKind::Write ? kFlagCqData : 0,
 					      0x123456789ULL);
 			in.status = uint8_t(kind);
@@ -558,6 +558,16 @@ START_TEST(rma_event_round_trip)
 }
 END_TEST
 
+// What an event's kind says: writes or reads, RMA or atomic.
+START_TEST(rma_kinds)
+{
+	ck_assert(rma_kind_writes(uint8_t(RmaKind::Write)) && !rma_kind_atomic(uint8_t(RmaKind::Write)));
+	ck_assert(!rma_kind_writes(uint8_t(RmaKind::Read)) && !rma_kind_atomic(uint8_t(RmaKind::Read)));
+	ck_assert(rma_kind_writes(uint8_t(RmaKind::AtomicWrite)) && rma_kind_atomic(uint8_t(RmaKind::AtomicWrite)));
+	ck_assert(!rma_kind_writes(uint8_t(RmaKind::AtomicRead)) && rma_kind_atomic(uint8_t(RmaKind::AtomicRead)));
+}
+END_TEST
+
 START_TEST(malformed_rma_events_refused)
 {
 	const uint64_t keys[2] = {1, 2};
@@ -573,7 +583,7 @@ START_TEST(malformed_rma_events_refused)
 	uint8_t bad[kRmaEventMsgMax];
 	auto refused = [&](size_t blen) { return !decode_rma_event(bad, blen, h, out, n); };
 	// Status: none, or unknown.
-	for (uint8_t status : {uint8_t(0), uint8_t(3)}) {
+	for (uint8_t status : {uint8_t(0), uint8_t(5)}) {
 		memcpy(bad, good, len);
 		bad[3] = status;
 		ck_assert(refused(len));
@@ -829,7 +839,7 @@ START_TEST(malformed_atomic_requests_refused)
 		ck_assert(!decodes_request(bad.data(), len));
 	}
 	ck_assert(!with(2, kFlagDeliveryComplete));
-	ck_assert(!with(2, kFlagCqData));
+	ck_assert(with(2, kFlagCqData)); // remote CQ data (0 here) may ride on it
 	ck_assert(!with(3, 1));
 	ck_assert(!with(8, 1));
 	ck_assert(!with(16, 1));
@@ -975,7 +985,127 @@ START_TEST(undefined_types_refused)
 		buf[0] = t;
 		ck_assert_msg(!decodes(buf, sizeof buf), "type %u", t);
 	}
-	ck_assert_uint_eq(kMsgTypeMax, 11);
+	ck_assert_uint_eq(kMsgTypeMax, 13);
+}
+END_TEST
+
+START_TEST(commit_request_round_trip)
+{
+	CommitRange ranges[kMaxCommitRanges];
+	for (size_t i = 0; i < kMaxCommitRanges; i++)
+		ranges[i] = {0x7f0000001000ULL + i * 0x10000, 1 + i * 4096, 0x1234u + i};
+	ranges[1].key = UINT64_MAX;
+	for (size_t n : {size_t(1), size_t(3), kMaxCommitRanges}) {
+		uint8_t buf[kCommitRequestMax + 8];
+		RdmHeader in;
+		in.msg_id = 0xabcdef01u;
+		if (n == 3) {
+			in.flags = kFlagCqData;
+			in.cq_data = 0xfedcba9876543210ULL;
+		}
+		const size_t len = encode_commit_request(buf, in, ranges, n);
+		ck_assert_uint_eq(len, kRdmHeaderBytes + 8 + 24 * n);
+		ck_assert_uint_le(len, kCommitRequestMax);
+		ck_assert_uint_eq(buf[0], uint8_t(MsgType::CommitRequest));
+		ck_assert_uint_eq(buf[kRdmHeaderBytes], n);
+		ck_assert_uint_eq(buf[kRdmHeaderBytes + 8], 0x00); // LE addr, low byte
+		ck_assert_uint_eq(buf[kRdmHeaderBytes + 9], 0x10);
+		RdmHeader h;
+		CommitRange got[kMaxCommitRanges];
+		size_t count = 99;
+		ck_assert_msg(decode_commit_request(buf, len, h, got, count), "n %zu", n);
+		ck_assert_uint_eq(h.msg_id, 0xabcdef01u);
+		ck_assert_uint_eq(h.flags, in.flags);
+		ck_assert_uint_eq(h.cq_data, in.cq_data);
+		uint64_t sum = 0;
+		for (size_t i = 0; i < n; i++)
+			sum += ranges[i].len;
+		ck_assert_uint_eq(h.length, sum);
+		ck_assert_uint_eq(count, n);
+		for (size_t i = 0; i < n; i++) {
+			ck_assert_uint_eq(got[i].addr, ranges[i].addr);
+			ck_assert_uint_eq(got[i].len, ranges[i].len);
+			ck_assert_uint_eq(got[i].key, ranges[i].key);
+		}
+		ck_assert(!decode_commit_request(buf, len - 1, h, got, count));
+		ck_assert(!decode_commit_request(buf, len + 1, h, got, count));
+	}
+	// The answer: a bare header with a status.
+	for (CommitStatus st : {CommitStatus::Ok, CommitStatus::AccessError,
+				CommitStatus::PersistFailed, CommitStatus::Malformed}) {
+		uint8_t buf[kRdmHeaderBytes];
+		encode_commit_answer(buf, 77, st);
+		RdmHeader h;
+		ck_assert(decode_header(buf, sizeof buf, h));
+		ck_assert(h.type == MsgType::CommitAnswer);
+		ck_assert_uint_eq(h.msg_id, 77);
+		ck_assert_uint_eq(h.status, uint8_t(st));
+	}
+}
+END_TEST
+
+START_TEST(malformed_commits_refused)
+{
+	const CommitRange ranges[2] = {{0x1000, 64, 7}, {0x9000, 8, 8}};
+	uint8_t good[kCommitRequestMax];
+	RdmHeader in;
+	in.msg_id = 5;
+	const size_t len = encode_commit_request(good, in, ranges, 2);
+	RdmHeader h;
+	CommitRange out[kMaxCommitRanges];
+	size_t n;
+	ck_assert(decode_commit_request(good, len, h, out, n));
+	uint8_t bad[kCommitRequestMax + 24];
+	auto refused = [&](size_t blen) { return !decode_commit_request(bad, blen, h, out, n); };
+	auto reset = [&] { memcpy(bad, good, len); };
+	reset();
+	le::put32(bad + 4, 0); // msg_id 0
+	ck_assert(refused(len));
+	reset();
+	bad[3] = 1; // a status
+	ck_assert(refused(len));
+	reset();
+	bad[2] = kFlagDeliveryComplete; // a flag it may not carry
+	ck_assert(refused(len));
+	reset();
+	le::put64(bad + 16, 9); // CQ data without its flag
+	ck_assert(refused(len));
+	reset();
+	bad[kRdmHeaderBytes] = 0; // no ranges
+	ck_assert(refused(len));
+	reset();
+	bad[kRdmHeaderBytes] = kMaxCommitRanges + 1;
+	ck_assert(refused(len));
+	reset();
+	bad[kRdmHeaderBytes] = 3; // more ranges than follow
+	ck_assert(refused(len));
+	reset();
+	bad[kRdmHeaderBytes + 5] = 1; // reserved
+	ck_assert(refused(len));
+	reset();
+	le::put64(bad + kRdmHeaderBytes + 8 + 8, 0); // an empty range
+	ck_assert(refused(len));
+	reset();
+	le::put64(bad + 24, 71); // length disagrees with the ranges
+	ck_assert(refused(len));
+	reset();
+	le::put64(bad + 24, 0); // length 0
+	ck_assert(refused(len));
+	// Lengths that overflow when added.
+	const CommitRange huge[2] = {{0, UINT64_MAX, 1}, {0, 2, 1}};
+	const size_t hlen = encode_commit_request(bad, in, huge, 2);
+	ck_assert(refused(hlen));
+	// Not a request.
+	encode_commit_answer(bad, 5, CommitStatus::Ok);
+	ck_assert(refused(kRdmHeaderBytes));
+	// An answer with an unknown status, a body, or no msg_id.
+	encode_commit_answer(bad, 5, CommitStatus::Ok);
+	bad[3] = kCommitStatusMax + 1;
+	ck_assert(!decode_header(bad, kRdmHeaderBytes, h));
+	encode_commit_answer(bad, 5, CommitStatus::Ok);
+	ck_assert(!decode_header(bad, kRdmHeaderBytes + 8, h));
+	encode_commit_answer(bad, 0, CommitStatus::Ok);
+	ck_assert(!decode_header(bad, kRdmHeaderBytes, h));
 }
 END_TEST
 
@@ -994,11 +1124,14 @@ Suite *rdm_wire_suite()
 	tcase_add_test(tc, malformed_rndv_requests_refused);
 	tcase_add_test(tc, rma_event_round_trip);
 	tcase_add_test(tc, malformed_rma_events_refused);
+	tcase_add_test(tc, rma_kinds);
 	tcase_add_test(tc, atomic_request_round_trip);
 	tcase_add_test(tc, malformed_atomic_requests_refused);
 	tcase_add_test(tc, atomic_response_round_trip);
 	tcase_add_test(tc, malformed_atomic_responses_refused);
 	tcase_add_test(tc, undefined_types_refused);
+	tcase_add_test(tc, commit_request_round_trip);
+	tcase_add_test(tc, malformed_commits_refused);
 	suite_add_tcase(s, tc);
 	return s;
 }
