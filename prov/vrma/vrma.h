@@ -589,8 +589,18 @@ struct Conn {
 	// Target of the small RDMA READ that makes writes durable (commit).
 	uint64_t scratch[2] = {0, 0};
 	MrPtr scratch_mr;
-	std::unique_ptr<MoreChain> more; // allocated at the first FI_MORE
-	bool more_held = false; // the chain holds requests (tx lock)
+	std::unique_ptr<MoreChain> more; // allocated at the first FI_MORE (tx lock)
+	// Guards the chain's contents and more_held. Posters take it under
+	// the tx lock; when the connection ends ep_cancel_held takes it under
+	// the EQ lock (EQ thread) or a CQ lock (the poller that saw a request
+	// fail), which may not take the tx lock, and a serialized endpoint has
+	// none. A leaf: nothing is locked under it, so what a failed post of
+	// the chain reports (report_unposted takes CQ locks) waits until it is
+	// released, and no poster holds it while polling.
+	std::mutex more_lock;
+	// The chain holds requests; read without more_lock by the fast path,
+	// which then takes the long way.
+	std::atomic<bool> more_held{false};
 	// Provider messages that ride with an operation, one buffer per send
 	// slot, allocated at first use (copy_to_slot_buffer): RMA event
 	// messages (wire::RmaEvent), and headers of staged messages sent as
@@ -956,6 +966,13 @@ int ep_enable(Ep *ep) noexcept;
 int ep_post_provider_rx(Ep *ep) noexcept;
 // Moves the QP to the error state so that outstanding requests flush.
 void ep_set_error(Ep *ep) noexcept;
+// The connection ended (fi_shutdown, the peer disconnected, a request
+// failed, the device went): what FI_MORE held back is posted into the error
+// state, so that each operation ends like every posted one, with one
+// FI_ECANCELED flush reported and counted by the CQ poller. Needs no tx
+// lock (the EQ thread, a CQ poller) and reports nothing itself; what the
+// device refuses stays held for the next transmit call to report.
+void ep_cancel_held(Ep *ep) noexcept;
 // On a QP in the error state: a signaled zero-length write whose flush
 // retires every earlier unsignaled request (completed ones never report
 // again). The ring keeps one slot free for it. Whether it was posted.

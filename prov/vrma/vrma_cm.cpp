@@ -188,6 +188,11 @@ try {
 		eq_post(ep->eq, shutdown_event(ep));
 	if (ep->service)
 		pmem_connection_lost(ep);
+	// The failed request moved the QP to the error state: what FI_MORE
+	// held flushes now rather than at the DISCONNECTED event, which waits
+	// for a peer that may be gone (more_lock is a leaf: fine under the CQ
+	// lock, and the poster never holds it while polling).
+	ep_cancel_held(ep);
 	// Tell the peer: its side shuts down too instead of waiting for a
 	// retry timeout.
 	rdma_disconnect(ep->conn.id.get());
@@ -238,8 +243,10 @@ try {
 		break;
 	case RDMA_CM_EVENT_DISCONNECTED: {
 		EpState was = ep->conn.state.exchange(EpState::Shutdown);
-		// Outstanding operations complete with FI_ECANCELED.
+		// Outstanding operations complete with FI_ECANCELED, held ones
+		// too.
 		ep_set_error(ep);
+		ep_cancel_held(ep);
 		if (ep->service)
 			pmem_connection_lost(ep);
 		if (was == EpState::Connected || was == EpState::Connecting)
@@ -249,6 +256,7 @@ try {
 	case RDMA_CM_EVENT_DEVICE_REMOVAL:
 		ep->conn.state.store(EpState::Shutdown, std::memory_order_release);
 		ep_set_error(ep);
+		ep_cancel_held(ep);
 		push_error(eq, ep, FI_ENODEV, 0, nullptr, 0);
 		break;
 	default:
@@ -515,12 +523,16 @@ int cm_shutdown(fid_ep *f, uint64_t flags) noexcept
 		VRMA_WARN(FI_LOG_EP_CTRL, "fi_shutdown: endpoint is not connected\n");
 		return -FI_ENOTCONN;
 	}
+	int rc = 0;
 	if (rdma_disconnect(ep->conn.id.get())) {
 		int err = errno;
 		VRMA_WARN(FI_LOG_EP_CTRL, "rdma_disconnect: %s\n", strerror(err));
-		return errno_to_fi(err);
+		rc = errno_to_fi(err);
 	}
-	return 0;
+	// Cancelled, not discarded: what FI_MORE held flushes into the CQ now
+	// (posted operations flush with the QP), each operation once.
+	ep_cancel_held(ep);
+	return rc;
 }
 
 int cm_listen(fid_pep *f) noexcept

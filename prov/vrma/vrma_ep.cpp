@@ -77,6 +77,19 @@ int ep_close(fid *f) noexcept
 	}
 	if (ep->service)
 		pmem_ep_quiesce(ep);
+	{
+		// What FI_MORE holds is discarded with everything outstanding
+		// (fi_endpoint(3): no completions). Never posted after the
+		// sentinel below: the sentinel's flush retires these slots, and a
+		// later flush of them would name retired slots of a freed endpoint.
+		std::lock_guard<std::mutex> guard(ep->conn.more_lock);
+		if (ep->conn.more) {
+			ep->conn.more->nwr = 0;
+			ep->conn.more->nsge = 0;
+			ep->conn.more->inline_used = 0;
+		}
+		ep->conn.more_held.store(false, std::memory_order_relaxed);
+	}
 	bool drained = true;
 	if (ep->conn.qp) {
 		ep_set_error(ep);
@@ -402,6 +415,18 @@ void ep_set_error(Ep *ep) noexcept
 	if (int rc = ibv_modify_qp(ep->conn.qp, &attr, IBV_QP_STATE))
 		VRMA_INFO(FI_LOG_EP_CTRL, "moving QP %u to the error state: %s\n", ep->conn.qp->qp_num,
 			  strerror(rc));
+}
+
+void ep_cancel_held(Ep *ep) noexcept
+{
+	Conn &conn = ep->conn;
+	std::lock_guard<std::mutex> guard(conn.more_lock);
+	if (!conn.more_held.load(std::memory_order_relaxed))
+		return;
+	// Never run: the requests flush only if the QP is in the error state
+	// before they reach it (rdma_cm usually moved it there already).
+	ep_set_error(ep);
+	post_more_locked(&conn, nullptr);
 }
 
 int ep_enable(Ep *ep) noexcept

@@ -106,11 +106,26 @@ inline ssize_t fill_bounce(Conn *conn, uint64_t first, ibv_send_wr *wrs, size_t 
 
 // Reports the operations of requests that were accepted but could not be
 // posted (a held-back chain whose ibv_post_send failed): their completions
-// become errors, nothing is lost. Called with the tx lock held.
+// become errors, nothing is lost. Called with the tx lock held, never with
+// more_lock (it takes CQ locks). Reads only wr_id and next of each request.
 void report_unposted(Conn *conn, const ibv_send_wr *first, int err) noexcept;
 
-// Posts the held-back chain (tx lock held).
-inline void flush_more(Conn *conn) noexcept
+// Requests of a held-back chain whose post failed, copied out (their wr_id)
+// so that they are reported once more_lock is released. An operation that
+// is held back may flush the chain twice (full, then its own end).
+struct Unposted {
+	uint64_t wr_id[2 * MoreChain::kMaxWr]; // only the first n are set
+	size_t n = 0;
+	int err = 0;
+};
+
+// Posts the held-back chain (more_lock held) and empties it. Requests the
+// device refused go to `unposted`, or, without it, stay held (for a caller
+// that may report nothing, ep_cancel_held; the next transmit call posts
+// them again and reports a second failure). No request is posted twice:
+// they own their ring slots since they were accepted, in order, behind
+// everything posted before them.
+inline void post_more_locked(Conn *conn, Unposted *unposted) noexcept
 {
 	MoreChain &mc = *conn->more;
 	if (!mc.nwr)
@@ -118,20 +133,70 @@ inline void flush_more(Conn *conn) noexcept
 	ibv_send_wr *bad = nullptr;
 	if (int rc = ibv_post_send(conn->qp, mc.wr, &bad)) [[unlikely]] {
 		VRMA_WARN(FI_LOG_EP_DATA, "ibv_post_send of a held-back chain: %s\n", strerror(rc));
-		report_unposted(conn, bad, rc);
+		size_t k = 0; // requests before `bad` went out
+		while (k < mc.nwr && &mc.wr[k] != bad)
+			k++;
+		if (k == mc.nwr)
+			k = 0; // no position given: nothing went out
+		if (!unposted) {
+			// Keep the tail; its sges stay where they are.
+			for (size_t i = k; i < mc.nwr; i++) {
+				mc.wr[i - k] = mc.wr[i];
+				mc.wr[i - k].next = nullptr;
+				if (i > k)
+					mc.wr[i - k - 1].next = &mc.wr[i - k];
+			}
+			mc.nwr -= k;
+			return;
+		}
+		for (size_t i = k; i < mc.nwr; i++)
+			unposted->wr_id[unposted->n++] = mc.wr[i].wr_id;
+		unposted->err = rc;
 	}
 	mc.nwr = 0;
 	mc.nsge = 0;
 	mc.inline_used = 0;
-	conn->more_held = false;
+	conn->more_held.store(false, std::memory_order_relaxed);
+}
+
+[[gnu::noinline]] inline void report_unposted_slow(Conn *conn, const Unposted &u) noexcept
+{
+	ibv_send_wr wrs[2 * MoreChain::kMaxWr];
+	for (size_t i = 0; i < u.n; i++) {
+		wrs[i].wr_id = u.wr_id[i];
+		wrs[i].next = i + 1 < u.n ? &wrs[i + 1] : nullptr;
+	}
+	report_unposted(conn, wrs, u.err);
+}
+
+inline void report_unposted(Conn *conn, const Unposted &u) noexcept
+{
+	if (u.n) [[unlikely]]
+		report_unposted_slow(conn, u);
+}
+
+// Posts the held-back chain (tx lock held, not more_lock). Only posters,
+// which hold the tx lock, set more_held: a false read here is not stale.
+inline void flush_more(Conn *conn) noexcept
+{
+	if (!conn->more_held.load(std::memory_order_relaxed))
+		return;
+	Unposted u;
+	{
+		std::lock_guard<std::mutex> guard(conn->more_lock);
+		if (!conn->more_held.load(std::memory_order_relaxed))
+			return;
+		post_more_locked(conn, &u);
+	}
+	report_unposted(conn, u);
 }
 
 static_assert(kMaxRmaIov + 1 <= MoreChain::kMaxWr, "an unsplit operation fits an empty chain");
 static_assert(kMaxSge + kMaxOpWr <= MoreChain::kMaxWr * kMaxSge, "an operation's sges fit");
 
 // Appends the operation's requests to the held-back chain, posting what was
-// held first when they do not fit (n <= MoreChain::kMaxWr).
-inline void hold_back(Conn *conn, const ibv_send_wr *wrs, size_t n) noexcept
+// held first when they do not fit (n <= MoreChain::kMaxWr; more_lock held).
+inline void hold_back(Conn *conn, const ibv_send_wr *wrs, size_t n, Unposted &unposted) noexcept
 {
 	MoreChain &mc = *conn->more;
 	size_t nsge = 0, inline_bytes = 0;
@@ -143,7 +208,7 @@ inline void hold_back(Conn *conn, const ibv_send_wr *wrs, size_t n) noexcept
 	}
 	if (mc.nwr + n > MoreChain::kMaxWr || mc.nsge + nsge > MoreChain::kMaxWr * kMaxSge ||
 	    mc.inline_used + inline_bytes > mc.inline_cap)
-		flush_more(conn);
+		post_more_locked(conn, &unposted);
 	for (size_t i = 0; i < n; i++) {
 		ibv_send_wr &w = mc.wr[mc.nwr];
 		w = wrs[i];
@@ -164,7 +229,7 @@ inline void hold_back(Conn *conn, const ibv_send_wr *wrs, size_t n) noexcept
 			mc.wr[mc.nwr - 1].next = &w;
 		mc.nwr++;
 	}
-	conn->more_held = true;
+	conn->more_held.store(true, std::memory_order_relaxed);
 }
 
 template <typename E> inline bool tx_reports(const E *ep, uint64_t flags) noexcept
@@ -275,7 +340,8 @@ inline constexpr uint64_t kOneWrOpFlags = FI_COMPLETION | FI_INJECT | FI_INJECT_
 	// FI_MORE (and what it held back) takes the long way: batching saves
 	// the doorbell, not these instructions.
 	if (conn->state.load(std::memory_order_acquire) != EpState::Connected ||
-	    conn->tx.outstanding() >= conn->tx_depth || more || conn->more_held) [[unlikely]]
+	    conn->tx.outstanding() >= conn->tx_depth || more ||
+	    conn->more_held.load(std::memory_order_relaxed)) [[unlikely]]
 		return post_one_slow(conn, wr, context, comp_flags, len, report, cntr, more, aux);
 	const uint64_t seq = conn->tx.head();
 	TxSlot &s = conn->tx.at(seq);
@@ -300,6 +366,10 @@ inline constexpr uint64_t kOneWrOpFlags = FI_COMPLETION | FI_INJECT | FI_INJECT_
 inline ssize_t post_send_chain_locked(Conn *conn, ibv_send_wr *wrs, size_t n, const TxOp &op) noexcept
 {
 	if (conn->state.load(std::memory_order_acquire) != EpState::Connected) [[unlikely]] {
+		// Requests the connection's end could not post (ep_cancel_held
+		// keeps what the device refused) get their second chance here,
+		// where a failure can be reported.
+		flush_more(conn);
 		VRMA_WARN(FI_LOG_EP_DATA, "transmit on an endpoint that is not connected\n");
 		return -FI_ENOTCONN;
 	}
@@ -312,8 +382,7 @@ inline ssize_t post_send_chain_locked(Conn *conn, ibv_send_wr *wrs, size_t n, co
 		// Automatic progress: post what FI_MORE held back (its slots can
 		// only come back once posted), reclaim what the device finished,
 		// and only then say the queue is full (lock order: tx, then CQ).
-		if (conn->more)
-			flush_more(conn);
+		flush_more(conn);
 		conn->progress(conn);
 		if (conn->tx.outstanding() + n > conn->tx_depth)
 			return -FI_EAGAIN;
@@ -365,7 +434,7 @@ inline ssize_t post_send_chain_locked(Conn *conn, ibv_send_wr *wrs, size_t n, co
 	}
 	// FI_MORE: hold the doorbell (inline payloads are copied into the
 	// chain: the caller may reuse its buffer at once).
-	const bool held = conn->more_held;
+	const bool held = conn->more_held.load(std::memory_order_relaxed);
 	if (op.more || held) [[unlikely]] {
 		if (n > MoreChain::kMaxWr) {
 			// A split operation too long to hold: it goes now, after
@@ -384,9 +453,18 @@ inline ssize_t post_send_chain_locked(Conn *conn, ibv_send_wr *wrs, size_t n, co
 				goto post_now; // no memory for batching: post at once
 			}
 		}
-		hold_back(conn, wrs, n);
-		if (!op.more)
-			flush_more(conn);
+		Unposted unposted;
+		{
+			std::lock_guard<std::mutex> guard(conn->more_lock);
+			hold_back(conn, wrs, n, unposted);
+			// The connection may have ended since the check above:
+			// ep_cancel_held posted what was held then, not these, and
+			// no one else will. Posted now, they flush (or run, if the
+			// QP is not in the error state yet): one completion each.
+			if (!op.more || conn->state.load() != EpState::Connected)
+				post_more_locked(conn, &unposted);
+		}
+		report_unposted(conn, unposted);
 		return 0;
 	}
 post_now:

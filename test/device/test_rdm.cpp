@@ -1984,6 +1984,39 @@ START_TEST(rdm_conn_more_close)
 }
 END_TEST
 
+// Sends held back by FI_MORE when the peer goes away: the connection fails
+// and each held send still ends with exactly one entry (success or error).
+START_TEST(rdm_conn_more_peer_gone)
+{
+	RdmEnv env;
+	RdmNode a(env);
+	auto b = std::make_unique<RdmNode>(env);
+	connect_all({&a, b.get()});
+	send_recv_one(a, *b, 64, 1700);
+	constexpr int N = 3;
+	std::vector<uint8_t> src = pattern(128, 72);
+	fi_context mctx[N];
+	for (int i = 0; i < N; i++) {
+		iovec iov{src.data(), src.size()};
+		fi_msg m = make_msg(&iov, 1, a.addr_of(*b), &mctx[i]);
+		ck_assert_int_eq(fi_sendmsg(a.ep, &m, FI_MORE | FI_COMPLETION), 0);
+	}
+	a.forget(*b);
+	b.reset();
+	int seen[N] = {};
+	for (int k = 0; k < N; k++) {
+		Completion c = next_alone(a);
+		int i = 0;
+		while (i < N && c.context() != &mctx[i])
+			i++;
+		ck_assert_msg(i < N, "an entry for an unknown context: %s", c.describe().c_str());
+		ck_assert_msg(!seen[i]++, "two entries for held send %d", i);
+		ck_assert_msg(c.flags() & FI_SEND, "held send %d: %s", i, c.describe().c_str());
+	}
+	expect_none(a, 300, "after the held sends");
+}
+END_TEST
+
 START_TEST(rdm_conn_peer_closed)
 {
 	RdmEnv env;
@@ -2592,7 +2625,7 @@ Suite *rdm_suite()
 	add("rdm_multi_recv", 60, {rdm_multi_recv_buffer});
 	add("rdm_conn", 120,
 	    {rdm_conn_crossing_interleaved, rdm_conn_crossing_threads, rdm_conn_unknown_sender, rdm_conn_peer_closed,
-	     rdm_conn_av_remove, rdm_conn_more_close, rdm_rndv_receiver_closes, rdm_rndv_sender_closes});
+	     rdm_conn_av_remove, rdm_conn_more_close, rdm_conn_more_peer_gone, rdm_rndv_receiver_closes, rdm_rndv_sender_closes});
 	add("rdm_rndv_cache", 60, {rdm_rndv_mmap_remap, rdm_rndv_mmap_fixed_replace, rdm_rndv_malloc_reuse,
 				   rdm_rndv_cache_counters});
 	add("rdm_threads", 120, {rdm_threads_tagged});

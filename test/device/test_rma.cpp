@@ -682,6 +682,207 @@ START_TEST(cq_data_refused_where_it_would_eat_a_receive)
 }
 END_TEST
 
+// Operations held back by FI_MORE (a chain never ended by an operation
+// without it) when the connection ends. The held chain: two writes (one of
+// them split over two remote segments), an inline inject write and a send.
+struct HeldChain {
+	static constexpr int kOps = 4;
+	int ctx[kOps];
+	Region local, remote;
+	HeldChain(Env &env) : local(env, 4096, FI_WRITE | FI_SEND), remote(env, 4096, FI_REMOTE_WRITE)
+	{
+		local.fill(55);
+		std::fill(remote.buf.begin(), remote.buf.end(), 0);
+	}
+	void post(fid_ep *ep)
+	{
+		OneRma w0(local.buf.data(), 512, local.desc(), remote.addr(), remote.key(), &ctx[0]);
+		ck_assert_int_eq(fi_writemsg(ep, &w0.msg, FI_COMPLETION | FI_MORE), 0);
+		iovec iov{local.buf.data() + 512, 1024};
+		void *desc = local.desc();
+		fi_rma_iov rma[2] = {{remote.addr() + 512, 512, remote.key()},
+				     {remote.addr() + 2048, 512, remote.key()}};
+		fi_msg_rma w1 = msg_rma(&iov, &desc, 1, rma, 2);
+		w1.context = &ctx[1];
+		ck_assert_int_eq(fi_writemsg(ep, &w1, FI_COMPLETION | FI_MORE), 0);
+		uint64_t v = 77;
+		OneRma w2(&v, sizeof v, nullptr, remote.addr() + 4000, remote.key(), &ctx[2]);
+		ck_assert_int_eq(fi_writemsg(ep, &w2.msg, FI_INJECT | FI_COMPLETION | FI_MORE), 0);
+		iovec siov{local.buf.data(), 64};
+		fi_msg m{};
+		m.msg_iov = &siov;
+		m.desc = &desc;
+		m.iov_count = 1;
+		m.context = &ctx[3];
+		ck_assert_int_eq(fi_sendmsg(ep, &m, FI_COMPLETION | FI_MORE), 0);
+	}
+	static uint64_t flags_of(int i) { return i == 3 ? (FI_SEND | FI_MSG) : (FI_RMA | FI_WRITE); }
+	// Each held operation ends with exactly one FI_ECANCELED error entry,
+	// and nothing follows; none of them ran.
+	void expect_cancelled(fid_cq *cq, const char *when)
+	{
+		int seen[kOps] = {};
+		for (int k = 0; k < kOps; k++) {
+			fi_cq_data_entry e{};
+			fi_cq_err_entry err{};
+			const ssize_t n = wait_cq(cq, &e, &err);
+			ck_assert_msg(n == -FI_EAVAIL, "%s: held operation %d of %d: expected an error entry, got %zd%s",
+				      when, k + 1, kOps, n, n == 1 ? " (a success)" : "");
+			int i = 0;
+			while (i < kOps && err.op_context != &ctx[i])
+				i++;
+			ck_assert_msg(i < kOps, "%s: an error entry for an unknown context %p", when, err.op_context);
+			ck_assert_msg(!seen[i]++, "%s: two entries for held operation %d", when, i);
+			ck_assert_msg(err.err == FI_ECANCELED, "%s: held operation %d: err %d (%s)", when, i,
+				      err.err, fi_strerror(err.err));
+			ck_assert_msg(err.flags == flags_of(i), "%s: held operation %d: flags 0x%llx", when, i,
+				      static_cast<unsigned long long>(err.flags));
+		}
+		expect_no_completion(cq, 300);
+		for (size_t b = 0; b < remote.buf.size(); b++)
+			ck_assert_msg(remote.buf[b] == 0, "%s: byte %zu was written", when, b);
+	}
+};
+
+// Counters bound on the client: FI_WRITE and FI_SEND.
+struct HeldCntrs {
+	fid_cntr *wc, *sc;
+	explicit HeldCntrs(Env &env) : wc(open_cntr(env)), sc(open_cntr(env)) {}
+	~HeldCntrs()
+	{
+		fi_close(&wc->fid);
+		fi_close(&sc->fid);
+	}
+	PairOptions options() const
+	{
+		PairOptions opt;
+		opt.client_cntrs = {{wc, FI_WRITE}, {sc, FI_SEND}};
+		return opt;
+	}
+	void expect_errors(uint64_t writes, uint64_t sends) const
+	{
+		ck_assert_uint_eq(fi_cntr_readerr(wc), writes);
+		ck_assert_uint_eq(fi_cntr_read(wc), 0);
+		ck_assert_uint_eq(fi_cntr_readerr(sc), sends);
+		ck_assert_uint_eq(fi_cntr_read(sc), 0);
+	}
+};
+
+void expect_shutdown_event(fid_eq *eq)
+{
+	uint32_t event = 0;
+	alignas(fi_eq_cm_entry) uint8_t buf[sizeof(fi_eq_cm_entry) + 64];
+	ck_assert_int_eq(wait_eq(eq, &event, buf, sizeof buf), static_cast<ssize_t>(sizeof(fi_eq_cm_entry)));
+	ck_assert_uint_eq(event, FI_SHUTDOWN);
+}
+
+// Closes the client's endpoint only: its CQ stays to be read.
+void close_client_ep(Pair &p)
+{
+	ck_assert_int_eq(fi_close(&p.client.ep->fid), 0);
+	p.client.ep = nullptr;
+}
+
+// fi_shutdown cancels what FI_MORE held: one FI_ECANCELED entry and one
+// counted error each, never a second one (neither from a later post nor
+// from fi_close).
+START_TEST(more_held_cancelled_by_shutdown)
+{
+	Env env;
+	HeldCntrs cntrs(env);
+	{
+		Pair p(env, cntrs.options());
+		HeldChain held(env);
+		held.post(p.client.ep);
+		expect_no_completion(p.client.cq, 100);
+		ck_assert_int_eq(fi_shutdown(p.client.ep, 0), 0);
+		held.expect_cancelled(p.client.cq, "after fi_shutdown");
+		cntrs.expect_errors(3, 1);
+		// A later operation is refused and reports nothing again.
+		ck_assert_int_eq(fi_write(p.client.ep, held.local.buf.data(), 8, held.local.desc(), 0,
+					  held.remote.addr(), held.remote.key(), nullptr), -FI_ENOTCONN);
+		close_client_ep(p);
+		expect_no_completion(p.client.cq, 300);
+		cntrs.expect_errors(3, 1);
+	}
+}
+END_TEST
+
+// The peer goes away (its endpoint closes): FI_SHUTDOWN, and what FI_MORE
+// held ends cancelled, once each.
+START_TEST(more_held_cancelled_when_the_peer_goes)
+{
+	Env env;
+	HeldCntrs cntrs(env);
+	{
+		Pair p(env, cntrs.options());
+		HeldChain held(env);
+		held.post(p.client.ep);
+		close_side(p.server);
+		expect_shutdown_event(p.client.eq);
+		held.expect_cancelled(p.client.cq, "after the peer closed");
+		cntrs.expect_errors(3, 1);
+		ck_assert_int_eq(fi_write(p.client.ep, held.local.buf.data(), 8, held.local.desc(), 0,
+					  held.remote.addr(), held.remote.key(), nullptr), -FI_ENOTCONN);
+		close_client_ep(p);
+		expect_no_completion(p.client.cq, 300);
+		cntrs.expect_errors(3, 1);
+	}
+}
+END_TEST
+
+// A posted request fails (a bad key) while FI_MORE holds others: the failed
+// one reports its error, the connection shuts down, and each held one ends
+// cancelled, once, although both the failure's poller and the DISCONNECTED
+// event that follows cancel what is held.
+START_TEST(more_held_cancelled_when_a_request_fails)
+{
+	Env env;
+	HeldCntrs cntrs(env);
+	{
+		Pair p(env, cntrs.options());
+		HeldChain held(env);
+		int bad;
+		ck_assert_int_eq(fi_write(p.client.ep, held.local.buf.data(), 64, held.local.desc(), 0,
+					  held.remote.addr(), held.remote.key() ^ 0x5500, &bad), 0);
+		held.post(p.client.ep);
+		fi_cq_err_entry err = expect_error(p.client.cq);
+		ck_assert_ptr_eq(err.op_context, &bad);
+		ck_assert_int_eq(err.err, FI_EACCES);
+		held.expect_cancelled(p.client.cq, "after a failed write");
+		expect_shutdown_event(p.client.eq);
+		expect_no_completion(p.client.cq, 300);
+		cntrs.expect_errors(4, 1);
+	}
+}
+END_TEST
+
+// fi_close discards what is outstanding, held or posted, with no
+// completions (fi_endpoint(3): "Discarded operations will silently be
+// dropped"): an application may free the contexts once fi_close returned,
+// so no entry may name them later. Nothing runs, and the close does not
+// wait for requests that were never posted.
+START_TEST(more_held_discarded_by_close)
+{
+	Env env;
+	HeldCntrs cntrs(env);
+	{
+		Pair p(env, cntrs.options());
+		HeldChain held(env);
+		held.post(p.client.ep);
+		const auto start = std::chrono::steady_clock::now();
+		close_client_ep(p);
+		const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+					std::chrono::steady_clock::now() - start).count();
+		ck_assert_msg(ms < 1000, "fi_close took %lld ms", static_cast<long long>(ms));
+		expect_no_completion(p.client.cq, 300);
+		cntrs.expect_errors(0, 0);
+		for (size_t b = 0; b < held.remote.buf.size(); b++)
+			ck_assert_msg(held.remote.buf[b] == 0, "byte %zu was written", b);
+	}
+}
+END_TEST
+
 Suite *rma_suite()
 {
 	Suite *s = suite_create("rma");
@@ -706,6 +907,10 @@ Suite *rma_suite()
 	tcase_add_test(tc, inline_then_bounce_injects);
 	tcase_add_test(tc, cq_data_without_application_receives);
 	tcase_add_test(tc, cq_data_refused_where_it_would_eat_a_receive);
+	tcase_add_test(tc, more_held_cancelled_by_shutdown);
+	tcase_add_test(tc, more_held_cancelled_when_the_peer_goes);
+	tcase_add_test(tc, more_held_cancelled_when_a_request_fails);
+	tcase_add_test(tc, more_held_discarded_by_close);
 	suite_add_tcase(s, tc);
 	return s;
 }
