@@ -17,6 +17,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <utility>
 
 namespace vrma {
 
@@ -36,6 +37,20 @@ public:
 		depth_ = depth;
 		head_.store(0, std::memory_order_relaxed);
 		tail_.store(0, std::memory_order_relaxed);
+	}
+
+	// Exchanges the two rings' slots and positions; neither may be in use
+	// by another thread.
+	void swap(SlotRing &o) noexcept
+	{
+		slots_.swap(o.slots_);
+		std::swap(mask_, o.mask_);
+		std::swap(depth_, o.depth_);
+		const uint64_t h = head(), t = tail_.load(std::memory_order_relaxed);
+		head_.store(o.head(), std::memory_order_relaxed);
+		tail_.store(o.tail_.load(std::memory_order_relaxed), std::memory_order_relaxed);
+		o.head_.store(h, std::memory_order_relaxed);
+		o.tail_.store(t, std::memory_order_relaxed);
 	}
 
 	size_t depth() const noexcept { return depth_; }

@@ -467,13 +467,20 @@ struct StagedArrival {
 	uint32_t len;
 };
 
+// An endpoint's staging buffers: `count` of wire::kStageBytes, one
+// registration (staged_ep_prepare).
+struct StagingBuffers {
+	std::unique_ptr<uint8_t[]> buffers;
+	MrPtr mr;
+	size_t count = 0;
+	std::vector<uint8_t *> unposted; // staging buffers a repost failed for
+};
+
 // Receive side of staged messages (all under the endpoint's rx lock).
 // Pieces are consumed strictly in arrival order; a message is matched to
 // the oldest posted receive when its first piece is consumed.
 struct StagedRx {
-	std::unique_ptr<uint8_t[]> buffers;
-	MrPtr mr;
-	std::vector<uint8_t *> unposted; // staging buffers a repost failed for
+	StagingBuffers stage;
 	std::deque<StagedRecv> posted;
 	std::deque<StagedArrival> arrivals;
 	// The message being copied into `cur`.
@@ -674,16 +681,28 @@ struct Ep final : fid_ep {
 
 // The CQs the QP's queues complete into: the bound one, the other direction's
 // when only one is bound, or the endpoint's own when only counters are.
+// fi_enable asks with the CQ it opened for the endpoint, before the
+// endpoint holds it.
+inline Cq *send_cq_of(const Ep *ep, Cq *own_cq) noexcept
+{
+	return ep->tx_cq ? ep->tx_cq : ep->rx_cq ? ep->rx_cq : own_cq;
+}
+
+inline Cq *recv_cq_of(const Ep *ep, Cq *own_cq) noexcept
+{
+	if (ep->service_cq)
+		return ep->service_cq;
+	return ep->rx_cq ? ep->rx_cq : ep->tx_cq ? ep->tx_cq : own_cq;
+}
+
 inline Cq *send_cq_of(const Ep *ep) noexcept
 {
-	return ep->tx_cq ? ep->tx_cq : ep->rx_cq ? ep->rx_cq : ep->own_cq;
+	return send_cq_of(ep, ep->own_cq);
 }
 
 inline Cq *recv_cq_of(const Ep *ep) noexcept
 {
-	if (ep->service_cq)
-		return ep->service_cq;
-	return ep->rx_cq ? ep->rx_cq : ep->tx_cq ? ep->tx_cq : ep->own_cq;
+	return recv_cq_of(ep, ep->own_cq);
 }
 
 // What the peer announced while connecting.
@@ -800,6 +819,32 @@ int cq_trywait(Cq *cq) noexcept;
 // ibv CQ when needed); returns 0 or a negative FI_E* code.
 int cq_reserve(Cq *cq, size_t entries) noexcept;
 void cq_unreserve(Cq *cq, size_t entries) noexcept;
+// Entries reserved in a CQ (cq_reserve), given back on destruction unless
+// release()d to the queue that uses them.
+class CqReservation {
+public:
+	CqReservation() = default;
+	CqReservation(const CqReservation &) = delete;
+	CqReservation &operator=(const CqReservation &) = delete;
+	~CqReservation()
+	{
+		if (cq_)
+			cq_unreserve(cq_, entries_);
+	}
+	int reserve(Cq *cq, size_t entries) noexcept
+	{
+		if (int rc = cq_reserve(cq, entries))
+			return rc;
+		cq_ = cq;
+		entries_ = entries;
+		return 0;
+	}
+	void release() noexcept { cq_ = nullptr; }
+
+private:
+	Cq *cq_ = nullptr;
+	size_t entries_ = 0;
+};
 // Polls the CQ until the endpoint has no outstanding work requests or the
 // deadline passes; entries of other endpoints are kept for the application.
 bool cq_drain_endpoint(Cq *cq, Ep *ep, bool tx_side, int timeout_ms) noexcept;
@@ -980,9 +1025,26 @@ bool conn_post_sentinel(Conn *conn) noexcept;
 
 // vrma_pmem.cpp: FI_RMA_PMEM endpoints and the domain's commit service.
 int domain_ops_open(fid *f, const char *name, uint64_t flags, void **ops, void *context) noexcept;
-// Sets up an FI_RMA_PMEM endpoint at fi_enable (receive buffers, the
-// service and its CQ); 0 or a negative FI_E* code.
-int pmem_ep_enable(Ep *ep) noexcept;
+// An endpoint attached to its domain's commit service, with its commit
+// message buffers (pmem_ep_enable). Destruction detaches it and frees the
+// buffers unless release()d; the endpoint's QP must be gone by then.
+class PmemAttachment {
+public:
+	PmemAttachment() = default;
+	PmemAttachment(const PmemAttachment &) = delete;
+	PmemAttachment &operator=(const PmemAttachment &) = delete;
+	~PmemAttachment();
+	void hold(Ep *ep) noexcept { ep_ = ep; }
+	void release() noexcept { ep_ = nullptr; }
+
+private:
+	Ep *ep_ = nullptr;
+};
+// Sets up an FI_RMA_PMEM endpoint at fi_enable, all or nothing: its commit
+// message buffers, the domain's service (started by the first endpoint) and
+// the service CQ as its receive CQ (Ep::service_cq), held by `attachment`.
+// 0 or a negative FI_E* code.
+int pmem_ep_enable(Ep *ep, PmemAttachment &attachment) noexcept;
 // At close, before draining: the service forgets the endpoint's work.
 void pmem_ep_quiesce(Ep *ep) noexcept;
 // At close, after the QP is gone: the last endpoint stops the service.
@@ -1015,8 +1077,12 @@ bool pmem_commits_pending(Ep *ep) noexcept;
 void pmem_abort_commit(Ep *ep, uint32_t commit) noexcept;
 
 // vrma_staged.cpp: staged receives (uses_staged_rx).
-// Allocates, registers and posts the staging buffers (fi_enable).
-int staged_ep_enable(Ep *ep) noexcept;
+// fi_enable: allocates and registers the staging buffers into `out`; 0 or
+// a negative FI_E* code (-FI_ENOMEM when the registration is refused).
+int staged_ep_prepare(Ep *ep, StagingBuffers &out) noexcept;
+// fi_enable, the endpoint holding its QP and staging buffers: posts every
+// staging buffer; -FI_ENOMEM when none could be posted.
+int staged_ep_post(Ep *ep) noexcept;
 // Queues an application receive and copies what already arrived for it.
 ssize_t staged_recv(Ep *ep, const iovec *iov, size_t count, size_t capacity, void *context,
 		    bool report, Cntr *cntr) noexcept;

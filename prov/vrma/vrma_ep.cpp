@@ -429,28 +429,87 @@ void ep_cancel_held(Ep *ep) noexcept
 	post_more_locked(&conn, nullptr);
 }
 
-int ep_enable(Ep *ep) noexcept
+namespace {
+
+// Closes the CQ fi_enable opened for an endpoint with counters only.
+struct CqCloser {
+	void operator()(Cq *cq) const noexcept { fi_close(&cq->fid); }
+};
+using OwnCqPtr = std::unique_ptr<Cq, CqCloser>;
+
+// What fi_enable builds, held here until every step succeeded: a failed
+// fi_enable frees all of it and leaves the endpoint as it was, so that a
+// retry builds everything again (issue 13: a failure after the QP was
+// created left it there, and the next fi_enable returned 0 for an endpoint
+// without staging buffers). Members are destroyed in reverse order: the QP
+// before the buffers and rings it names, before the CQ reservations, before
+// the commit service and the CQs it completes into.
+// Hazard: the QP may hold posted receives when it is destroyed. It was
+// never connected nor moved to the error state, so nothing completes for
+// them: no completion names a ring slot after it is freed.
+struct EnableParts {
+	OwnCqPtr own_cq;
+	PmemAttachment pmem;
+	CqReservation send_reserved, recv_reserved;
+	MrPtr scratch_mr;
+	StagingBuffers stage;
+	SlotRing<TxSlot> tx;
+	SlotRing<RxSlot> rx;
+	CmQpPtr qp;
+};
+
+// Sizes a ring whose slots name `conn`.
+template <typename Slot> void size_ring(SlotRing<Slot> &ring, size_t depth, Conn *conn, SlotKind kind)
 {
+	ring.reset(depth); // throws std::bad_alloc
+	for (uint64_t i = 0; i < ring.capacity(); i++) {
+		ring.at(i).conn = conn;
+		ring.at(i).kind = kind;
+	}
+}
+
+// Lends the endpoint the QP, the rings and the staging buffers of `parts`
+// while vrma's receives are posted (they name all three): unless kept,
+// destruction hands them back to `parts`, which frees them.
+class LentParts {
+public:
+	LentParts(Ep *ep, EnableParts &parts) noexcept : ep_(ep), parts_(parts) { exchange(); }
+	~LentParts()
+	{
+		if (ep_)
+			exchange();
+	}
+	LentParts(const LentParts &) = delete;
+	LentParts &operator=(const LentParts &) = delete;
+	void keep() noexcept { ep_ = nullptr; }
+
+private:
+	void exchange() noexcept
+	{
+		ep_->conn.qp = ep_->conn.qp ? nullptr : parts_.qp->qp;
+		ep_->conn.tx.swap(parts_.tx);
+		ep_->rx.swap(parts_.rx);
+		if (ep_->staged)
+			std::swap(ep_->staged->stage, parts_.stage);
+	}
+	Ep *ep_;
+	EnableParts &parts_;
+};
+
+} // namespace
+
+int ep_enable(Ep *ep) noexcept
+try {
 	if (ep->conn.qp)
 		return 0;
 	if (!ep->eq) {
 		VRMA_WARN(FI_LOG_EP_CTRL, "fi_enable: MSG endpoint needs an EQ\n");
 		return -FI_ENOEQ;
 	}
-	if (!ep->tx_cq && !ep->rx_cq && !ep->own_cq) {
-		if (!ep->cntr_send && !ep->cntr_recv && !ep->cntr_read && !ep->cntr_write) {
-			VRMA_WARN(FI_LOG_EP_CTRL, "fi_enable: endpoint needs a CQ or a counter\n");
-			return -FI_ENOCQ;
-		}
-		// Counters only: the QP still needs a CQ to complete into.
-		fi_cq_attr attr{};
-		attr.format = FI_CQ_FORMAT_CONTEXT;
-		attr.wait_obj = FI_WAIT_FD;
-		attr.size = ep->conn.tx_depth + 1 + ep->rx_depth;
-		fid_cq *cq = nullptr;
-		if (int rc = cq_open(ep->domain, &attr, &cq, nullptr))
-			return rc;
-		ep->own_cq = static_cast<Cq *>(cq);
+	if (!ep->tx_cq && !ep->rx_cq &&
+	    !ep->cntr_send && !ep->cntr_recv && !ep->cntr_read && !ep->cntr_write) {
+		VRMA_WARN(FI_LOG_EP_CTRL, "fi_enable: endpoint needs a CQ or a counter\n");
+		return -FI_ENOCQ;
 	}
 	if (!ep->conn.id->verbs) {
 		VRMA_WARN(FI_LOG_EP_CTRL,
@@ -462,26 +521,44 @@ int ep_enable(Ep *ep) noexcept
 			  ep->conn.id->verbs->device->name, ep->domain->ctx->device->name);
 		return -FI_EINVAL;
 	}
+	EnableParts p;
+	if (!ep->tx_cq && !ep->rx_cq) {
+		// Counters only: the QP still needs a CQ to complete into.
+		fi_cq_attr attr{};
+		attr.format = FI_CQ_FORMAT_CONTEXT;
+		attr.wait_obj = FI_WAIT_FD;
+		attr.size = ep->conn.tx_depth + 1 + ep->rx_depth;
+		fid_cq *cq = nullptr;
+		if (int rc = cq_open(ep->domain, &attr, &cq, nullptr))
+			return rc;
+		p.own_cq.reset(static_cast<Cq *>(cq));
+	}
 	if (ep->service) {
-		if (int rc = pmem_ep_enable(ep)) // sets service_cq: the receive CQ
+		if (int rc = pmem_ep_enable(ep, p.pmem)) // sets service_cq: the receive CQ
 			return rc;
 	}
-	// Undoes pmem_ep_enable when the QP cannot be set up.
-	auto fail = [ep](int rc) {
-		if (ep->service_cq)
-			pmem_ep_detach(ep);
-		return rc;
-	};
-	Cq *send_cq = send_cq_of(ep);
-	Cq *recv_cq = recv_cq_of(ep);
+	Cq *send_cq = send_cq_of(ep, p.own_cq.get());
+	Cq *recv_cq = recv_cq_of(ep, p.own_cq.get());
 	// One extra send slot for the close-time sentinel.
 	const size_t send_wrs = ep->conn.tx_depth + 1;
-	if (int rc = cq_reserve(send_cq, send_wrs))
-		return fail(rc);
-	if (int rc = cq_reserve(recv_cq, ep->rx_depth)) {
-		cq_unreserve(send_cq, send_wrs);
-		return fail(rc);
+	if (int rc = p.send_reserved.reserve(send_cq, send_wrs))
+		return rc;
+	if (int rc = p.recv_reserved.reserve(recv_cq, ep->rx_depth))
+		return rc;
+	// Registrations before the QP: the ones a low RLIMIT_MEMLOCK refuses.
+	p.scratch_mr.reset(ibv_reg_mr(ep->domain->pd.get(), ep->conn.scratch, sizeof ep->conn.scratch,
+				      IBV_ACCESS_LOCAL_WRITE));
+	if (!p.scratch_mr) {
+		const int err = errno;
+		VRMA_WARN(FI_LOG_EP_CTRL, "registering the endpoint's scratch buffer: %s\n", strerror(err));
+		return errno_to_fi(err);
 	}
+	if (ep->staged) {
+		if (int rc = staged_ep_prepare(ep, p.stage))
+			return rc;
+	}
+	size_ring(p.tx, send_wrs, &ep->conn, SlotKind::Tx);
+	size_ring(p.rx, ep->rx_depth, &ep->conn, SlotKind::Rx);
 	ibv_qp_init_attr attr{};
 	attr.qp_context = ep;
 	attr.send_cq = send_cq->cq.get();
@@ -494,36 +571,17 @@ int ep_enable(Ep *ep) noexcept
 	attr.cap.max_recv_sge = static_cast<uint32_t>(ep->rx_iov_limit);
 	attr.cap.max_inline_data = static_cast<uint32_t>(ep->conn.inline_size);
 	if (rdma_create_qp(ep->conn.id.get(), ep->domain->pd.get(), &attr)) {
-		int err = errno;
+		const int err = errno;
 		VRMA_WARN(FI_LOG_EP_CTRL, "rdma_create_qp(send %zu, recv %zu, inline %zu): %s\n",
 			  send_wrs, ep->rx_depth, ep->conn.inline_size, strerror(err));
-		cq_unreserve(send_cq, send_wrs);
-		cq_unreserve(recv_cq, ep->rx_depth);
-		return fail(errno_to_fi(err));
+		return errno_to_fi(err);
 	}
-	ep->conn.qp = ep->conn.id->qp;
-	ep->conn.scratch_mr.reset(ibv_reg_mr(ep->domain->pd.get(), ep->conn.scratch, sizeof ep->conn.scratch,
-					IBV_ACCESS_LOCAL_WRITE));
-	if (!ep->conn.scratch_mr) {
-		int err = errno;
-		VRMA_WARN(FI_LOG_EP_CTRL, "registering the endpoint's scratch buffer: %s\n", strerror(err));
-		rdma_destroy_qp(ep->conn.id.get());
-		ep->conn.qp = nullptr;
-		cq_unreserve(send_cq, send_wrs);
-		cq_unreserve(recv_cq, ep->rx_depth);
-		return fail(errno_to_fi(err));
-	}
-	if (attr.cap.max_inline_data < ep->conn.inline_size)
-		ep->conn.inline_size = attr.cap.max_inline_data;
-	ep->conn.reset_tx(send_wrs);
-	ep->conn.signal_period = std::min<uint64_t>(ep->conn.tx_depth / 2, kSignalPeriod);
-	ep->rx.reset(ep->rx_depth);
-	for (uint64_t i = 0; i < ep->rx.capacity(); i++) {
-		ep->rx.at(i).conn = &ep->conn;
-		ep->rx.at(i).kind = SlotKind::Rx;
-	}
+	p.qp.reset(ep->conn.id.get());
+
+	// vrma's own receives, the last step that can fail.
+	LentParts lent(ep, p);
 	if (ep->staged) {
-		if (int rc = staged_ep_enable(ep))
+		if (int rc = staged_ep_post(ep))
 			return rc;
 	}
 	if (ep->provider_rx) {
@@ -534,6 +592,18 @@ int ep_enable(Ep *ep) noexcept
 				return rc;
 			}
 	}
+
+	// Nothing fails from here: the endpoint keeps what was built.
+	lent.keep();
+	(void)p.qp.release();
+	p.send_reserved.release();
+	p.recv_reserved.release();
+	p.pmem.release();
+	ep->own_cq = p.own_cq.release();
+	ep->conn.scratch_mr = std::move(p.scratch_mr);
+	if (attr.cap.max_inline_data < ep->conn.inline_size)
+		ep->conn.inline_size = attr.cap.max_inline_data;
+	ep->conn.signal_period = std::min<uint64_t>(ep->conn.tx_depth / 2, kSignalPeriod);
 	int attach_rc = 0;
 	for_each_counter(ep, [&](Cntr *c, Cq *cq) {
 		if (int rc = cntr_attach_cq(c, cq))
@@ -543,6 +613,9 @@ int ep_enable(Ep *ep) noexcept
 		VRMA_WARN(FI_LOG_EP_CTRL, "fi_enable: counters cannot wait on the CQ; they still count\n");
 	ep->conn.state.store(EpState::Enabled);
 	return 0;
+} catch (...) {
+	VRMA_WARN(FI_LOG_EP_CTRL, "fi_enable: out of memory\n");
+	return -FI_ENOMEM;
 }
 
 int ep_open(fid_domain *domain, fi_info *info, fid_ep **ep_out, void *context) noexcept

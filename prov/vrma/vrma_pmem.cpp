@@ -396,30 +396,53 @@ int pmem_commit_method(const Ep *ep) noexcept
 	return FI_VRMA_COMMIT_NONE;
 }
 
-int pmem_ep_enable(Ep *ep) noexcept
+int pmem_ep_enable(Ep *ep, PmemAttachment &attachment) noexcept
 try {
 	Domain *dom = ep->domain;
-	ServiceEp &pm = *ep->service;
-	pm.max_commits = std::min(kMaxCommits, ep->rx_depth);
-	pm.req_mr = register_buffer(dom, pm.req_buf, kMaxCommits * wire::kCommitMsgMax);
-	pm.rx_mr = register_buffer(dom, pm.rx_buf, ep->rx_depth * wire::kCommitMsgMax);
-	if (!pm.req_mr || !pm.rx_mr) {
+	std::unique_ptr<uint8_t[]> req_buf, rx_buf;
+	MrPtr req_mr = register_buffer(dom, req_buf, kMaxCommits * wire::kCommitMsgMax);
+	MrPtr rx_mr = req_mr ? register_buffer(dom, rx_buf, ep->rx_depth * wire::kCommitMsgMax) : nullptr;
+	if (!req_mr || !rx_mr) {
 		VRMA_WARN(FI_LOG_EP_CTRL, "fi_enable: cannot register the commit message buffers\n");
 		return -FI_ENOMEM;
 	}
 	std::lock_guard<std::mutex> guard(dom->pmem_lock);
-	if (!dom->pmem) {
+	const bool first = !dom->pmem;
+	if (first) {
 		if (int rc = service_start(dom))
 			return rc;
 	}
-	{
+	try {
 		std::lock_guard<std::mutex> sguard(dom->pmem->lock);
-		dom->pmem->eps.push_back(ep);
+		dom->pmem->eps.push_back(ep); // the last step that can fail
+	} catch (...) {
+		if (first)
+			service_stop(dom); // nobody else uses it yet
+		return -FI_ENOMEM;
 	}
+	ServiceEp &pm = *ep->service;
+	pm.max_commits = std::min(kMaxCommits, ep->rx_depth);
+	pm.req_buf = std::move(req_buf);
+	pm.req_mr = std::move(req_mr);
+	pm.rx_buf = std::move(rx_buf);
+	pm.rx_mr = std::move(rx_mr);
 	ep->service_cq = dom->pmem->cq;
+	attachment.hold(ep);
 	return 0;
 } catch (...) {
 	return -FI_ENOMEM;
+}
+
+PmemAttachment::~PmemAttachment()
+{
+	if (!ep_)
+		return;
+	pmem_ep_detach(ep_);
+	ServiceEp &pm = *ep_->service;
+	pm.req_mr.reset();
+	pm.req_buf.reset();
+	pm.rx_mr.reset();
+	pm.rx_buf.reset();
 }
 
 void pmem_ep_quiesce(Ep *ep) noexcept

@@ -306,8 +306,69 @@ int start_listener(RdmEp *ep)
 	return 0;
 }
 
-// Buffers, SRQ, CQ, listener, threads: all or nothing (members own what was
-// made; close frees them).
+// What rdm_enable builds into the endpoint's members. A failed fi_enable
+// moves what it built here, to be freed in reverse order of the members (the
+// listener before its event channel, the SRQ before its buffers, the CQ
+// before its completion channel), so that a retry starts from nothing
+// (issue 13: it used to build over the first attempt's leftovers, and the
+// free list then held every send buffer twice).
+struct RdmEnableParts {
+	EventChannelPtr cm_channel;
+	Fd stop_fd;
+	std::unique_ptr<uint8_t[]> rx_bufs, tx_bufs;
+	MrPtr rx_mr, tx_mr;
+	std::vector<uint32_t> tx_free;
+	CompChannelPtr channel;
+	CqPtr cq;
+	std::unique_ptr<SrqSlot[]> rx_slots;
+	SrqPtr srq;
+	CmIdPtr listen_id;
+
+	// Exchanges these with the endpoint's members.
+	void exchange(RdmEp *ep) noexcept
+	{
+		std::swap(cm_channel, ep->cm_channel);
+		std::swap(stop_fd, ep->stop_fd);
+		std::swap(rx_bufs, ep->rx_bufs);
+		std::swap(tx_bufs, ep->tx_bufs);
+		std::swap(rx_mr, ep->rx_mr);
+		std::swap(tx_mr, ep->tx_mr);
+		std::swap(tx_free, ep->tx_free);
+		std::swap(channel, ep->channel);
+		std::swap(cq, ep->cq);
+		std::swap(rx_slots, ep->rx_slots);
+		std::swap(srq, ep->srq);
+		std::swap(listen_id, ep->listen_id);
+	}
+};
+
+// An fi_enable in progress: unless kept, destruction stops the data thread
+// if it was started, marks the endpoint disabled and moves what was built
+// into `parts` (which then frees it).
+class RdmEnabling {
+public:
+	RdmEnabling(RdmEp *ep, RdmEnableParts &parts) noexcept : ep_(ep), parts_(parts) {}
+	~RdmEnabling()
+	{
+		if (!ep_)
+			return;
+		if (ep_->data_thread.joinable()) {
+			eventfd_signal(ep_->stop_fd.get());
+			ep_->data_thread.join();
+		}
+		ep_->enabled = false;
+		parts_.exchange(ep_);
+	}
+	RdmEnabling(const RdmEnabling &) = delete;
+	RdmEnabling &operator=(const RdmEnabling &) = delete;
+	void keep() noexcept { ep_ = nullptr; }
+
+private:
+	RdmEp *ep_;
+	RdmEnableParts &parts_;
+};
+
+// Buffers, CQ, SRQ, listener, threads: all or nothing.
 int rdm_enable(RdmEp *ep) noexcept
 try {
 	if (ep->enabled)
@@ -322,6 +383,8 @@ try {
 		VRMA_WARN(FI_LOG_EP_CTRL, "fi_enable: endpoint needs a CQ or a counter\n");
 		return -FI_ENOCQ;
 	}
+	RdmEnableParts parts;
+	RdmEnabling enabling(ep, parts);
 	Domain *dom = ep->domain;
 	ibv_pd *pd = dom->pd.get();
 	std::random_device rd;
@@ -416,11 +479,6 @@ try {
 		return rc;
 
 	ep->enabled = true;
-	cqs_attach(ep, true);
-	report_cntrs_attach(ep, true);
-	ep->cm_thread = std::thread([ep] {
-		service_loop(ep, ep->cm_channel->fd, [ep] { drain_cm_events(ep); });
-	});
 	if (ep->auto_progress) {
 		ibv_req_notify_cq(ep->cq.get(), 0);
 		ep->data_thread = std::thread([ep] {
@@ -432,6 +490,13 @@ try {
 			});
 		});
 	}
+	// Last: once it runs, peers can connect.
+	ep->cm_thread = std::thread([ep] {
+		service_loop(ep, ep->cm_channel->fd, [ep] { drain_cm_events(ep); });
+	});
+	enabling.keep();
+	cqs_attach(ep, true);
+	report_cntrs_attach(ep, true);
 	return 0;
 } catch (...) {
 	VRMA_WARN(FI_LOG_EP_CTRL, "RDM: fi_enable: out of memory\n");

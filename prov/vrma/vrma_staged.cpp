@@ -31,7 +31,7 @@ void repost(Ep *ep, uint8_t *buf)
 {
 	StagedRx &st = *ep->staged;
 	ibv_sge sge{reinterpret_cast<uintptr_t>(buf), static_cast<uint32_t>(wire::kStageBytes),
-		    st.mr->lkey};
+		    st.stage.mr->lkey};
 	ibv_recv_wr wr{};
 	wr.sg_list = &sge;
 	wr.num_sge = 1;
@@ -39,7 +39,7 @@ void repost(Ep *ep, uint8_t *buf)
 					  true)) {
 		VRMA_WARN(FI_LOG_EP_DATA, "reposting a staging buffer: %s\n",
 			  fi_strerror(static_cast<int>(-rc)));
-		st.unposted.push_back(buf);
+		st.stage.unposted.push_back(buf);
 	}
 }
 
@@ -149,35 +149,40 @@ CqPending cancelled(const StagedRecv &r)
 
 } // namespace
 
-int staged_ep_enable(Ep *ep) noexcept
-{
-	StagedRx &st = *ep->staged;
-	const size_t count = std::min(ep->rx_depth, params.stage_buffers);
-	const size_t bytes = count * wire::kStageBytes;
-	st.buffers.reset(new (std::nothrow) uint8_t[bytes]);
-	if (!st.buffers) {
+int staged_ep_prepare(Ep *ep, StagingBuffers &out) noexcept
+try {
+	StagingBuffers b;
+	b.count = std::min(ep->rx_depth, params.stage_buffers);
+	const size_t bytes = b.count * wire::kStageBytes;
+	b.buffers.reset(new (std::nothrow) uint8_t[bytes]);
+	if (!b.buffers) {
 		VRMA_WARN(FI_LOG_EP_CTRL, "fi_enable: no memory for %zu bytes of staging buffers\n", bytes);
 		return -FI_ENOMEM;
 	}
-	st.mr.reset(ibv_reg_mr(ep->domain->pd.get(), st.buffers.get(), bytes, IBV_ACCESS_LOCAL_WRITE));
-	if (!st.mr) {
-		int err = errno;
+	b.mr.reset(ibv_reg_mr(ep->domain->pd.get(), b.buffers.get(), bytes, IBV_ACCESS_LOCAL_WRITE));
+	if (!b.mr) {
+		const int err = errno;
 		VRMA_WARN(FI_LOG_EP_CTRL, "fi_enable: registering %zu bytes of staging buffers: %s\n",
 			  bytes, strerror(err));
-		st.buffers.reset();
 		return errno_to_fi(err);
 	}
-	try {
-		st.unposted.reserve(count);
-	} catch (...) {
-		return -FI_ENOMEM;
-	}
+	b.unposted.reserve(b.count); // a failed repost never allocates
+	out = std::move(b);
+	return 0;
+} catch (...) {
+	VRMA_WARN(FI_LOG_EP_CTRL, "fi_enable: out of memory for the staging buffers\n");
+	return -FI_ENOMEM;
+}
+
+int staged_ep_post(Ep *ep) noexcept
+{
+	StagingBuffers &b = ep->staged->stage;
 	std::lock_guard<std::mutex> guard(ep->rx_lock);
-	for (size_t i = 0; i < count; i++)
-		repost(ep, st.buffers.get() + i * wire::kStageBytes);
-	if (st.unposted.size() == count)
+	for (size_t i = 0; i < b.count; i++)
+		repost(ep, b.buffers.get() + i * wire::kStageBytes);
+	if (b.unposted.size() == b.count)
 		return -FI_ENOMEM; // logged by repost
-	VRMA_DBG(FI_LOG_EP_CTRL, "staged receives: %zu buffers of %zu bytes\n", count, wire::kStageBytes);
+	VRMA_DBG(FI_LOG_EP_CTRL, "staged receives: %zu buffers of %zu bytes\n", b.count, wire::kStageBytes);
 	return 0;
 }
 
@@ -212,9 +217,9 @@ try {
 		if (!refused)
 			st.posted.push_back(r);
 		// Give back buffers an earlier repost failed for.
-		for (size_t n = st.unposted.size(); n; n--) {
-			uint8_t *b = st.unposted.back();
-			st.unposted.pop_back();
+		for (size_t n = st.stage.unposted.size(); n; n--) {
+			uint8_t *b = st.stage.unposted.back();
+			st.stage.unposted.pop_back();
 			repost(ep, b);
 		}
 		o = refused ? Outcome::None : advance(ep, c, e, done_cntr, done_report);

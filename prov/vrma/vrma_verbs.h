@@ -22,6 +22,11 @@ struct CompChannelDeleter {
 struct MrDeleter {
 	void operator()(ibv_mr *p) const noexcept { ibv_dereg_mr(p); }
 };
+// The queue pair rdma_create_qp made on an rdma_cm id (the id itself is
+// another owner's).
+struct CmQpDeleter {
+	void operator()(rdma_cm_id *id) const noexcept { rdma_destroy_qp(id); }
+};
 struct CmIdDeleter {
 	void operator()(rdma_cm_id *p) const noexcept { rdma_destroy_id(p); }
 };
@@ -40,6 +45,7 @@ using CqPtr = std::unique_ptr<ibv_cq, CqDeleter>;
 using CompChannelPtr = std::unique_ptr<ibv_comp_channel, CompChannelDeleter>;
 using MrPtr = std::unique_ptr<ibv_mr, MrDeleter>;
 using CmIdPtr = std::unique_ptr<rdma_cm_id, CmIdDeleter>;
+using CmQpPtr = std::unique_ptr<rdma_cm_id, CmQpDeleter>;
 using EventChannelPtr = std::unique_ptr<rdma_event_channel, EventChannelDeleter>;
 using SrqPtr = std::unique_ptr<ibv_srq, SrqDeleter>;
 using DeviceListPtr = std::unique_ptr<ibv_context *, DeviceListDeleter>;

@@ -1,7 +1,12 @@
 #include "harness.h"
 
+#include <cstdio>
+
+#include <linux/capability.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 namespace vt {
 
@@ -153,6 +158,8 @@ Side open_client(Env &env, const sockaddr *dest, const PairOptions &opt)
 	}
 	for (auto &[c, flags] : opt.client_cntrs)
 		ck_assert_int_eq(fi_ep_bind(s.ep, &c->fid, flags), 0);
+	if (opt.client_before_enable)
+		opt.client_before_enable(s.ep);
 	ck_assert_int_eq(fi_enable(s.ep), 0);
 	return s;
 }
@@ -205,6 +212,8 @@ Pair::Pair(Env &e, const PairOptions &opt) : env(e)
 	ck_assert_int_eq(fi_ep_bind(server.ep, &server.cq->fid, FI_TRANSMIT | FI_RECV), 0);
 	for (auto &[c, flags] : opt.server_cntrs)
 		ck_assert_int_eq(fi_ep_bind(server.ep, &c->fid, flags), 0);
+	if (opt.server_before_enable)
+		opt.server_before_enable(server.ep);
 	ck_assert_int_eq(fi_enable(server.ep), 0);
 	ck_assert_int_eq(fi_accept(server.ep, opt.accept_data.data(), opt.accept_data.size()), 0);
 
@@ -270,6 +279,56 @@ void expect_no_completion(fid_cq *cq, int ms)
 	ck_assert_msg(n == -FI_EAGAIN, "unexpected completion: %zd (context %p flags 0x%llx)", n,
 		      n == 1 ? e.op_context : nullptr,
 		      static_cast<unsigned long long>(n == 1 ? e.flags : 0));
+}
+
+namespace {
+
+// The process's pinned memory (VmPin of /proc/self/status), in bytes.
+rlim_t pinned_bytes()
+{
+	FILE *f = fopen("/proc/self/status", "r");
+	ck_assert_ptr_nonnull(f);
+	char line[256];
+	unsigned long kb = 0;
+	bool found = false;
+	while (!found && fgets(line, sizeof line, f))
+		found = sscanf(line, "VmPin: %lu kB", &kb) == 1;
+	fclose(f);
+	ck_assert_msg(found, "no VmPin in /proc/self/status");
+	return static_cast<rlim_t>(kb) * 1024;
+}
+
+} // namespace
+
+void drop_ipc_lock()
+{
+	__user_cap_header_struct hdr{_LINUX_CAPABILITY_VERSION_3, 0};
+	__user_cap_data_struct data[_LINUX_CAPABILITY_U32S_3]{};
+	ck_assert_msg(syscall(SYS_capget, &hdr, data) == 0, "capget: %s", strerror(errno));
+	constexpr uint32_t bit = 1u << (CAP_IPC_LOCK % 32);
+	__user_cap_data_struct &d = data[CAP_IPC_LOCK / 32];
+	if (!(d.effective & bit))
+		return;
+	d.effective &= ~bit;
+	ck_assert_msg(syscall(SYS_capset, &hdr, data) == 0, "capset without CAP_IPC_LOCK: %s", strerror(errno));
+}
+
+MemlockLimit::MemlockLimit(rlim_t bytes)
+{
+	ck_assert_int_eq(getrlimit(RLIMIT_MEMLOCK, &saved_), 0);
+	limit_ = pinned_bytes() + bytes;
+	rlimit low = saved_;
+	low.rlim_cur = std::min(limit_, saved_.rlim_max);
+	ck_assert_msg(setrlimit(RLIMIT_MEMLOCK, &low) == 0, "setrlimit(RLIMIT_MEMLOCK): %s", strerror(errno));
+	active_ = true;
+}
+
+void MemlockLimit::restore()
+{
+	if (!active_)
+		return;
+	active_ = false;
+	ck_assert_msg(setrlimit(RLIMIT_MEMLOCK, &saved_) == 0, "restoring RLIMIT_MEMLOCK: %s", strerror(errno));
 }
 
 Region::Region(Env &env, size_t len, uint64_t access) : buf(len ? len : 1)

@@ -11,9 +11,11 @@
 #include <thread>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
+#include <sys/resource.h>
 #include <sys/socket.h>
 
 #include <check.h>
@@ -80,6 +82,9 @@ struct PairOptions {
 	// FI_CONNREQ info), e.g. FI_RX_CQ_DATA for a staged server.
 	uint64_t server_mode_off = 0;
 	fi_wait_obj server_cq_wait = FI_WAIT_FD; // the server's CQ's wait object
+	// Called with the endpoint bound and not yet enabled, before the
+	// harness's fi_enable (which must then succeed).
+	std::function<void(fid_ep *)> client_before_enable, server_before_enable;
 };
 
 // A connected client/server pair, both with a FI_CQ_FORMAT_DATA CQ bound for
@@ -163,6 +168,32 @@ struct Region {
 	uint64_t addr() const { return reinterpret_cast<uintptr_t>(buf.data()); }
 	void fill(uint8_t seed);
 	bool check(uint8_t seed, size_t len, size_t offset = 0) const;
+};
+
+// Takes CAP_IPC_LOCK out of the effective capabilities for the rest of the
+// (forked) test: with it, root's registrations ignore RLIMIT_MEMLOCK, and
+// the device tests run as root. Call it before anything opens an RDMA
+// device or rdma_cm: their write() commands refuse a caller whose
+// credentials changed since the file was opened (the kernel's
+// ib_safe_file_access; capset makes new credentials), with EACCES.
+void drop_ipc_lock();
+
+// Registrations beyond `bytes` more than the process has pinned now (VmPin)
+// fail as under a low RLIMIT_MEMLOCK (after drop_ipc_lock): lowers the soft
+// limit, and restore() (or destruction) puts it back.
+class MemlockLimit {
+public:
+	explicit MemlockLimit(rlim_t bytes);
+	~MemlockLimit() { restore(); }
+	MemlockLimit(const MemlockLimit &) = delete;
+	MemlockLimit &operator=(const MemlockLimit &) = delete;
+	rlim_t limit() const { return limit_; }
+	void restore();
+
+private:
+	rlimit saved_{};
+	rlim_t limit_ = 0;
+	bool active_ = false;
 };
 
 } // namespace vt

@@ -185,6 +185,8 @@ RdmNode::RdmNode(RdmEnv &e, const RdmNodeOptions &opt) : env(e)
 		size_t min = opt.min_multi_recv;
 		ck_assert_int_eq(fi_setopt(&ep->fid, FI_OPT_ENDPOINT, FI_OPT_MIN_MULTI_RECV, &min, sizeof min), 0);
 	}
+	if (opt.before_enable)
+		opt.before_enable(ep);
 	ck_assert_int_eq(fi_enable(ep), 0);
 
 	size_t len = sizeof name;

@@ -88,6 +88,9 @@ struct RdmNodeOptions {
 	uint16_t port = 0;    // listening port asked in src_addr before fi_enable (0: any)
 	size_t min_multi_recv = 0; // FI_OPT_MIN_MULTI_RECV set before fi_enable when not 0
 	size_t tx_size = 0, rx_size = 0; // 0: the info's
+	// Called with the endpoint bound and not yet enabled, before the
+	// harness's fi_enable (which must then succeed).
+	std::function<void(fid_ep *)> before_enable;
 };
 
 // An enabled RDM endpoint with its own AV and FI_CQ_FORMAT_TAGGED CQ (bound

@@ -133,6 +133,120 @@ START_TEST(endpoint_state_errors)
 }
 END_TEST
 
+namespace {
+
+// Room for the scratch buffer's page but not for 65 staging buffers of 64 KiB
+// (or an RDM endpoint's send and receive buffers).
+constexpr rlim_t kLowMemlock = 256 * 1024;
+
+// Enables `ep` twice with registrations limited as under a low
+// RLIMIT_MEMLOCK: both attempts must fail with -FI_ENOMEM (not -FI_EAGAIN:
+// nothing retried at once would succeed) and leave the endpoint disabled.
+void enable_fails_under_low_memlock(fid_ep *ep, const char *who)
+{
+	MemlockLimit low(kLowMemlock);
+	for (int attempt = 1; attempt <= 2; attempt++) {
+		const int rc = fi_enable(ep);
+		ck_assert_msg(rc != 0 || attempt > 1,
+			      "%s: fi_enable under RLIMIT_MEMLOCK %llu succeeded: registration ignored the limit",
+			      who, static_cast<unsigned long long>(low.limit()));
+		ck_assert_msg(rc == -FI_ENOMEM, "%s: fi_enable attempt %d under a low RLIMIT_MEMLOCK: %d (%s), expected -FI_ENOMEM",
+			      who, attempt, rc, fi_strerror(rc < 0 ? -rc : rc));
+	}
+	const ssize_t left = fi_rx_size_left(ep);
+	ck_assert_msg(left == -FI_EOPBADSTATE, "%s: fi_rx_size_left after failed fi_enables: %zd", who, left);
+}
+
+} // namespace
+
+// A failed fi_enable leaves nothing behind, and a retry builds everything
+// (issue 13). A staged endpoint (messages and RMA without FI_RX_CQ_DATA)
+// registers 65 staging buffers of 64 KiB at fi_enable; refused as under a
+// low RLIMIT_MEMLOCK, that used to fail after the queue pair was created and
+// leave it there: the second fi_enable returned 0, fi_connect went ahead
+// with an endpoint without staging buffers, and its peer waited in RNR
+// retries forever. Both sides fail twice, then (the limit back) enable,
+// connect, and exchange messages of several pieces and RMA, data checked.
+START_TEST(failed_enable_leaves_nothing)
+{
+	drop_ipc_lock();
+	fi_info *hints = base_hints();
+	hints->mode = FI_CONTEXT; // no FI_RX_CQ_DATA: staged receives
+	Env env(hints);
+	fi_freeinfo(hints);
+	PairOptions opt;
+	opt.client_before_enable = [](fid_ep *ep) { enable_fails_under_low_memlock(ep, "client"); };
+	opt.server_before_enable = [](fid_ep *ep) { enable_fails_under_low_memlock(ep, "server"); };
+	Pair p(env, opt);
+	const size_t len = 3 * 64 * 1024 + 5; // several staging pieces
+	Region src(env, len, FI_SEND | FI_RECV | FI_WRITE | FI_READ);
+	Region dst(env, len, FI_SEND | FI_RECV | FI_REMOTE_WRITE | FI_REMOTE_READ);
+	int sctx, rctx;
+	// Client to server, server to client.
+	Side *from[2] = {&p.client, &p.server}, *to[2] = {&p.server, &p.client};
+	Region *out[2] = {&src, &dst}, *in[2] = {&dst, &src};
+	for (int i = 0; i < 2; i++) {
+		out[i]->fill(static_cast<uint8_t>(11 + i));
+		std::fill(in[i]->buf.begin(), in[i]->buf.end(), 0);
+		ck_assert_int_eq(fi_recv(to[i]->ep, in[i]->buf.data(), len, in[i]->desc(), 0, &rctx), 0);
+		ck_assert_int_eq(fi_send(from[i]->ep, out[i]->buf.data(), len, out[i]->desc(), 0, &sctx), 0);
+		expect_completion(from[i]->cq, &sctx, FI_SEND | FI_MSG);
+		fi_cq_data_entry e = expect_completion(to[i]->cq, &rctx, FI_RECV | FI_MSG);
+		ck_assert_uint_eq(e.len, len);
+		ck_assert_msg(in[i]->check(static_cast<uint8_t>(11 + i), len), "message %d: data differs", i);
+	}
+	// RMA: a write into the server's region, read back.
+	src.fill(21);
+	ck_assert_int_eq(fi_write(p.client.ep, src.buf.data(), len, src.desc(), 0, dst.addr(), dst.key(), &sctx), 0);
+	expect_completion(p.client.cq, &sctx, FI_RMA | FI_WRITE);
+	std::fill(src.buf.begin(), src.buf.end(), 0);
+	ck_assert_int_eq(fi_read(p.client.ep, src.buf.data(), len, src.desc(), 0, dst.addr(), dst.key(), &sctx), 0);
+	expect_completion(p.client.cq, &sctx, FI_RMA | FI_READ);
+	ck_assert_msg(dst.check(21, len), "written data differs");
+	ck_assert_msg(src.check(21, len), "read data differs");
+}
+END_TEST
+
+// The same with counters only: fi_enable opens a CQ of the endpoint's own
+// for its QP, which a failed attempt closes again (and a retry reopens).
+START_TEST(failed_enable_counters_only)
+{
+	drop_ipc_lock();
+	fi_info *hints = base_hints();
+	hints->mode = FI_CONTEXT; // no FI_RX_CQ_DATA: staged receives
+	Env env(hints);
+	fi_freeinfo(hints);
+	fid_cntr *sent = open_cntr(env), *received = open_cntr(env);
+	PairOptions opt;
+	opt.client_cq = false;
+	opt.client_cntrs = {{sent, FI_SEND}, {received, FI_RECV}};
+	opt.client_before_enable = [](fid_ep *ep) { enable_fails_under_low_memlock(ep, "client, counters only"); };
+	{
+		Pair p(env, opt);
+		const size_t len = 2 * 64 * 1024;
+		Region a(env, len, FI_SEND | FI_RECV);
+		Region b(env, len, FI_SEND | FI_RECV);
+		int ctx;
+		a.fill(51);
+		ck_assert_int_eq(fi_recv(p.server.ep, b.buf.data(), len, b.desc(), 0, &ctx), 0);
+		ck_assert_int_eq(fi_send(p.client.ep, a.buf.data(), len, a.desc(), 0, nullptr), 0);
+		expect_completion(p.server.cq, &ctx, FI_RECV | FI_MSG);
+		ck_assert_int_eq(fi_cntr_wait(sent, 1, kTimeoutMs), 0);
+		ck_assert_msg(b.check(51, len), "client to server: data differs");
+		b.fill(52);
+		std::fill(a.buf.begin(), a.buf.end(), 0);
+		ck_assert_int_eq(fi_recv(p.client.ep, a.buf.data(), len, a.desc(), 0, nullptr), 0);
+		ck_assert_int_eq(fi_send(p.server.ep, b.buf.data(), len, b.desc(), 0, &ctx), 0);
+		expect_completion(p.server.cq, &ctx, FI_SEND | FI_MSG);
+		ck_assert_int_eq(fi_cntr_wait(received, 1, kTimeoutMs), 0);
+		ck_assert_msg(a.check(52, len), "server to client: data differs");
+		ck_assert_uint_eq(fi_cntr_readerr(sent) + fi_cntr_readerr(received), 0);
+	}
+	ck_assert_int_eq(fi_close(&sent->fid), 0);
+	ck_assert_int_eq(fi_close(&received->fid), 0);
+}
+END_TEST
+
 Suite *errors_suite()
 {
 	Suite *s = suite_create("errors");
@@ -141,6 +255,8 @@ Suite *errors_suite()
 	tcase_add_test(tc, data_path_bad_arguments);
 	tcase_add_test(tc, endpoint_state_errors);
 	tcase_add_test(tc, segment_lengths_beyond_32_bits);
+	tcase_add_test(tc, failed_enable_leaves_nothing);
+	tcase_add_test(tc, failed_enable_counters_only);
 	suite_add_tcase(s, tc);
 	return s;
 }

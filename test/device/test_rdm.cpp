@@ -422,6 +422,63 @@ START_TEST(rdm_enable_without_av)
 }
 END_TEST
 
+// A failed fi_enable leaves nothing behind, and a retry builds everything
+// (issue 13). Refused registrations (as under a low RLIMIT_MEMLOCK) fail
+// with -FI_ENOMEM, every time; a listening address in use fails after the
+// buffers, CQ and SRQ were made, which a retry used to build a second
+// time over the first: the send buffers' free list then held every buffer
+// twice (fi_tx_size_left twice the queue's size, two sends in one buffer).
+// With the limit back and a free port the endpoint enables, offers exactly
+// its buffers, and exchanges messages both ways.
+START_TEST(rdm_failed_enable_leaves_nothing)
+{
+	drop_ipc_lock();
+	RdmEnv env;
+	RdmNode a(env);
+	RdmNodeOptions opt;
+	opt.before_enable = [&a](fid_ep *ep) {
+		{
+			MemlockLimit low(256 * 1024);
+			for (int attempt = 1; attempt <= 2; attempt++) {
+				const int rc = fi_enable(ep);
+				ck_assert_msg(rc != 0 || attempt > 1,
+					      "fi_enable under RLIMIT_MEMLOCK %llu succeeded: registration ignored the limit",
+					      static_cast<unsigned long long>(low.limit()));
+				ck_assert_msg(rc == -FI_ENOMEM,
+					      "fi_enable attempt %d under a low RLIMIT_MEMLOCK: %d (%s), expected -FI_ENOMEM",
+					      attempt, rc, fi_strerror(rc < 0 ? -rc : rc));
+				ck_assert_int_eq(fi_tx_size_left(ep), -FI_EOPBADSTATE);
+			}
+		}
+		// a's address: in use.
+		ck_assert_int_eq(fi_setname(&ep->fid, &a.name, sizeof a.name), 0);
+		for (int attempt = 1; attempt <= 2; attempt++) {
+			const int rc = fi_enable(ep);
+			ck_assert_msg(rc == -FI_EADDRINUSE, "fi_enable attempt %d on a port in use: %d (%s)",
+				      attempt, rc, fi_strerror(rc < 0 ? -rc : rc));
+			ck_assert_int_eq(fi_tx_size_left(ep), -FI_EOPBADSTATE);
+		}
+		sockaddr_in any = a.name;
+		any.sin_port = 0;
+		ck_assert_int_eq(fi_setname(&ep->fid, &any, sizeof any), 0);
+	};
+	RdmNode b(env, opt);
+	ck_assert_uint_ne(b.port(), a.port());
+	const ssize_t left = fi_tx_size_left(b.ep);
+	ck_assert_msg(left == static_cast<ssize_t>(b.info->tx_attr->size),
+		      "fi_tx_size_left after a retried fi_enable: %zd, the queue holds %zu", left,
+		      b.info->tx_attr->size);
+	connect_all({&a, &b});
+	uint32_t seed = 31;
+	for (size_t len : {size_t(1), size_t(4096), 300 * KiB}) {
+		send_recv_one(a, b, len, seed++);
+		send_recv_one(b, a, len, seed++);
+	}
+	expect_none(a);
+	expect_none(b);
+}
+END_TEST
+
 // Endpoints of one domain and of another (its own fabric and domain) talk to
 // each other in one process, each naming the others by its own handles.
 START_TEST(rdm_several_endpoints)
@@ -2614,7 +2671,8 @@ Suite *rdm_suite()
 			tcase_add_test(tc, t);
 		suite_add_tcase(s, tc);
 	};
-	add("rdm_basic", 60, {rdm_getinfo_native, rdm_open_bind_enable_close, rdm_enable_without_av, rdm_several_endpoints});
+	add("rdm_basic", 60, {rdm_getinfo_native, rdm_open_bind_enable_close, rdm_enable_without_av, rdm_several_endpoints,
+			       rdm_failed_enable_leaves_nothing});
 	add("rdm_msg", 180,
 	    {rdm_msg_sizes, rdm_msg_av_table, rdm_sendv_recvv, rdm_sendmsg_recvmsg, rdm_inject, rdm_senddata_injectdata,
 	     rdm_msg_unexpected, rdm_truncation, rdm_cq_order_direct_and_queued, rdm_selective_completion, rdm_counters, rdm_send_to_self});

@@ -257,6 +257,30 @@ START_TEST(ring_reset_starts_over)
 }
 END_TEST
 
+// fi_enable builds a ring aside and hands it to the endpoint (and back when
+// a later step fails): swap exchanges slots, depth and positions.
+START_TEST(ring_swap_exchanges_everything)
+{
+	SlotRing<Slot> built(4), empty;
+	for (int i = 0; i < 3; i++)
+		push_seq(built);
+	built.retire_through(0, [](Slot &, uint64_t) {});
+	Slot *slot1 = &built.at(1);
+	empty.swap(built);
+	ck_assert_uint_eq(empty.depth(), 4);
+	ck_assert_uint_eq(empty.head(), 3);
+	ck_assert_uint_eq(empty.tail(), 1);
+	ck_assert_ptr_eq(&empty.at(1), slot1); // the slots themselves moved
+	ck_assert_uint_eq(built.depth(), 0);
+	ck_assert_uint_eq(built.outstanding(), 0);
+	built.swap(empty);
+	ck_assert_uint_eq(built.depth(), 4);
+	ck_assert_uint_eq(built.outstanding(), 2);
+	ck_assert_ptr_eq(&built.at(1), slot1);
+	ck_assert_uint_eq(empty.depth(), 0);
+}
+END_TEST
+
 START_TEST(ring_producer_consumer_threads)
 {
 	constexpr uint64_t kItems = 200000;
@@ -371,6 +395,7 @@ Suite *slot_ring_suite()
 	tcase_add_test(tc, ring_never_retires_past_head);
 	tcase_add_test(tc, ring_wraps_around);
 	tcase_add_test(tc, ring_reset_starts_over);
+	tcase_add_test(tc, ring_swap_exchanges_everything);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("threads");
