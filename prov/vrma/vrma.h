@@ -226,6 +226,81 @@ struct Fabric final : fid_fabric {
 	std::atomic<int> refs{0};
 };
 
+// What an application's desc (fi_mr_desc) points to: the registered range
+// and local key of one region, checked and read by the data path.
+//
+// Contract (issue 13): a desc stays safe to look at after fi_close of its
+// region, until fi_close of the domain. Records live in the domain's
+// MrDescPool, whose memory goes back to the allocator only with the
+// domain. Closing a region empties its record's range (start UINTPTR_MAX,
+// end 0: no buffer is inside it, so every post naming it is refused with
+// -FI_EINVAL, or on RDM endpoints the desc is ignored) and queues the record
+// for reuse behind kMrDescQuarantine others: the desc of a closed region is
+// refused at least until that many more regions were closed. After that it
+// may name a new region; the bounds check still keeps the device within
+// memory registered in this domain, but the application's stale desc then
+// goes unnoticed. Fields are relaxed atomics: a post racing the close of
+// its region (the application's bug) reads the old or the new values,
+// never undefined ones; on x86 they are plain loads.
+struct MrDesc {
+	std::atomic<uintptr_t> start{UINTPTR_MAX};
+	std::atomic<uintptr_t> end{0};
+	std::atomic<uint32_t> lkey{0};
+	// The device may write into it (RDMA READ targets, receives): on RDM
+	// endpoints (no FI_MR_LOCAL) a desc lacking it is ignored rather than
+	// trusted.
+	std::atomic<bool> local_write{false};
+	MrDesc *next_free = nullptr; // MrDescPool's queue, under Domain::mr_lock
+
+	uint32_t key() const noexcept { return lkey.load(std::memory_order_relaxed); }
+	// [buf, buf + len) lies within the open region. Three compares and no
+	// branch; when a > end, end - a wraps, but that term is then masked.
+	[[gnu::always_inline]] bool covers(const void *buf, size_t len) const noexcept
+	{
+		const uintptr_t a = reinterpret_cast<uintptr_t>(buf);
+		const uintptr_t s = start.load(std::memory_order_relaxed);
+		const uintptr_t e = end.load(std::memory_order_relaxed);
+		return (a >= s) & (a <= e) & (len <= e - a);
+	}
+	bool closed() const noexcept
+	{
+		return start.load(std::memory_order_relaxed) == UINTPTR_MAX &&
+		       end.load(std::memory_order_relaxed) == 0;
+	}
+};
+
+// A closed record is reused only when this many more are queued behind it.
+inline constexpr size_t kMrDescQuarantine = 1024;
+
+// The domain's MrDesc records, under Domain::mr_lock: allocated in chunks,
+// never freed before the domain (see MrDesc for why).
+class MrDescPool {
+public:
+	MrDescPool() = default;
+	MrDescPool(const MrDescPool &) = delete;
+	MrDescPool &operator=(const MrDescPool &) = delete;
+	// A record for a new region, its range set; nullptr when out of memory.
+	MrDesc *take(uintptr_t start, size_t len, uint32_t lkey, bool local_write) noexcept;
+	// Closes the record (empty range) and queues it for reuse.
+	void give(MrDesc *d) noexcept;
+
+private:
+	static constexpr size_t kChunk = 64;
+	struct Chunk {
+		std::unique_ptr<Chunk> next;
+		MrDesc recs[kChunk];
+	};
+	std::unique_ptr<Chunk> chunks_;
+	size_t used_ = kChunk; // records handed out of chunks_ (the newest)
+	MrDesc *head_ = nullptr, *tail_ = nullptr; // closed records, oldest first
+	size_t queued_ = 0;
+};
+
+// One FI_WARN for a non-empty buffer its desc does not cover (closed
+// region, or outside its range): -FI_EINVAL. Cold: the data path calls it
+// only on refusal.
+[[gnu::cold]] ssize_t desc_refused(const MrDesc *d, const void *buf, size_t len) noexcept;
+
 struct Domain final : fid_domain {
 	using FidType = fid_domain;
 	Fabric *fabric = nullptr;
@@ -249,6 +324,7 @@ struct Domain final : fid_domain {
 	// RMA events name regions by it.
 	std::mutex mr_lock;
 	std::map<uint32_t, Mr *> mrs_by_key;
+	MrDescPool mr_descs; // what descs point to (MrDesc), under mr_lock
 	// Scalable keys (domain_scalable_keys): regions go by the application's
 	// requested_key, published in key_table for peers to read with RDMA
 	// READ (key_table.h). The table is under mr_lock.
@@ -274,15 +350,14 @@ struct Domain final : fid_domain {
 
 struct Mr final : fid_mr {
 	using FidType = fid_mr;
-	uint32_t lkey = 0; // first: the data path reads it through desc
 	Domain *domain = nullptr;
+	// mem_desc: the data path reads the range and key through it, and it
+	// outlives this Mr (MrDesc).
+	MrDesc *desc = nullptr;
 	MrPtr mr;
 	uint32_t mr_rkey = 0; // the device key (fid_mr::key is the application's with scalable keys)
 	bool published = false; // in the domain's key table (scalable keys, remote access)
 	uint64_t access = 0; // FI_* access bits as registered
-	// The device may write into it (RDMA READ targets, receives): without
-	// FI_MR_LOCAL a desc lacking it is ignored rather than trusted.
-	bool local_write = false;
 	// FI_RMA_EVENT counters (fi_mr_bind), read by the domain's service.
 	std::atomic<Cntr *> cntr_remote_read{nullptr};
 	std::atomic<Cntr *> cntr_remote_write{nullptr};

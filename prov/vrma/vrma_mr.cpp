@@ -49,6 +49,8 @@ int mr_close(fid *f) noexcept
 		mr->mr.reset(raw);
 		return errno_to_fi(rc);
 	}
+	// The desc outlives the Mr, closed: posts naming it are refused.
+	dom->mr_descs.give(mr->desc);
 	dom->mrs_by_key.erase(mr->mr_rkey);
 	for (Cntr *c : {mr->cntr_remote_read.load(), mr->cntr_remote_write.load()})
 		if (c)
@@ -158,7 +160,6 @@ try {
 	const int ibv_access = access_to_ibv(
 		attr->access, rdm_params.native_atomics && dom->dev_attr.atomic_cap != IBV_ATOMIC_NONE);
 	mr->mr.reset(ibv_reg_mr(dom->pd.get(), iov.iov_base, iov.iov_len, ibv_access));
-	mr->local_write = ibv_access & IBV_ACCESS_LOCAL_WRITE;
 	if (!mr->mr) {
 		int err = errno;
 		VRMA_WARN(FI_LOG_MR, "ibv_reg_mr(%p, %zu): %s\n", iov.iov_base, iov.iov_len,
@@ -166,11 +167,9 @@ try {
 		// EINVAL/EFAULT here mean a bad buffer, not a full table.
 		return errno_to_fi(err);
 	}
-	mr->lkey = mr->mr->lkey;
 	mr->fid.fclass = FI_CLASS_MR;
 	mr->fid.context = attr->context;
 	mr->fid.ops = const_cast<fi_ops *>(&mr_fi_ops);
-	mr->mem_desc = mr.get();
 	mr->mr_rkey = mr->mr->rkey;
 	mr->key = dom->scalable_keys ? attr->requested_key : mr->mr->rkey;
 	mr->access = attr->access;
@@ -179,6 +178,12 @@ try {
 	mr->published = dom->scalable_keys && (attr->access & (FI_REMOTE_READ | FI_REMOTE_WRITE));
 	{
 		std::lock_guard<std::mutex> guard(dom->mr_lock);
+		// The range as registered (the device's view of it).
+		mr->desc = dom->mr_descs.take(reinterpret_cast<uintptr_t>(mr->mr->addr), mr->mr->length,
+					      mr->mr->lkey, ibv_access & IBV_ACCESS_LOCAL_WRITE);
+		if (!mr->desc)
+			return -FI_ENOMEM;
+		mr->mem_desc = mr->desc;
 		dom->mrs_by_key[mr->mr->rkey] = mr.get();
 		if (mr->published) {
 			keys::KeyEntry e;
@@ -192,6 +197,7 @@ try {
 			const keys::Insert r = dom->key_table.insert(e);
 			if (r != keys::Insert::Ok) {
 				dom->mrs_by_key.erase(mr->mr->rkey);
+				dom->mr_descs.give(mr->desc);
 				if (r == keys::Insert::Duplicate) {
 					VRMA_WARN(FI_LOG_MR, "fi_mr_reg: key 0x%llx is in use in this domain\n",
 						  static_cast<unsigned long long>(e.key));
@@ -233,6 +239,66 @@ int mr_reg(fid *f, const void *buf, size_t len, uint64_t access, uint64_t offset
 }
 
 } // namespace
+
+MrDesc *MrDescPool::take(uintptr_t start, size_t len, uint32_t lkey, bool local_write) noexcept
+{
+	MrDesc *d;
+	if (queued_ > kMrDescQuarantine) {
+		d = head_;
+		head_ = d->next_free;
+		if (!head_)
+			tail_ = nullptr;
+		queued_--;
+		d->next_free = nullptr;
+	} else {
+		if (used_ == kChunk) {
+			std::unique_ptr<Chunk> c(new (std::nothrow) Chunk);
+			if (!c)
+				return nullptr;
+			c->next = std::move(chunks_);
+			chunks_ = std::move(c);
+			used_ = 0;
+		}
+		d = &chunks_->recs[used_++];
+	}
+	// The key before the range: a racing post that sees the new range
+	// (relaxed, so only in practice) uses a key of this domain either way.
+	d->lkey.store(lkey, std::memory_order_relaxed);
+	d->local_write.store(local_write, std::memory_order_relaxed);
+	d->end.store(start + len, std::memory_order_relaxed);
+	d->start.store(start, std::memory_order_relaxed);
+	return d;
+}
+
+void MrDescPool::give(MrDesc *d) noexcept
+{
+	// Start first: while it is UINTPTR_MAX nothing is covered.
+	d->start.store(UINTPTR_MAX, std::memory_order_relaxed);
+	d->end.store(0, std::memory_order_relaxed);
+	d->lkey.store(0, std::memory_order_relaxed);
+	d->local_write.store(false, std::memory_order_relaxed);
+	d->next_free = nullptr;
+	if (tail_)
+		tail_->next_free = d;
+	else
+		head_ = d;
+	tail_ = d;
+	queued_++;
+}
+
+ssize_t desc_refused(const MrDesc *d, const void *buf, size_t len) noexcept
+{
+	if (d->closed()) {
+		VRMA_WARN(FI_LOG_EP_DATA, "desc %p names a memory region already closed (buffer %p, %zu bytes)\n",
+			  static_cast<const void *>(d), buf, len);
+	} else {
+		const uintptr_t s = d->start.load(std::memory_order_relaxed);
+		const uintptr_t e = d->end.load(std::memory_order_relaxed);
+		VRMA_WARN(FI_LOG_EP_DATA, "buffer %p of %zu bytes is outside the region of its desc (%p, %zu bytes)\n",
+			  buf, len, reinterpret_cast<const void *>(s), static_cast<size_t>(e - s));
+	}
+	return -FI_EINVAL;
+}
 
 bool domain_scalable_keys(const fi_info &info) noexcept
 {

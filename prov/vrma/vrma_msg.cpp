@@ -158,7 +158,7 @@ ssize_t send_common(Ep *ep, const iovec *iov, void *const *desc, size_t count, u
 	else
 		slow = (flags & ~kOneWrOpFlags) || len > ep->conn.max_msg_size || (!buf && len) ||
 		       (!desc && !copied && len) || ((flags & FI_INJECT) && !copied) || staged_peer ||
-		       cq_data_too_wide(flags, data);
+		       cq_data_too_wide(flags, data) || desc_misses(desc, buf, len);
 	if (slow) [[unlikely]]
 		return send_one_slow(ep, buf, len, desc, data, flags, context, inject_call);
 	ibv_sge sge;

@@ -290,8 +290,18 @@ inline ssize_t post_send_chain(Conn *conn, ibv_send_wr *wrs, size_t n, const TxO
 inline constexpr uint64_t kOneWrOpFlags = FI_COMPLETION | FI_INJECT | FI_INJECT_COMPLETE |
 					  FI_TRANSMIT_COMPLETE | FI_REMOTE_CQ_DATA | FI_MORE;
 
+// A desc given for a non-empty buffer that its region does not cover (or
+// a closed region's): the fast paths take the long way, where build_sges
+// refuses it. Without this the device fails the request with a local
+// protection error, which ends the connection.
+[[gnu::always_inline]] inline bool desc_misses(const void *desc, const void *buf, size_t len) noexcept
+{
+	return desc && len && !static_cast<const MrDesc *>(desc)->covers(buf, len);
+}
+
 // The one work request of a fast-path operation (rma_one, send_one): `sge`
-// covers buf/len with desc's key (inline data needs none). Only the fields
+// covers buf/len with desc's key (inline data needs none); the caller
+// checked the desc (desc_misses). Only the fields
 // the device reads are set, since zeroing the whole request costs more than
 // the rest of the fast path; remote_addr and rkey are set even for sends,
 // and imm_data always, because FI_MORE copies the request whole. With
@@ -303,7 +313,7 @@ inline constexpr uint64_t kOneWrOpFlags = FI_COMPLETION | FI_INJECT | FI_INJECT_
 					       uint64_t data) noexcept
 {
 	sge = {reinterpret_cast<uintptr_t>(buf), static_cast<uint32_t>(len),
-	       desc ? static_cast<const Mr *>(desc)->lkey : 0};
+	       desc ? static_cast<const MrDesc *>(desc)->key() : 0};
 	wr.sg_list = &sge;
 	wr.num_sge = len != 0;
 	wr.opcode = opcode;
@@ -542,7 +552,10 @@ inline ssize_t post_recv(Ep *ep, ibv_recv_wr &wr, void *context, void *buf, size
 // Fills scatter/gather entries from an iovec and its descriptors. With
 // FI_MR_LOCAL every non-empty segment needs a descriptor, unless the data is
 // copied (inline, or into a bounce buffer): up to keyless_max bytes. A
-// receive buffer may be larger than any message (max_msg_size).
+// receive buffer may be larger than any message (max_msg_size). A desc
+// given for a non-empty segment must cover the whole segment, whether or
+// not the device reads it (copied data) — one rule, whatever the size —
+// and must not be a closed region's (MrDesc): else -FI_EINVAL.
 inline ssize_t build_sges(const Conn *conn, const iovec *iov, void *const *desc, size_t count,
 			  size_t limit, ibv_sge *sge, size_t &total, size_t keyless_max,
 			  bool receive = false) noexcept
@@ -574,9 +587,11 @@ inline ssize_t build_sges(const Conn *conn, const iovec *iov, void *const *desc,
 		}
 		sge[i].addr = reinterpret_cast<uintptr_t>(iov[i].iov_base);
 		sge[i].length = static_cast<uint32_t>(std::min<size_t>(len, UINT32_MAX));
-		const Mr *mr = desc ? static_cast<const Mr *>(desc[i]) : nullptr;
-		sge[i].lkey = mr ? mr->lkey : 0;
-		if (!mr && len)
+		const MrDesc *md = desc ? static_cast<const MrDesc *>(desc[i]) : nullptr;
+		if (md && iov[i].iov_len && !md->covers(iov[i].iov_base, iov[i].iov_len)) [[unlikely]]
+			return desc_refused(md, iov[i].iov_base, iov[i].iov_len);
+		sge[i].lkey = md ? md->key() : 0;
+		if (!md && len)
 			need_keys = true;
 		total += len;
 	}

@@ -99,6 +99,14 @@ ssize_t rdm_rma_check(RdmEp *ep, bool is_read, const iovec *iov, size_t count,
 	return 0;
 }
 
+// A desc the device may use for this buffer: given, allowing the access
+// (a read's target needs local write) and covering [buf, buf + len).
+[[gnu::always_inline]] inline bool rdm_desc_usable(const MrDesc *md, bool is_read, const void *buf,
+						   size_t len) noexcept
+{
+	return md && (!is_read || md->local_write.load(std::memory_order_relaxed)) && md->covers(buf, len);
+}
+
 ssize_t rdm_rma(RdmEp *ep, ibv_wr_opcode opcode, const iovec *iov, void *const *desc,
 		size_t count, fi_addr_t dest, const fi_rma_iov *rma_iov, size_t rma_count,
 		uint64_t data, uint64_t flags, void *context, bool inject_call)
@@ -177,10 +185,13 @@ ssize_t rdm_rma(RdmEp *ep, ibv_wr_opcode opcode, const iovec *iov, void *const *
 			local_len[i] = len;
 			// A desc is used when it allows the access (a read's
 			// target must be writable by the device: an application
-			// need not register for that without FI_MR_LOCAL).
-			const Mr *mr = desc ? static_cast<const Mr *>(desc[i]) : nullptr;
-			if (mr && (!is_read || mr->local_write)) {
-				local[i].lkey = mr->lkey;
+			// need not register for that without FI_MR_LOCAL) and
+			// its region covers the buffer; else (also a closed
+			// region's desc, MrDesc) it is ignored, as if absent: a
+			// desc is only an optimisation here.
+			const MrDesc *md = desc ? static_cast<const MrDesc *>(desc[i]) : nullptr;
+			if (rdm_desc_usable(md, is_read, iov[i].iov_base, len)) {
+				local[i].lkey = md->key();
 				continue;
 			}
 			if (copied || !len)
@@ -295,8 +306,7 @@ constexpr uint64_t kFastRmaFlags = FI_COMPLETION | FI_INJECT | FI_INJECT_COMPLET
 		}
 		const bool copied = !is_read && len <= (conn ? conn->inline_size : 0);
 		if (conn && conn->state.load(std::memory_order_relaxed) == EpState::Connected &&
-		    (copied || (desc && !inject &&
-				(!is_read || static_cast<const Mr *>(desc)->local_write))) &&
+		    (copied || (!inject && rdm_desc_usable(static_cast<const MrDesc *>(desc), is_read, buf, len))) &&
 		    len <= conn->max_wr_bytes &&
 		    !peer_has(*conn, wire::kCmFlagRmaEvents) && !conn->peer_flags_pending && ep->tx_wrs < ep->tx_credit &&
 		    ep->answer_backlog.empty() && ep->read_backlog.empty()) [[likely]] {

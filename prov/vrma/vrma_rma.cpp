@@ -173,7 +173,8 @@ ssize_t rma_common(Ep *ep, ibv_wr_opcode opcode, const iovec *iov, void *const *
 		       (!buf && len) || (!desc && !copied && len) || (inject && !copied) ||
 		       (is_read && (inject || (flags & FI_REMOTE_CQ_DATA))) ||
 		       (peer & wire::kCmFlagRmaEvents) || cq_data_too_wide(flags, data) ||
-		       ((flags & FI_REMOTE_CQ_DATA) && !(peer & wire::kCmFlagTakesCqData));
+		       ((flags & FI_REMOTE_CQ_DATA) && !(peer & wire::kCmFlagTakesCqData)) ||
+		       desc_misses(desc, buf, len);
 	}
 	if (slow) [[unlikely]]
 		return rma_one_slow(ep, opcode, buf, len, desc, addr, key, data, flags, context,

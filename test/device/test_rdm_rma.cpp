@@ -519,6 +519,72 @@ START_TEST(rdm_rma_write_read_sizes)
 }
 END_TEST
 
+// A desc is only an optimisation on RDM endpoints (issue 13 §4): one whose
+// region does not cover the buffer (64 KiB of unregistered memory with the
+// desc of an 8 KiB region; a buffer running past the region's end; one
+// starting before it), or the desc of a region already closed, is ignored
+// and the buffer registered through the cache. The data must arrive, and
+// the connection keep working. (Before: the desc's key was used as given,
+// and the device failed the operation with a local protection error.)
+START_TEST(rdm_rma_desc_not_covering)
+{
+	uint32_t seed = 11;
+	RmaEnv env;
+	RdmNode a(env), b(env);
+	connect_all({&a, &b});
+	const fi_addr_t to = a.addr_of(b);
+	Mem remote(256 * KiB);
+	remote.reg(env, kRemoteAccess);
+	Mem small(8 * KiB), small_back(8 * KiB);
+	small.reg(env, kLocalAccess);
+	small_back.reg(env, kLocalAccess);
+	Mem unreg(64 * KiB), unreg_back(64 * KiB);
+	remote.reset();
+	write_then_read(a, to, remote, 0, 64 * KiB, unreg.p, small.desc(), unreg_back.p, small_back.desc(), seed,
+			"64 KiB of unregistered memory with another region's desc");
+	seed += 2;
+	// Runs past the end of the region: its last 4 KiB and 4 KiB beyond (Mem's guard).
+	Mem wide(64 * KiB), wide_back(64 * KiB);
+	fid_mr *head = nullptr, *head_back = nullptr;
+	ck_assert_int_eq(fi_mr_reg(env.domain, wide.p, 32 * KiB, kLocalAccess, 0, 0, 0, &head, nullptr), 0);
+	ck_assert_int_eq(fi_mr_reg(env.domain, wide_back.p, 32 * KiB, kLocalAccess, 0, 0, 0, &head_back, nullptr), 0);
+	remote.reset();
+	write_then_read(a, to, remote, 0, 8 * KiB, wide.p + 28 * KiB, fi_mr_desc(head), wide_back.p + 28 * KiB,
+			fi_mr_desc(head_back), seed, "a buffer running past its desc's region");
+	seed += 2;
+	// Starts before the region: the region is the upper half.
+	fid_mr *tail = nullptr, *tail_back = nullptr;
+	ck_assert_int_eq(fi_mr_reg(env.domain, wide.p + 32 * KiB, 32 * KiB, kLocalAccess, 0, 0, 0, &tail, nullptr), 0);
+	ck_assert_int_eq(fi_mr_reg(env.domain, wide_back.p + 32 * KiB, 32 * KiB, kLocalAccess, 0, 0, 0, &tail_back,
+				   nullptr), 0);
+	remote.reset();
+	write_then_read(a, to, remote, 0, 8 * KiB, wide.p + 28 * KiB, fi_mr_desc(tail), wide_back.p + 28 * KiB,
+			fi_mr_desc(tail_back), seed, "a buffer starting before its desc's region");
+	seed += 2;
+	// The desc of a region already closed (its memory still allocated).
+	void *closed = fi_mr_desc(head), *closed_back = fi_mr_desc(head_back);
+	ck_assert_int_eq(fi_close(&head->fid), 0);
+	ck_assert_int_eq(fi_close(&head_back->fid), 0);
+	remote.reset();
+	write_then_read(a, to, remote, 0, 16 * KiB, wide.p, closed, wide_back.p, closed_back, seed,
+			"the desc of a closed region");
+	seed += 2;
+	// Small enough to go inline (write) with a wrong desc.
+	remote.reset();
+	write_then_read(a, to, remote, 0, 32, unreg.p, small.desc(), unreg_back.p, small_back.desc(), seed,
+			"32 bytes of unregistered memory with another region's desc");
+	seed += 2;
+	// The connection still works with a correct desc.
+	remote.reset();
+	write_then_read(a, to, remote, 0, 8 * KiB, small.p, small.desc(), small_back.p, small_back.desc(), seed,
+			"8 KiB, desc given and correct");
+	ck_assert_int_eq(fi_close(&tail->fid), 0);
+	ck_assert_int_eq(fi_close(&tail_back->fid), 0);
+	expect_none(a);
+	expect_none(b, 300, "the target of one-sided operations");
+}
+END_TEST
+
 // Gather and scatter: fi_writev / fi_readv with four local pieces in
 // separate buffers, fi_writemsg / fi_readmsg with three local pieces and
 // five remote segments over two regions (uneven, one empty).
@@ -2102,7 +2168,7 @@ Suite *rdm_rma_suite()
 	    {rdm_rma_write_read_sizes, rdm_rma_vector, rdm_rma_inject, rdm_rma_writedata, rdm_rma_loopback});
 	add("rdm_rma_flags", 120, {rdm_rma_flags});
 	add("rdm_rma_events", 90, {rdm_rma_events_two_peers});
-	add("rdm_rma_errors", 120, {rdm_rma_remote_errors, rdm_rma_bad_input});
+	add("rdm_rma_errors", 120, {rdm_rma_remote_errors, rdm_rma_bad_input, rdm_rma_desc_not_covering});
 	add("rdm_rma_keys", 120, {rdm_rma_scalable_keys, rdm_rma_scalable_key_reregistered, rdm_rma_scalable_keys_mismatch});
 	add("rdm_rma_commit", 120, {rdm_rma_commit_getinfo, rdm_rma_commit_data, rdm_rma_commit_waits, rdm_rma_commit_errors});
 	return s;
