@@ -82,7 +82,7 @@ int ep_close(fid *f) noexcept
 		// (fi_endpoint(3): no completions). Never posted after the
 		// sentinel below: the sentinel's flush retires these slots, and a
 		// later flush of them would name retired slots of a freed endpoint.
-		std::lock_guard<std::mutex> guard(ep->conn.more_lock);
+		std::lock_guard<FastMutex> guard(ep->conn.more_lock);
 		if (ep->conn.more) {
 			ep->conn.more->nwr = 0;
 			ep->conn.more->nsge = 0;
@@ -420,7 +420,7 @@ void ep_set_error(Ep *ep) noexcept
 void ep_cancel_held(Ep *ep) noexcept
 {
 	Conn &conn = ep->conn;
-	std::lock_guard<std::mutex> guard(conn.more_lock);
+	std::lock_guard<FastMutex> guard(conn.more_lock);
 	if (!conn.more_held.load(std::memory_order_relaxed))
 		return;
 	// Never run: the requests flush only if the QP is in the error state

@@ -183,7 +183,7 @@ inline void flush_more(Conn *conn) noexcept
 		return;
 	Unposted u;
 	{
-		std::lock_guard<std::mutex> guard(conn->more_lock);
+		std::lock_guard<FastMutex> guard(conn->more_lock);
 		if (!conn->more_held.load(std::memory_order_relaxed))
 			return;
 		post_more_locked(conn, &u);
@@ -465,7 +465,7 @@ inline ssize_t post_send_chain_locked(Conn *conn, ibv_send_wr *wrs, size_t n, co
 		}
 		Unposted unposted;
 		{
-			std::lock_guard<std::mutex> guard(conn->more_lock);
+			std::lock_guard<FastMutex> guard(conn->more_lock);
 			hold_back(conn, wrs, n, unposted);
 			// The connection may have ended since the check above:
 			// ep_cancel_held posted what was held then, not these, and
