@@ -472,6 +472,31 @@ struct RdmTxReport {
 	bool report;
 	Cntr *cntr;
 };
+// An operation that waits in its peer's table for the answer that completes
+// it (a delivery-complete or rendezvous send, a commit write). Until
+// posted() says its request is on the wire, destruction takes it back out
+// of the table and frees it: a refused post leaves no trace behind.
+class RdmAwaited {
+public:
+	// A new operation reported as `r` says, with the peer's next message
+	// id: 0, or -FI_ENOMEM.
+	int create(RdmPeer *peer, const RdmTxReport &r) noexcept;
+	// Enters it in the peer's table: 0, or -FI_ENOMEM.
+	int wait() noexcept;
+	// Its request was posted: the answer, or the connection's end, frees it.
+	void posted() noexcept { op_.release(); }
+	RdmTxOp *operator->() const noexcept { return op_.get(); }
+	explicit operator bool() const noexcept { return op_ != nullptr; }
+	RdmAwaited() = default;
+	RdmAwaited(const RdmAwaited &) = delete;
+	RdmAwaited &operator=(const RdmAwaited &) = delete;
+	~RdmAwaited();
+
+private:
+	std::unique_ptr<RdmTxOp> op_;
+	bool waiting_ = false;
+};
+
 // The connection a transmit to `dest` goes on: 0 and peer/conn;
 // -FI_EOPBADSTATE before fi_enable; 1 when dest names no peer: the
 // operation is accepted and ends at once in an error entry (as any failed

@@ -371,6 +371,38 @@ void rdm_send_answer(RdmEp *ep, RdmPeer *peer, const uint8_t *hdr, const uint8_t
 
 uint32_t rdm_next_msg_id(RdmPeer *peer) noexcept { return next_msg_id(peer); }
 
+int RdmAwaited::create(RdmPeer *peer, const RdmTxReport &r) noexcept
+{
+	op_.reset(new (std::nothrow) RdmTxOp);
+	if (!op_)
+		return -FI_ENOMEM;
+	op_->peer = peer;
+	op_->msg_id = next_msg_id(peer);
+	op_->context = r.context;
+	op_->comp_flags = r.comp_flags;
+	op_->len = r.len;
+	op_->report = r.report;
+	op_->cntr = r.cntr;
+	return 0;
+}
+
+int RdmAwaited::wait() noexcept
+{
+	try {
+		op_->peer->waiting.emplace(op_->msg_id, op_.get());
+	} catch (...) {
+		return -FI_ENOMEM;
+	}
+	waiting_ = true;
+	return 0;
+}
+
+RdmAwaited::~RdmAwaited()
+{
+	if (op_ && waiting_)
+		op_->peer->waiting.erase(op_->msg_id);
+}
+
 int rdm_take_tx_buf(RdmEp *ep) noexcept { return take_tx_buf(ep); }
 
 uint8_t *rdm_tx_buf(RdmEp *ep, uint32_t idx) noexcept { return tx_buf(ep, idx); }
@@ -529,46 +561,25 @@ ssize_t rdm_send(RdmEp *ep, const iovec *iov, size_t count, fi_addr_t dest, uint
 					 report, ep->cntr_send, flags & FI_MORE, RdmTx::App);
 		}
 		// Delivery complete: the receiver's DeliveryAck completes it.
-		auto *op = new (std::nothrow) RdmTxOp;
-		if (!op)
-			return -FI_ENOMEM;
-		op->peer = peer;
-		op->msg_id = next_msg_id(peer);
-		op->context = context;
-		op->comp_flags = comp_flags;
-		op->len = total;
-		op->report = report;
-		op->cntr = ep->cntr_send;
+		RdmAwaited op;
+		if (int rc = op.create(peer, {context, comp_flags, total, report, ep->cntr_send}))
+			return rc;
 		h.flags |= rdm::kFlagDeliveryComplete;
 		h.msg_id = op->msg_id;
 		rdm::encode_header(hb, h);
-		try {
-			peer->waiting.emplace(op->msg_id, op);
-		} catch (...) {
-			delete op;
-			return -FI_ENOMEM;
-		}
+		if (int rc = op.wait())
+			return rc;
 		ssize_t rc = post_copy(ep, conn, hb, kHdr, iov, count, total,
 				       reinterpret_cast<void *>(uintptr_t(op->msg_id)), 0, total, false,
 				       nullptr, flags & FI_MORE, RdmTx::Awaited);
-		if (rc) {
-			peer->waiting.erase(op->msg_id);
-			delete op;
-		}
+		if (!rc)
+			op.posted();
 		return rc;
 	}
 	// Rendezvous: register the sender's pieces for the receiver to read.
-	auto *op = new (std::nothrow) RdmTxOp;
-	if (!op)
-		return -FI_ENOMEM;
-	std::unique_ptr<RdmTxOp> owner(op);
-	op->peer = peer;
-	op->msg_id = next_msg_id(peer);
-	op->context = context;
-	op->comp_flags = comp_flags;
-	op->len = total;
-	op->report = report;
-	op->cntr = ep->cntr_send;
+	RdmAwaited op;
+	if (int rc = op.create(peer, {context, comp_flags, total, report, ep->cntr_send}))
+		return rc;
 	rdm::RndvSegment segs[rdm::kMaxRndvSegments];
 	size_t nsegs = 0;
 	for (size_t i = 0; i < count; i++) {
@@ -587,20 +598,14 @@ ssize_t rdm_send(RdmEp *ep, const iovec *iov, size_t count, fi_addr_t dest, uint
 	h.msg_id = op->msg_id;
 	uint8_t req[rdm::kRndvMsgMax];
 	const size_t len = rdm::encode_rndv_request(req, h, segs, nsegs);
-	try {
-		peer->waiting.emplace(op->msg_id, op);
-	} catch (...) {
-		return -FI_ENOMEM;
-	}
+	if (int rc = op.wait())
+		return rc;
 	ssize_t rc = post_copy(ep, conn, req, len, nullptr, 0, 0,
 			       reinterpret_cast<void *>(uintptr_t(op->msg_id)), 0, total, false, nullptr,
 			       flags & FI_MORE, RdmTx::RndvReq);
-	if (rc) {
-		peer->waiting.erase(op->msg_id);
-		return rc;
-	}
-	(void)owner.release();
-	return 0;
+	if (!rc)
+		op.posted();
+	return rc;
 }
 
 // The data path's common send, as send_one is for MSG endpoints: one

@@ -153,18 +153,10 @@ ssize_t rdm_rma(RdmEp *ep, ibv_wr_opcode opcode, const iovec *iov, void *const *
 	}
 	// Its answer completes a commit: the operation waits in the peer's
 	// table, holding the registrations too.
-	std::unique_ptr<RdmTxOp> awaited;
+	RdmAwaited awaited;
 	if (commit_request) {
-		awaited.reset(new (std::nothrow) RdmTxOp);
-		if (!awaited)
-			return -FI_ENOMEM;
-		awaited->peer = peer;
-		awaited->msg_id = rdm_next_msg_id(peer);
-		awaited->context = context;
-		awaited->comp_flags = comp_flags;
-		awaited->len = total;
-		awaited->report = report;
-		awaited->cntr = cntr;
+		if (int rc = awaited.create(peer, {context, comp_flags, total, report, cntr}))
+			return rc;
 	}
 
 	// The local pieces and their keys. An inject beyond the inline size is
@@ -260,19 +252,14 @@ ssize_t rdm_rma(RdmEp *ep, ibv_wr_opcode opcode, const iovec *iov, void *const *
 	if (!rdm_tx_room(ep, w.nwr))
 		return -FI_EAGAIN;
 	if (awaited) {
-		try {
-			peer->waiting.emplace(awaited->msg_id, awaited.get());
-		} catch (...) {
-			return -FI_ENOMEM;
-		}
+		if (int rc = awaited.wait())
+			return rc;
 	}
-	if (ssize_t rc = rdm_post_op_chain(ep, conn, w.wrs, w.nwr, top)) {
-		if (awaited)
-			peer->waiting.erase(awaited->msg_id);
+	if (ssize_t rc = rdm_post_op_chain(ep, conn, w.wrs, w.nwr, top))
 		return rc;
-	}
-	(void)op.release();      // its last request's completion frees it
-	(void)awaited.release(); // the answer, or the connection's end, frees it
+	(void)op.release(); // its last request's completion frees it
+	if (awaited)
+		awaited.posted();
 	return 0;
 }
 
