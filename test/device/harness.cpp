@@ -1,10 +1,12 @@
 #include "harness.h"
 
 #include <cstdio>
+#include <cstdlib>
 
 #include <linux/capability.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -354,6 +356,52 @@ bool Region::check(uint8_t seed, size_t len, size_t offset) const
 		if (buf[offset + i] != static_cast<uint8_t>(seed + i * 7 + (i >> 8)))
 			return false;
 	return true;
+}
+
+fi_vrma_domain_ops *vrma_domain_ops(fid_domain *domain)
+{
+	void *ops = nullptr;
+	ck_assert_int_eq(fi_open_ops(&domain->fid, FI_VRMA_DOMAIN_OPS, 0, &ops, nullptr), 0);
+	ck_assert_ptr_nonnull(ops);
+	auto *d = static_cast<fi_vrma_domain_ops *>(ops);
+	ck_assert_uint_ge(d->size, sizeof(fi_vrma_domain_ops));
+	return d;
+}
+
+fi_vrma_commit_stats vrma_commit_stats(fid_domain *domain)
+{
+	fi_vrma_commit_stats s{};
+	ck_assert_int_eq(vrma_domain_ops(domain)->commit_stats(domain, &s), 0);
+	return s;
+}
+
+FileMapping::FileMapping(fid_domain *domain, size_t n, uint64_t access) : len(n)
+{
+	const char *dir = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+	path = std::string(dir) + "/vrma-file-XXXXXX";
+	fd = mkstemp(path.data());
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(ftruncate(fd, static_cast<off_t>(len)), 0);
+	void *m = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	ck_assert_ptr_ne(m, MAP_FAILED);
+	p = static_cast<uint8_t *>(m);
+	ck_assert_int_eq(fi_mr_reg(domain, p, len, access, 0, 0, 0, &mr, nullptr), 0);
+}
+
+FileMapping::~FileMapping()
+{
+	if (mr)
+		fi_close(&mr->fid);
+	munmap(p, len);
+	close(fd);
+	unlink(path.c_str());
+}
+
+std::vector<uint8_t> FileMapping::file_bytes(size_t off, size_t n) const
+{
+	std::vector<uint8_t> out(n);
+	ck_assert_int_eq(pread(fd, out.data(), n, static_cast<off_t>(off)), static_cast<ssize_t>(n));
+	return out;
 }
 
 } // namespace vt

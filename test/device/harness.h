@@ -30,6 +30,7 @@
 #include <rdma/fi_errno.h>
 #include <rdma/fi_rma.h>
 #include <rdma/fi_tagged.h>
+#include <rdma/fi_ext_vrma.h>
 
 namespace vt {
 
@@ -194,6 +195,31 @@ private:
 	rlimit saved_{};
 	rlim_t limit_ = 0;
 	bool active_ = false;
+};
+
+// The domain's vrma extension ops (fi_ext_vrma.h), checked to be there
+// and at least as large as this build knows them.
+fi_vrma_domain_ops *vrma_domain_ops(fid_domain *domain);
+// The domain's commit-service counters.
+fi_vrma_commit_stats vrma_commit_stats(fid_domain *domain);
+
+// A file of n bytes mapped MAP_SHARED and registered with `access` (the
+// guest's /tmp is tmpfs: msync is what makes such memory durable, and the
+// commit counters tell msync from a cache write-back).
+struct FileMapping {
+	std::string path;
+	int fd = -1;
+	uint8_t *p = nullptr;
+	size_t len;
+	fid_mr *mr = nullptr;
+	FileMapping(fid_domain *domain, size_t n, uint64_t access);
+	~FileMapping();
+	FileMapping(const FileMapping &) = delete;
+	FileMapping &operator=(const FileMapping &) = delete;
+	uint64_t addr(size_t off = 0) const { return reinterpret_cast<uintptr_t>(p) + off; }
+	uint64_t key() const { return fi_mr_key(mr); }
+	// The file's bytes, read through the file, not the mapping.
+	std::vector<uint8_t> file_bytes(size_t off, size_t n) const;
 };
 
 } // namespace vt

@@ -35,20 +35,7 @@ struct PmemEnv : private PmemHints, Env {
 	}
 };
 
-fi_vrma_domain_ops *domain_ops(Env &env)
-{
-	void *ops = nullptr;
-	ck_assert_int_eq(fi_open_ops(&env.domain->fid, FI_VRMA_DOMAIN_OPS, 0, &ops, nullptr), 0);
-	ck_assert_ptr_nonnull(ops);
-	return static_cast<fi_vrma_domain_ops *>(ops);
-}
-
-fi_vrma_commit_stats stats(Env &env)
-{
-	fi_vrma_commit_stats s{};
-	ck_assert_int_eq(domain_ops(env)->commit_stats(env.domain, &s), 0);
-	return s;
-}
+fi_vrma_commit_stats stats(Env &env) { return vrma_commit_stats(env.domain); }
 
 int commit_method(fid_ep *ep)
 {
@@ -58,44 +45,6 @@ int commit_method(fid_ep *ep)
 	ck_assert_uint_eq(len, sizeof method);
 	return method;
 }
-
-// A region of a file mapped MAP_SHARED (the guest's /tmp is tmpfs; on a host
-// with a device it is whatever TMPDIR is).
-struct FileRegion {
-	std::string path;
-	int fd = -1;
-	uint8_t *buf = nullptr;
-	size_t len;
-	fid_mr *mr = nullptr;
-	FileRegion(Env &env, size_t n, uint64_t access) : len(n)
-	{
-		const char *dir = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
-		path = std::string(dir) + "/vrma-pmem-XXXXXX";
-		fd = mkstemp(path.data());
-		ck_assert_int_ge(fd, 0);
-		ck_assert_int_eq(ftruncate(fd, static_cast<off_t>(len)), 0);
-		void *p = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-		ck_assert_ptr_ne(p, MAP_FAILED);
-		buf = static_cast<uint8_t *>(p);
-		ck_assert_int_eq(fi_mr_reg(env.domain, buf, len, access, 0, 0, 0, &mr, nullptr), 0);
-	}
-	~FileRegion()
-	{
-		fi_close(&mr->fid);
-		munmap(buf, len);
-		close(fd);
-		unlink(path.c_str());
-	}
-	uint64_t addr() const { return reinterpret_cast<uintptr_t>(buf); }
-	uint64_t key() const { return fi_mr_key(mr); }
-	// The file's bytes, through the file, not the mapping.
-	std::vector<uint8_t> file_bytes(size_t off, size_t n) const
-	{
-		std::vector<uint8_t> out(n);
-		ck_assert_int_eq(pread(fd, out.data(), n, static_cast<off_t>(off)), static_cast<ssize_t>(n));
-		return out;
-	}
-};
 
 // Posts with retries while the endpoint says -FI_EAGAIN (commits in flight
 // or a full queue), reading nothing: vrma progresses by itself.
@@ -148,7 +97,7 @@ START_TEST(commit_through_target_into_file)
 	ck_assert_int_eq(commit_method(p.server.ep), FI_VRMA_COMMIT_TARGET);
 	const size_t max = size_t(1) << 20;
 	Region local(env, max, FI_WRITE);
-	FileRegion remote(env, max, FI_REMOTE_WRITE);
+	FileMapping remote(env.domain, max, FI_REMOTE_WRITE);
 	const fi_vrma_commit_stats before = stats(env);
 	int n = 0;
 	for (size_t len : {size_t(1), size_t(4096), size_t(100000), max}) {
@@ -270,8 +219,7 @@ END_TEST
 START_TEST(commit_by_read_back_when_declared)
 {
 	PmemEnv env;
-	fi_vrma_domain_ops *ops = domain_ops(env);
-	ck_assert_uint_ge(ops->size, sizeof(fi_vrma_domain_ops));
+	fi_vrma_domain_ops *ops = vrma_domain_ops(env.domain);
 	ck_assert_int_eq(ops->set_direct_write_to_pmem(env.domain, 1), 0);
 	Pair p(env);
 	ck_assert_int_eq(commit_method(p.client.ep), FI_VRMA_COMMIT_DIRECT_WRITE);

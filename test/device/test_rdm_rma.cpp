@@ -1731,20 +1731,7 @@ END_TEST
 
 namespace {
 
-fi_vrma_domain_ops *domain_ops(RdmEnv &env)
-{
-	void *ops = nullptr;
-	ck_assert_int_eq(fi_open_ops(&env.domain->fid, FI_VRMA_DOMAIN_OPS, 0, &ops, nullptr), 0);
-	ck_assert_ptr_nonnull(ops);
-	return static_cast<fi_vrma_domain_ops *>(ops);
-}
-
-fi_vrma_commit_stats commit_stats(RdmEnv &env)
-{
-	fi_vrma_commit_stats s{};
-	ck_assert_int_eq(domain_ops(env)->commit_stats(env.domain, &s), 0);
-	return s;
-}
+fi_vrma_commit_stats commit_stats(RdmEnv &env) { return vrma_commit_stats(env.domain); }
 
 // What the target's commit counters moved by.
 struct CommitDelta {
@@ -1766,47 +1753,12 @@ void expect_delta(const CommitDelta &d, const CommitDelta &want, const char *wha
 		      want.bytes, want.msyncs, want.flushes, want.failures);
 }
 
-// A region of a file mapped MAP_SHARED, between sentinel pages of the
-// mapping's own (the guest's /tmp is tmpfs: msync is what makes such
-// memory durable, and commit_stats counts it).
-struct FileMem {
-	std::string path;
-	int fd = -1;
-	uint8_t *p = nullptr;
-	size_t len;
-	fid_mr *mr = nullptr;
-	FileMem(RdmEnv &env, size_t n) : len(n)
-	{
-		const char *dir = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
-		path = std::string(dir) + "/vrma-rdm-pmem-XXXXXX";
-		fd = mkstemp(path.data());
-		ck_assert_int_ge(fd, 0);
-		ck_assert_int_eq(ftruncate(fd, static_cast<off_t>(len)), 0);
-		void *m = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-		ck_assert_ptr_ne(m, MAP_FAILED);
-		p = static_cast<uint8_t *>(m);
-		ck_assert_int_eq(fi_mr_reg(env.domain, p, len, kRemoteAccess, 0, 0, 0, &mr, nullptr), 0);
-	}
-	~FileMem()
-	{
-		if (mr)
-			fi_close(&mr->fid);
-		munmap(p, len);
-		close(fd);
-		unlink(path.c_str());
-	}
-	FileMem(const FileMem &) = delete;
-	FileMem &operator=(const FileMem &) = delete;
-	uint64_t addr(size_t off = 0) const { return reinterpret_cast<uintptr_t>(p) + off; }
-	uint64_t key() const { return fi_mr_key(mr); }
-	// The pattern must be in the file, read through the file.
-	void expect_file(size_t off, size_t n, uint32_t seed, const char *what, size_t from = 0) const
-	{
-		std::vector<uint8_t> out(n);
-		ck_assert_int_eq(pread(fd, out.data(), n, static_cast<off_t>(off)), static_cast<ssize_t>(n));
-		expect_pattern(out.data(), n, seed, what, from);
-	}
-};
+// The pattern must be in the file, read through the file.
+void expect_file(const FileMapping &f, size_t off, size_t n, uint32_t seed, const char *what, size_t from = 0)
+{
+	const std::vector<uint8_t> got = f.file_bytes(off, n);
+	expect_pattern(got.data(), n, seed, what, from);
+}
 
 // An RMA env whose endpoints have FI_RMA_PMEM (and FI_RMA_EVENT), and
 // optionally a default FI_COMMIT_COMPLETE (then RMA only).
@@ -1909,7 +1861,7 @@ START_TEST(rdm_rma_commit_data)
 	RdmNode a(env), b(env, topt);
 	connect_all({&a, &b});
 	const fi_addr_t to = a.addr_of(b);
-	FileMem f(env, 4 * MiB);
+	FileMapping f(env.domain, 4 * MiB, kRemoteAccess);
 	Mem anon(64 * KiB), src(2 * MiB), back(4096 + kSlack);
 	anon.reg(env, kRemoteAccess);
 	uint64_t writes = 0;
@@ -1932,7 +1884,7 @@ START_TEST(rdm_rma_commit_data)
 		expect_ok(a, &ctx, kWriteDone, "commit 4 KiB to a file");
 		writes++;
 		expect_delta(delta(before, commit_stats(env)), {1, 1, 4096, 1, 0, 0}, "commit 4 KiB to a file");
-		f.expect_file(8192, 4096, 1, "commit 4 KiB to a file: the file");
+		expect_file(f, 8192, 4096, 1, "commit 4 KiB to a file: the file");
 	}
 	// Three local pieces into three ranges of the file, with CQ data.
 	{
@@ -1946,9 +1898,9 @@ START_TEST(rdm_rma_commit_data)
 		expect_ok(a, &ctx, kWriteDone, "commit 3 ranges with CQ data");
 		writes++;
 		expect_delta(delta(before, commit_stats(env)), {1, 3, 3000, 3, 0, 0}, "commit 3 ranges");
-		f.expect_file(0, 500, 2, "commit 3 ranges: range 1");
-		f.expect_file(MiB, 1500, 2, "commit 3 ranges: range 2", 500);
-		f.expect_file(3 * MiB, 1000, 2, "commit 3 ranges: range 3", 2000);
+		expect_file(f, 0, 500, 2, "commit 3 ranges: range 1");
+		expect_file(f, MiB, 1500, 2, "commit 3 ranges: range 2", 500);
+		expect_file(f, 3 * MiB, 1000, 2, "commit 3 ranges: range 3", 2000);
 		Completion c = expect_ok(b, nullptr, kRemoteData, "commit 3 ranges: the target's CQ data");
 		ck_assert_uint_eq(c.e.data, 0xfedcba9876543210ULL);
 		ck_assert_uint_eq(c.e.len, 3000);
@@ -1974,7 +1926,7 @@ START_TEST(rdm_rma_commit_data)
 		post([&] { return fi_writemsg(a.ep, &m, FI_COMMIT_COMPLETE | FI_COMPLETION); }, "commit 1 MiB to the file");
 		expect_ok(a, &ctx, kWriteDone, "commit 1 MiB to the file");
 		writes++;
-		f.expect_file(2 * MiB, MiB, 3, "commit 1 MiB to the file");
+		expect_file(f, 2 * MiB, MiB, 3, "commit 1 MiB to the file");
 	}
 	// FI_INJECT: the data is copied at once, committed all the same.
 	{
@@ -1989,7 +1941,7 @@ START_TEST(rdm_rma_commit_data)
 		expect_ok(a, &ctx, kWriteDone, "inject with commit");
 		writes++;
 		expect_delta(delta(before, commit_stats(env)), {1, 1, 16, 1, 0, 0}, "inject with commit");
-		f.expect_file(4 * MiB - 16, 16, 4, "inject with commit");
+		expect_file(f, 4 * MiB - 16, 16, 4, "inject with commit");
 	}
 	// A zero-length commit and a read with the flag: nothing to persist.
 	{
@@ -2012,14 +1964,14 @@ START_TEST(rdm_rma_commit_data)
 	PmemEnv denv(true);
 	RdmNode c(denv), d(denv);
 	connect_all({&c, &d});
-	FileMem g(denv, 64 * KiB);
+	FileMapping g(denv.domain, 64 * KiB, kRemoteAccess);
 	fill_pattern(src.p, 256, 6);
 	before = commit_stats(denv);
 	post([&] { return fi_write(c.ep, src.p, 256, nullptr, c.addr_of(d), g.addr(512), g.key(), &ctx); },
 	     "fi_write with a default FI_COMMIT_COMPLETE");
 	expect_ok(c, &ctx, kWriteDone, "fi_write with a default FI_COMMIT_COMPLETE");
 	expect_delta(delta(before, commit_stats(denv)), {1, 1, 256, 1, 0, 0}, "fi_write with a default commit");
-	g.expect_file(512, 256, 6, "fi_write with a default FI_COMMIT_COMPLETE");
+	expect_file(g, 512, 256, 6, "fi_write with a default FI_COMMIT_COMPLETE");
 }
 END_TEST
 
@@ -2075,7 +2027,7 @@ START_TEST(rdm_rma_commit_waits)
 
 	// Direct write to pmem, declared before the connection: no request.
 	PmemEnv denv;
-	ck_assert_int_eq(domain_ops(denv)->set_direct_write_to_pmem(denv.domain, 1), 0);
+	ck_assert_int_eq(vrma_domain_ops(denv.domain)->set_direct_write_to_pmem(denv.domain, 1), 0);
 	RdmNode c(env), d(denv);
 	connect_all({&c, &d});
 	Mem dr(4096);
