@@ -773,6 +773,35 @@ inline bool decode_header(const uint8_t *buf, size_t len, RdmHeader &h) noexcept
 	return payload == 0 && h.length == 0;
 }
 
+// The fixed-size records of a request's body (n of them, `stride` bytes
+// apart from `first`), each with its length as a u64 at offset 8: true when
+// none is 0, take(i, record, length) accepts each, and the lengths add up to
+// `total` without overflowing. One walker for every decoder whose header's
+// length is the sum of its segments.
+template <typename Take>
+inline bool walk_segments(const uint8_t *first, size_t n, size_t stride, uint64_t total,
+			  Take &&take) noexcept
+{
+	uint64_t sum = 0;
+	for (size_t i = 0; i < n; i++) {
+		const uint8_t *r = first + i * stride;
+		const uint64_t len = le::get64(r + 8);
+		if (len == 0 || len > UINT64_MAX - sum || !take(i, r, len))
+			return false;
+		sum += len;
+	}
+	return sum == total;
+}
+
+// Whether the n bytes at p are all 0 (reserved bytes).
+inline bool all_zero(const uint8_t *p, size_t n) noexcept
+{
+	for (size_t i = 0; i < n; i++)
+		if (p[i] != 0)
+			return false;
+	return true;
+}
+
 // Writes an Rndv* request (h and count segments, 1..kMaxRndvSegments) into buf
 // (kRndvMsgMax bytes); returns its length. h.length must be the segments' sum.
 inline size_t encode_rndv_request(uint8_t *buf, const RdmHeader &h, const RndvSegment *segs,
@@ -803,21 +832,14 @@ inline bool decode_rndv_request(const uint8_t *buf, size_t len, RdmHeader &h, Rn
 		return false;
 	const uint8_t *body = buf + kRdmHeaderBytes;
 	const size_t n = body[0];
-	if (n == 0 || n > kMaxRndvSegments || len != rndv_msg_bytes(n))
+	if (n == 0 || n > kMaxRndvSegments || len != rndv_msg_bytes(n) ||
+	    !all_zero(body + 1, kRndvBodyHeadBytes - 1))
 		return false;
-	for (size_t i = 1; i < kRndvBodyHeadBytes; i++)
-		if (body[i] != 0)
-			return false;
-	uint64_t sum = 0;
-	for (size_t i = 0; i < n; i++) {
-		const uint8_t *s = body + kRndvBodyHeadBytes + i * kRndvSegmentBytes;
-		const uint64_t slen = le::get64(s + 8);
-		if (slen == 0 || le::get32(s + 20) != 0 || slen > UINT64_MAX - sum)
-			return false;
-		sum += slen;
+	auto take = [segs](size_t i, const uint8_t *s, uint64_t slen) {
 		segs[i] = {le::get64(s), slen, le::get32(s + 16)};
-	}
-	if (sum != h.length)
+		return le::get32(s + 20) == 0;
+	};
+	if (!walk_segments(body + kRndvBodyHeadBytes, n, kRndvSegmentBytes, h.length, take))
 		return false;
 	count = n;
 	return true;
@@ -849,11 +871,9 @@ inline bool decode_rma_event(const uint8_t *buf, size_t len, RdmHeader &h, uint6
 	const uint8_t *body = buf + kRdmHeaderBytes;
 	const size_t n = body[0];
 	if (n > kMaxRmaEventKeys ||
-	    len != kRdmHeaderBytes + kRmaEventBodyHeadBytes + n * sizeof(uint64_t))
+	    len != kRdmHeaderBytes + kRmaEventBodyHeadBytes + n * sizeof(uint64_t) ||
+	    !all_zero(body + 1, kRmaEventBodyHeadBytes - 1))
 		return false;
-	for (size_t i = 1; i < kRmaEventBodyHeadBytes; i++)
-		if (body[i] != 0)
-			return false;
 	for (size_t i = 0; i < n; i++)
 		keys[i] = le::get64(body + kRmaEventBodyHeadBytes + i * sizeof(uint64_t));
 	count = n;
@@ -910,16 +930,11 @@ inline bool decode_atomic_request(const uint8_t *buf, size_t len, RdmHeader &h,
 	if (!atomic::valid(kind, op, datatype) || n == 0 || n > kMaxAtomicSegments ||
 	    le::get32(body + 4) != 0 || len < atomic_request_head_bytes(n))
 		return false;
-	uint64_t sum = 0;
-	for (size_t i = 0; i < n; i++) {
-		const uint8_t *s = body + kAtomicBodyHeadBytes + i * kAtomicSegmentBytes;
-		const uint64_t count = le::get64(s + 8);
-		if (count == 0 || count > UINT64_MAX - sum)
-			return false;
-		sum += count;
+	auto take = [&out](size_t i, const uint8_t *s, uint64_t count) {
 		out.segs[i] = {le::get64(s), count, le::get64(s + 16)};
-	}
-	if (sum != h.length)
+		return true;
+	};
+	if (!walk_segments(body + kAtomicBodyHeadBytes, n, kAtomicSegmentBytes, h.length, take))
 		return false;
 	// The arrays, checked by division: length times the size may overflow.
 	const size_t head = atomic_request_head_bytes(n);
@@ -1036,21 +1051,14 @@ inline bool decode_commit_request(const uint8_t *buf, size_t len, RdmHeader &h,
 	const uint8_t *body = buf + kRdmHeaderBytes;
 	const size_t n = body[0];
 	if (n == 0 || n > kMaxCommitRanges ||
-	    len != kRdmHeaderBytes + kCommitBodyHeadBytes + n * kCommitRangeBytes)
+	    len != kRdmHeaderBytes + kCommitBodyHeadBytes + n * kCommitRangeBytes ||
+	    !all_zero(body + 1, kCommitBodyHeadBytes - 1))
 		return false;
-	for (size_t i = 1; i < kCommitBodyHeadBytes; i++)
-		if (body[i] != 0)
-			return false;
-	uint64_t sum = 0;
-	for (size_t i = 0; i < n; i++) {
-		const uint8_t *r = body + kCommitBodyHeadBytes + i * kCommitRangeBytes;
-		const uint64_t rlen = le::get64(r + 8);
-		if (rlen == 0 || rlen > UINT64_MAX - sum)
-			return false;
-		sum += rlen;
+	auto take = [ranges](size_t i, const uint8_t *r, uint64_t rlen) {
 		ranges[i] = {le::get64(r), rlen, le::get64(r + 16)};
-	}
-	if (sum != h.length)
+		return true;
+	};
+	if (!walk_segments(body + kCommitBodyHeadBytes, n, kCommitRangeBytes, h.length, take))
 		return false;
 	count = n;
 	return true;

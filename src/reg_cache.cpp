@@ -3,27 +3,19 @@
 #include <algorithm>
 #include <iterator>
 #include <new>
+#include <utility>
 
 namespace vrma {
 
 // ---- RegRetired ----
 
-RegRetired::RegRetired(RegRetired &&other) noexcept
-	: head_(other.head_), tail_(other.tail_), count_(other.count_)
-{
-	other.head_ = other.tail_ = nullptr;
-	other.count_ = 0;
-}
+RegRetired::RegRetired(RegRetired &&other) noexcept : list_(std::move(other.list_)) {}
 
 RegRetired &RegRetired::operator=(RegRetired &&other) noexcept
 {
 	if (this != &other) {
 		clear();
-		head_ = other.head_;
-		tail_ = other.tail_;
-		count_ = other.count_;
-		other.head_ = other.tail_ = nullptr;
-		other.count_ = 0;
+		list_ = std::move(other.list_);
 	}
 	return *this;
 }
@@ -33,24 +25,14 @@ RegRetired::~RegRetired() { clear(); }
 void RegRetired::push(RegEntry *e) noexcept
 {
 	e->prev_ = nullptr;
-	e->next_ = nullptr;
-	if (tail_)
-		tail_->next_ = e;
-	else
-		head_ = e;
-	tail_ = e;
-	count_++;
+	list_.push_back(e);
 }
 
 void *RegRetired::pop() noexcept
 {
-	RegEntry *e = head_;
+	RegEntry *e = list_.pop_front();
 	if (!e)
 		return nullptr;
-	head_ = e->next_;
-	if (!head_)
-		tail_ = nullptr;
-	count_--;
 	void *handle = e->handle_;
 	delete e;
 	return handle;
@@ -58,13 +40,8 @@ void *RegRetired::pop() noexcept
 
 void RegRetired::clear() noexcept
 {
-	while (head_) {
-		RegEntry *next = head_->next_;
-		delete head_;
-		head_ = next;
-	}
-	tail_ = nullptr;
-	count_ = 0;
+	while (RegEntry *e = list_.pop_front())
+		delete e;
 }
 
 // ---- RegCache::List ----

@@ -45,6 +45,8 @@
 // never do.
 #pragma once
 
+#include "intrusive_fifo.h"
+
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -134,8 +136,8 @@ public:
 	RegRetired &operator=(const RegRetired &) = delete;
 	~RegRetired();
 
-	bool empty() const noexcept { return head_ == nullptr; }
-	size_t size() const noexcept { return count_; }
+	bool empty() const noexcept { return list_.empty(); }
+	size_t size() const noexcept { return list_.size(); }
 	// The next handle to deregister (its entry is freed), or nullptr once
 	// empty.
 	void *pop() noexcept;
@@ -145,9 +147,7 @@ private:
 	void push(RegEntry *e) noexcept;
 	void clear() noexcept;
 
-	RegEntry *head_ = nullptr;
-	RegEntry *tail_ = nullptr;
-	size_t count_ = 0;
+	IntrusiveFifo<RegEntry, &RegEntry::next_> list_;
 };
 
 // A byte range [start, end) and the access a registration of it needs.

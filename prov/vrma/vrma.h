@@ -38,6 +38,7 @@
 
 #include "av_table.h"
 #include "fast_mutex.h"
+#include "intrusive_fifo.h"
 #include "ring_queue.h"
 #include "slot_ring.h"
 #include "vrma_errno.h"
@@ -293,8 +294,7 @@ private:
 	};
 	std::unique_ptr<Chunk> chunks_;
 	size_t used_ = kChunk; // records handed out of chunks_ (the newest)
-	MrDesc *head_ = nullptr, *tail_ = nullptr; // closed records, oldest first
-	size_t queued_ = 0;
+	IntrusiveFifo<MrDesc, &MrDesc::next_free> closed_; // oldest first
 };
 
 // One FI_WARN for a non-empty buffer its desc does not cover (closed

@@ -243,13 +243,8 @@ int mr_reg(fid *f, const void *buf, size_t len, uint64_t access, uint64_t offset
 MrDesc *MrDescPool::take(uintptr_t start, size_t len, uint32_t lkey, bool local_write) noexcept
 {
 	MrDesc *d;
-	if (queued_ > kMrDescQuarantine) {
-		d = head_;
-		head_ = d->next_free;
-		if (!head_)
-			tail_ = nullptr;
-		queued_--;
-		d->next_free = nullptr;
+	if (closed_.size() > kMrDescQuarantine) {
+		d = closed_.pop_front();
 	} else {
 		if (used_ == kChunk) {
 			std::unique_ptr<Chunk> c(new (std::nothrow) Chunk);
@@ -277,13 +272,7 @@ void MrDescPool::give(MrDesc *d) noexcept
 	d->end.store(0, std::memory_order_relaxed);
 	d->lkey.store(0, std::memory_order_relaxed);
 	d->local_write.store(false, std::memory_order_relaxed);
-	d->next_free = nullptr;
-	if (tail_)
-		tail_->next_free = d;
-	else
-		head_ = d;
-	tail_ = d;
-	queued_++;
+	closed_.push_back(d);
 }
 
 ssize_t desc_refused(const MrDesc *d, const void *buf, size_t len) noexcept

@@ -22,3 +22,4 @@ Suite *ring_queue_suite();
 Suite *fast_mutex_suite();
 Suite *key_table_suite();
 Suite *atomic_ops_suite();
+Suite *intrusive_fifo_suite();
