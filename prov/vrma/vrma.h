@@ -116,6 +116,14 @@ inline constexpr size_t kMaxSplitWr = 64;
 // plus the event message for a peer with FI_RMA_EVENT.
 inline constexpr size_t kMaxOpWr = kMaxRmaIov + kMaxSplitWr + 2;
 static_assert(wire::kMaxStagePieces <= kMaxOpWr, "a staged message is one operation");
+// The requests a send queue holds: tx_depth as asked, but never less than
+// the longest operation needs (kMaxOpWr, as far as the device allows). A
+// smaller queue would refuse operations that max_msg_size admits.
+inline size_t tx_capacity_for(size_t asked, int max_qp_wr) noexcept
+{
+	const size_t device = max_qp_wr > 1 ? static_cast<size_t>(max_qp_wr) - 1 : 1;
+	return std::min(std::max(asked, kMaxOpWr), std::max(asked, device));
+}
 // Most staging buffers an endpoint with staged receives keeps posted (the
 // default of FI_VRMA_STAGE_BUFFERS): a largest message fits without waiting
 // for the application. With fewer, the sender's pieces wait in RNR retries
@@ -638,7 +646,12 @@ struct Conn {
 	// waits (-FI_EAGAIN): whether the target counts events is unknown.
 	bool peer_flags_pending = false;
 
+	// Requests in flight before a post says -FI_EAGAIN (tx_attr->size).
 	size_t tx_depth = 0;
+	// Requests the send queue holds (tx_capacity_for): an operation of more
+	// than tx_depth requests (a long split RMA) goes alone, when nothing
+	// else is in flight.
+	size_t tx_cap = 0;
 	size_t tx_iov_limit = 0;
 	size_t inline_size = 0; // bytes the QP takes inline
 	size_t inject_size = 0; // bytes an inject may carry (bounce beyond inline)

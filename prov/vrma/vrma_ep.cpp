@@ -527,7 +527,7 @@ try {
 		fi_cq_attr attr{};
 		attr.format = FI_CQ_FORMAT_CONTEXT;
 		attr.wait_obj = FI_WAIT_FD;
-		attr.size = ep->conn.tx_depth + 1 + ep->rx_depth;
+		attr.size = ep->conn.tx_cap + 1 + ep->rx_depth;
 		fid_cq *cq = nullptr;
 		if (int rc = cq_open(ep->domain, &attr, &cq, nullptr))
 			return rc;
@@ -540,7 +540,7 @@ try {
 	Cq *send_cq = send_cq_of(ep, p.own_cq.get());
 	Cq *recv_cq = recv_cq_of(ep, p.own_cq.get());
 	// One extra send slot for the close-time sentinel.
-	const size_t send_wrs = ep->conn.tx_depth + 1;
+	const size_t send_wrs = ep->conn.tx_cap + 1;
 	if (int rc = p.send_reserved.reserve(send_cq, send_wrs))
 		return rc;
 	if (int rc = p.recv_reserved.reserve(recv_cq, ep->rx_depth))
@@ -646,6 +646,7 @@ try {
 	ep->info->handle = nullptr;
 	const ibv_device_attr &d = dom->dev_attr;
 	ep->conn.tx_depth = clamp(info->tx_attr ? info->tx_attr->size : 0, params.tx_size, d.max_qp_wr - 1);
+	ep->conn.tx_cap = tx_capacity_for(ep->conn.tx_depth, d.max_qp_wr);
 	ep->rx_depth = clamp(info->rx_attr ? info->rx_attr->size : 0, params.rx_size, d.max_qp_wr);
 	const int max_sge = std::min(d.max_sge, static_cast<int>(kMaxSge));
 	// One send scatter entry stays free for a staged message's header.

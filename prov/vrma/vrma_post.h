@@ -384,9 +384,9 @@ inline ssize_t post_send_chain_locked(Conn *conn, ibv_send_wr *wrs, size_t n, co
 		return -FI_ENOTCONN;
 	}
 	if (conn->tx.outstanding() + n > conn->tx_depth) [[unlikely]] {
-		if (n > conn->tx_depth) {
-			VRMA_WARN(FI_LOG_EP_DATA, "operation needs %zu work requests; tx size is %zu\n", n,
-				  conn->tx_depth);
+		if (n > conn->tx_cap) {
+			VRMA_WARN(FI_LOG_EP_DATA, "operation needs %zu work requests; the send queue holds %zu\n", n,
+				  conn->tx_cap);
 			return -FI_EINVAL;
 		}
 		// Automatic progress: post what FI_MORE held back (its slots can
@@ -394,7 +394,9 @@ inline ssize_t post_send_chain_locked(Conn *conn, ibv_send_wr *wrs, size_t n, co
 		// and only then say the queue is full (lock order: tx, then CQ).
 		flush_more(conn);
 		conn->progress(conn);
-		if (conn->tx.outstanding() + n > conn->tx_depth)
+		// One longer than tx_depth goes alone, into the spare capacity.
+		const size_t out = conn->tx.outstanding();
+		if (out + n > conn->tx_depth && (n <= conn->tx_depth || out != 0))
 			return -FI_EAGAIN;
 	}
 	const uint64_t first = conn->tx.head();

@@ -852,8 +852,10 @@ try {
 	ep->inject_size = ep->eager_size;
 	if (info->tx_attr && info->tx_attr->inject_size && info->tx_attr->inject_size < ep->inject_size)
 		ep->inject_size = info->tx_attr->inject_size;
-	ep->peer_tx_depth = std::min<size_t>(rdm_params.peer_tx_size,
-					     static_cast<size_t>(dom->dev_attr.max_qp_wr - 1));
+	// Internal queues: as deep as the longest operation, whatever was set.
+	ep->peer_tx_depth = tx_capacity_for(std::min<size_t>(rdm_params.peer_tx_size,
+							     static_cast<size_t>(dom->dev_attr.max_qp_wr - 1)),
+					    dom->dev_attr.max_qp_wr);
 	ep->min_multi_recv = ep->eager_size;
 	ep->recv_pool.reserve(RdmEp::kRecvPoolMax);
 	ep->fid.fclass = FI_CLASS_EP;

@@ -3,6 +3,7 @@
 // with FI_VRMA_MAX_WR_SIZE, read when the provider loads: check forks each
 // test, and each child loads libfabric afresh.
 #include <cstdlib>
+#include <vector>
 
 #include "harness.h"
 
@@ -153,6 +154,57 @@ START_TEST(split_with_flags)
 	expect_completion(p.client.cq, &c2, FI_RMA | FI_WRITE);
 	ck_assert(big_remote.check(54, 40 * kWr));
 	ck_assert(memcmp(remote.buf.data() + len, local.buf.data(), 64) == 0);
+}
+END_TEST
+
+// A transmit queue shallower than the longest operation's work requests
+// (issue 13 §3): max_msg_size is honoured whatever tx_attr->size was asked,
+// over as many remote segments as rma_iov_limit, with the read-back of
+// delivery complete and the event of remote CQ data on top.
+START_TEST(split_longest_operation_on_small_tx_size)
+{
+	fi_info *h = rma_hints(FI_DELIVERY_COMPLETE);
+	h->tx_attr->size = 8;
+	SplitEnv env(h);
+	Pair p(env);
+	Region local(env, kSplitMax, FI_WRITE | FI_READ);
+	Region remote(env, kSplitMax + 64, FI_REMOTE_READ | FI_REMOTE_WRITE);
+	local.fill(61);
+	int ctx;
+	ck_assert_int_eq(fi_write(p.client.ep, local.buf.data(), kSplitMax, local.desc(), 0, remote.addr(),
+				  remote.key(), &ctx), 0);
+	fi_cq_data_entry e = expect_completion(p.client.cq, &ctx, FI_RMA | FI_WRITE);
+	ck_assert_uint_eq(e.len, kSplitMax);
+	ck_assert(remote.check(61, kSplitMax));
+	ck_assert_uint_eq(remote.buf[kSplitMax], 0);
+	// As many remote segments as allowed, each cut in work requests, and
+	// remote CQ data.
+	const size_t nseg = env.info->tx_attr->rma_iov_limit;
+	ck_assert_uint_ge(nseg, 2);
+	std::vector<fi_rma_iov> rma(nseg);
+	const size_t each = kSplitMax / nseg;
+	for (size_t i = 0; i < nseg; i++)
+		rma[i] = {remote.addr() + i * each, i + 1 < nseg ? each : kSplitMax - i * each, remote.key()};
+	std::fill(remote.buf.begin(), remote.buf.end(), 0);
+	local.fill(62);
+	iovec iov = {local.buf.data(), kSplitMax};
+	void *desc = local.desc();
+	fi_msg_rma msg = msg_rma(&iov, &desc, 1, rma.data(), nseg);
+	msg.context = &ctx;
+	msg.data = 0x5eed;
+	ck_assert_int_eq(fi_writemsg(p.client.ep, &msg, FI_COMPLETION | FI_REMOTE_CQ_DATA), 0);
+	e = expect_completion(p.client.cq, &ctx, FI_RMA | FI_WRITE);
+	ck_assert_uint_eq(e.len, kSplitMax);
+	e = expect_completion(p.server.cq, nullptr, FI_RMA | FI_REMOTE_WRITE | FI_REMOTE_CQ_DATA);
+	ck_assert_uint_eq(e.data, 0x5eed);
+	ck_assert(remote.check(62, kSplitMax));
+	// And all of it read back in one operation.
+	std::fill(local.buf.begin(), local.buf.end(), 0);
+	ck_assert_int_eq(fi_read(p.client.ep, local.buf.data(), kSplitMax, local.desc(), 0, remote.addr(),
+				 remote.key(), &ctx), 0);
+	expect_completion(p.client.cq, &ctx, FI_RMA | FI_READ);
+	ck_assert(local.check(62, kSplitMax));
+	expect_no_completion(p.client.cq, 20);
 }
 END_TEST
 
@@ -309,6 +361,7 @@ Suite *split_suite()
 	tcase_add_test(tc, split_write_and_read);
 	tcase_add_test(tc, split_across_local_and_remote_segments);
 	tcase_add_test(tc, split_with_flags);
+	tcase_add_test(tc, split_longest_operation_on_small_tx_size);
 	tcase_add_test(tc, messages_are_one_work_request);
 	tcase_add_test(tc, calls_flags_lengths_matrix);
 	suite_add_tcase(s, tc);
