@@ -23,20 +23,21 @@ int fabric_trywait(fid_fabric *, fid **fids, int count) noexcept
 		VRMA_WARN(FI_LOG_FABRIC, "fi_trywait: bad fid array\n");
 		return -FI_EINVAL;
 	}
+	// The whole array is checked before any object is armed.
 	for (int i = 0; i < count; i++) {
-		int rc;
-		switch (fids[i]->fclass) {
-		case FI_CLASS_CQ:
-			rc = cq_trywait(from_fid<Cq>(fids[i]));
-			break;
-		case FI_CLASS_EQ:
-			rc = eq_trywait(from_fid<Eq>(fids[i]));
-			break;
-		default:
+		if (!fids[i]) {
+			VRMA_WARN(FI_LOG_FABRIC, "fi_trywait: entry %d of the fid array is NULL\n", i);
+			return -FI_EINVAL;
+		}
+		if (fids[i]->fclass != FI_CLASS_CQ && fids[i]->fclass != FI_CLASS_EQ) {
 			VRMA_WARN(FI_LOG_FABRIC, "fi_trywait: fid class %zu has no wait object\n",
 				  fids[i]->fclass);
 			return -FI_EINVAL;
 		}
+	}
+	for (int i = 0; i < count; i++) {
+		const int rc = fids[i]->fclass == FI_CLASS_CQ ? cq_trywait(from_fid<Cq>(fids[i]))
+							      : eq_trywait(from_fid<Eq>(fids[i]));
 		if (rc)
 			return rc;
 	}

@@ -277,6 +277,9 @@ START_TEST(cq_waiting)
 	ck_assert_int_ge(fd, 0);
 	fid *fids[] = {&cq->fid};
 	ck_assert_int_eq(fi_trywait(env.fabric, fids, 1), 0);
+	// A NULL entry is bad input, not a crash (issue 13 §3).
+	fid *with_null[] = {&cq->fid, nullptr};
+	ck_assert_int_eq(fi_trywait(env.fabric, with_null, 2), -FI_EINVAL);
 	pollfd p{fd, POLLIN, 0};
 	ck_assert_int_eq(poll(&p, 1, 0), 0);
 	ck_assert_int_eq(fi_cq_sread(cq, &e, 1, nullptr, 50), -FI_EAGAIN);
