@@ -27,19 +27,20 @@ int update(Cntr *c, std::atomic<uint64_t> &count, uint64_t value, bool add)
 	return 0;
 }
 
-std::vector<Cq *> feeding_cqs(Cntr *c)
+// Runs fn on every CQ whose completions feed the counter, under the
+// counter's lock. An endpoint's close detaches its CQs under that lock
+// before they can be closed, so no CQ fn is given is freed while it runs,
+// whatever another thread closes (lock order: counter, then CQ).
+template <typename Fn> void for_each_feeding_cq(Cntr *c, Fn &&fn)
 {
 	std::lock_guard<std::mutex> guard(c->lock);
-	std::vector<Cq *> out;
 	for (auto &[cq, n] : c->cqs)
-		out.push_back(cq);
-	return out;
+		fn(cq);
 }
 
 void progress(Cntr *c)
 {
-	for (Cq *cq : feeding_cqs(c))
-		cq_progress(cq);
+	for_each_feeding_cq(c, [](Cq *cq) { cq_progress(cq); });
 	if (c->rdm.any())
 		c->rdm.progress();
 }
@@ -111,12 +112,12 @@ int cntr_wait(fid_cntr *f, uint64_t threshold, int timeout) noexcept
 		// Arm every feeding CQ; completions that slipped in before arming are
 		// counted by the next progress() instead of raising an event.
 		bool armed = true, blocking = true;
-		for (Cq *cq : feeding_cqs(c)) {
+		for_each_feeding_cq(c, [&](Cq *cq) {
 			if (cq->wait_obj != FI_WAIT_FD)
 				blocking = false;
 			else if (cq_trywait(cq))
 				armed = false;
-		}
+		});
 		if (c->rdm.any() && c->rdm.trywait())
 			armed = false;
 		if (!armed)

@@ -226,6 +226,47 @@ START_TEST(counter_wait_wakes_when_another_thread_counts)
 }
 END_TEST
 
+// A counter read and waited on by one thread while another opens and
+// closes the endpoints and CQs that feed it (issue 13 §3, lifetimes): the
+// counter never touches a closed CQ, and counts every write exactly once.
+START_TEST(counter_outlives_the_cqs_it_polls)
+{
+	constexpr int kRounds = 12;
+	Env env;
+	fid_cntr *wc = open_cntr(env);
+	std::atomic<bool> stop{false};
+	std::atomic<int> bad_wait{0};
+	std::thread reader([&] {
+		while (!stop.load()) {
+			(void)fi_cntr_read(wc);
+			const int rc = fi_cntr_wait(wc, UINT64_MAX, 1);
+			if (rc != -FI_ETIMEDOUT)
+				bad_wait = rc ? rc : 1;
+		}
+	});
+	for (int i = 0; i < kRounds; i++) {
+		PairOptions opt;
+		opt.bind_flags = FI_SELECTIVE_COMPLETION;
+		opt.client_cntrs = {{wc, FI_WRITE}};
+		Pair p(env, opt);
+		Region local(env, 64, FI_WRITE);
+		Region remote(env, 64, FI_REMOTE_WRITE);
+		local.fill(static_cast<uint8_t>(i + 1));
+		ck_assert_int_eq(fi_write(p.client.ep, local.buf.data(), 64, local.desc(), 0, remote.addr(),
+					  remote.key(), nullptr), 0);
+		ck_assert_int_eq(fi_cntr_wait(wc, static_cast<uint64_t>(i) + 1, 4000), 0);
+		ck_assert(remote.check(static_cast<uint8_t>(i + 1), 64));
+		// The pair's endpoints and CQs close here, the reader still polling.
+	}
+	stop = true;
+	reader.join();
+	ck_assert_int_eq(bad_wait.load(), 0);
+	ck_assert_uint_eq(fi_cntr_read(wc), kRounds);
+	ck_assert_uint_eq(fi_cntr_readerr(wc), 0);
+	ck_assert_int_eq(fi_close(&wc->fid), 0);
+}
+END_TEST
+
 Suite *cntr_suite()
 {
 	Suite *s = suite_create("cntr");
@@ -236,6 +277,7 @@ Suite *cntr_suite()
 	tcase_add_test(tc, counter_api_and_blocking_wait);
 	tcase_add_test(tc, counters_only_endpoint);
 	tcase_add_test(tc, counter_wait_wakes_when_another_thread_counts);
+	tcase_add_test(tc, counter_outlives_the_cqs_it_polls);
 	suite_add_tcase(s, tc);
 	return s;
 }
