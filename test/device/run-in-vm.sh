@@ -116,10 +116,11 @@ if [ -x "$mpi_test" ]; then
 			cat "/tmp/mpi.$np"
 		fi
 	done
-	# MPI one-sided (osc/rdma over btl/ofi on vrma's RMA and atomics).
+	# MPI one-sided (osc/rdma over btl/ofi on vrma's RMA and atomics), one
+	# rank per node (run-mpi.sh), MPI_Compare_and_swap included (-c).
 	for np in 2 4; do
 		if timeout 600 "${VRMA_SRCDIR:-$builddir/..}/test/mpi/run-mpi.sh" "$builddir/test/mpi/vrma_mpi_osc" \
-			vrma-osc -np "$np" >"/tmp/mpi-osc.$np" 2>&1; then
+			vrma-osc -np "$np" -- -c >"/tmp/mpi-osc.$np" 2>&1; then
 			pass "Open MPI one-sided (osc rdma, btl ofi) over vrma RDM, $np ranks"
 			tail -1 "/tmp/mpi-osc.$np"
 		else

@@ -9,14 +9,15 @@
 #         rxm        pml cm, mtl ofi, provider "vrma;ofi_rxm"
 #         verbs-rxm  pml cm, mtl ofi, provider "verbs;ofi_rxm" (reference)
 #         vrma-osc   osc rdma over btl ofi on vrma's RDM endpoint (pml ob1,
-#                    btl self,vader,ofi): MPI one-sided on vrma RMA/atomics
+#                    btl self,tcp,ofi): MPI one-sided on vrma RMA/atomics;
+#                    each rank is its own node (node-agent.sh; root only)
 #   -np N  number of ranks (default 2); ranks may outnumber cores
 # Environment: FI_PROVIDER_PATH and every other FI_*, VRMA_*, RDMAV_* and
 # IBV_* variable are passed to the ranks (mpirun -x); RUN_MPI_ARGS adds
 # mpirun arguments (split on blanks), e.g. "--mca mtl_base_verbose 100".
 # Exit status: mpirun's. When mpirun fails, the last line on stderr says
 # what failed (the program's first "not ok" line when there is one).
-# Standalone: needs bash, coreutils and mpirun only.
+# Standalone: needs bash, coreutils and mpirun (vrma-osc: unshare too).
 set -Eeuo pipefail
 
 prog_name=run-mpi
@@ -26,7 +27,7 @@ die() {
 	_said=1
 	exit "${2:-1}"
 }
-usage() { sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; }
 # One line for any failure the script did not explain itself.
 trap '_cmd=$BASH_COMMAND _line=$LINENO' ERR
 on_exit() {
@@ -87,10 +88,25 @@ vrma | rxm | verbs-rxm)
 		--mca btl ^openib)
 	;;
 vrma-osc)
-	# Open MPI 4.1's btl/ofi carries RMA and atomics only: two-sided
-	# messages go over vader (one host), and osc/rdma is held to btl/ofi.
-	transport=(--mca pml ob1 --mca btl "self,vader,ofi" --mca btl_ofi_provider_include vrma
-		--mca osc rdma --mca osc_rdma_btls ofi)
+	# Open MPI 4.1.4's osc/rdma puts the windows of all ranks on one node
+	# in one shared memory segment and never calls the BTL for them (it
+	# ignores the alloc_shm info key); its MPI_Compare_and_swap then hands
+	# btl/ofi a NULL handle and crashes. So every rank gets a node of its
+	# own: mpirun "logs in" to hosts n1..nN through node-agent.sh, which
+	# starts the orted in a UTS namespace of that name. Two-sided messages
+	# go over tcp (btl/ofi 4.1 carries RMA and atomics only), osc/rdma is
+	# held to btl/ofi, and acc_use_amo=false makes accumulates a get and a
+	# compare-and-swap loop: btl/ofi 4.1.4 aborts on any atomic but add
+	# and swap (MPI_MAX, MPI_BXOR). DEVELOPERS.md, "MPI one-sided".
+	((EUID == 0)) || die "mode vrma-osc needs root (node-agent.sh runs unshare --uts); run it in util/vrma-vm" 2
+	command -v unshare >/dev/null || die "unshare not found (util-linux)" 2
+	agent=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/node-agent.sh
+	[[ -x $agent && $agent != *[[:space:]]* ]] || die "$agent: not an executable file or its path has blanks" 2
+	hosts=n1
+	for ((i = 2; i <= np; i++)); do hosts+=,n$i; done
+	transport=(--host "$hosts" --mca plm_rsh_agent "$agent" --mca plm_rsh_no_tree_spawn 1
+		--mca pml ob1 --mca btl "self,tcp,ofi" --mca btl_ofi_provider_include vrma
+		--mca osc rdma --mca osc_rdma_btls ofi --mca osc_rdma_acc_use_amo false)
 	;;
 *) die "unknown mode '$mode' (shm, vrma, rxm, verbs-rxm or vrma-osc)" 2 ;;
 esac

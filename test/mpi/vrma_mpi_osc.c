@@ -21,12 +21,19 @@
  * then "vrma_mpi_osc: all K tests passed on R ranks". A failure ends the job
  * through MPI_Abort.
  *
- * MPI_Compare_and_swap is exercised with -c only: under Open MPI 4.1.4
- * (Debian 12) osc/rdma passes btl/ofi a NULL registration handle for it and
- * the rank crashes in mca_btl_ofi_acswap before libfabric is called.
+ * MPI_Compare_and_swap is exercised with -c only. Open MPI 4.1.4's osc/rdma
+ * (Debian 12) tries the BTL's compare-and-swap before it checks whether the
+ * target window is mapped locally; with every rank on one node all windows
+ * of MPI_Win_allocate are (one shared memory segment), their BTL handle is
+ * NULL, and the rank crashes in mca_btl_ofi_acswap reading
+ * remote_handle->rkey, before libfabric is called (btl/vader crashes the
+ * same way). run-mpi.sh's vrma-osc mode gives every rank a node of its own,
+ * which is also what makes the other operations go through vrma at all;
+ * the device suite runs it with -c. Over one node (mode shm, or mpirun by
+ * hand) leave -c out. DEVELOPERS.md, "MPI one-sided".
  *
  * Build: mpicc -O2 -Wall -Wextra -Werror -o vrma_mpi_osc vrma_mpi_osc.c
- * Run:   test/mpi/run-mpi.sh ./vrma_mpi_osc vrma-osc -np 4 [-- -c]
+ * Run:   test/mpi/run-mpi.sh ./vrma_mpi_osc vrma-osc -np 4 -- -c
  */
 #include <mpi.h>
 
@@ -89,9 +96,11 @@ static void end(void)
 static int64_t *win_open(MPI_Win *win)
 {
 	int64_t *base = NULL;
-	/* No shared-memory window: every rank's accesses, its own included,
-	 * go through the transport (osc/rdma would use CPU loads, stores and
-	 * atomics between ranks of one host). */
+	/* Asks for no shared-memory window, but no Open MPI 4.1.4 component
+	 * reads the key: its osc/rdma maps the windows of all ranks on one
+	 * node in shared memory and uses CPU loads, stores and atomics on
+	 * them, so only ranks on other nodes go through the transport
+	 * (run-mpi.sh's vrma-osc mode: one rank per node). */
 	MPI_Info info;
 	MPI_Info_create(&info);
 	MPI_Info_set(info, "alloc_shm", "false");
@@ -171,8 +180,9 @@ static void test_lock(void)
 		seen_max = old;
 	}
 	/* Compare-and-swap increments until `rounds` succeeded (-c only: Open
-	 * MPI 4.1.4's osc/rdma crashes in mca_btl_ofi_acswap, on a NULL
-	 * registration handle, before the operation reaches libfabric). */
+	 * MPI 4.1.4's osc/rdma crashes in mca_btl_ofi_acswap, on the NULL
+	 * handle of a window in its node's shared memory, before the operation
+	 * reaches libfabric; see the top of the file). */
 	int done = 0, tries = 0;
 	int64_t guess = 0;
 	while (with_cas && done < rounds) {
