@@ -443,6 +443,14 @@ struct Cq final : fid_cq {
 	std::atomic<bool> user_signal{false}; // fi_cq_signal was called
 	std::mutex lock;
 	RingQueue<CqPending> pending; // change it through cq_enqueue/cq_dequeue only
+	// Entries that may wait in `pending` before the pollers that run for
+	// the application's posts, counters and the progress thread stop
+	// taking work completions from the device (the application's CQ size;
+	// unbounded for vrma's own CQs). Send slots then stay unretired and
+	// posts say -FI_EAGAIN: a CQ nobody reads holds at most this many
+	// entries plus the device's, never a queue that grows without bound.
+	// A reader polls the device itself, whatever the bound.
+	size_t limit = SIZE_MAX;
 	// pending.size(), readable without the lock: a reader's direct delivery
 	// (CqSink) must not overtake an entry queued before it.
 	std::atomic<size_t> queued{0};
@@ -905,6 +913,8 @@ bool domain_resolve_key(Domain *dom, uint64_t key, keys::KeyEntry &out) noexcept
 
 // vrma_cq.cpp
 int cq_open(fid_domain *domain, fi_cq_attr *attr, fid_cq **cq, void *context) noexcept;
+// A CQ of vrma's own (an endpoint with counters only): no entry limit.
+int cq_open_unbounded(fid_domain *domain, fi_cq_attr *attr, fid_cq **cq) noexcept;
 int cq_trywait(Cq *cq) noexcept;
 // Promises `entries` completion slots to a queue bound to this CQ (grows the
 // ibv CQ when needed); returns 0 or a negative FI_E* code.

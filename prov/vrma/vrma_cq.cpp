@@ -201,6 +201,26 @@ void poll_all_to_pending(Cq *cq)
 	}
 }
 
+// Work completions a poller that is not the CQ's reader may still move into
+// the pending queue (Cq::limit; lock held).
+size_t background_room(const Cq *cq)
+{
+	const size_t queued = cq->queued.load(std::memory_order_relaxed);
+	return queued >= cq->limit ? 0 : cq->limit - queued;
+}
+
+// poll_all_to_pending within the room: what it leaves in the device queue
+// is the reader's, which polls the device itself (lock held).
+void poll_all_within_limit(Cq *cq)
+{
+	constexpr size_t kBatch = 256;
+	for (;;) {
+		const size_t max = std::min(kBatch, background_room(cq));
+		if (!max || poll_to_pending(cq, max) != static_cast<int>(max))
+			return;
+	}
+}
+
 void drain_channel(Cq *cq)
 {
 	if (!cq->channel)
@@ -533,7 +553,7 @@ void cq_progress_event(Cq *cq) noexcept
 		drain_channel(cq);
 		if (int rc = ibv_req_notify_cq(cq->cq.get(), 0))
 			VRMA_WARN(FI_LOG_CQ, "data progress: ibv_req_notify_cq: %s\n", strerror(rc));
-		poll_all_to_pending(cq);
+		poll_all_within_limit(cq);
 		wake = cq->armed && !cq->pending.empty();
 	} catch (...) {
 		VRMA_WARN(FI_LOG_CQ, "data progress: out of memory queuing completions\n");
@@ -547,7 +567,7 @@ void cq_progress_event(Cq *cq) noexcept
 void cq_progress(Cq *cq) noexcept
 {
 	std::lock_guard<std::mutex> guard(cq->lock);
-	poll_to_pending(cq, 256);
+	poll_to_pending(cq, std::min<size_t>(256, background_room(cq)));
 }
 
 int cq_reserve(Cq *cq, size_t entries) noexcept
@@ -605,7 +625,7 @@ namespace {
 // polls the CQ, which then has a completion channel whatever its wait
 // object (ibv_create_cq takes the channel at creation).
 int cq_create(fid_domain *domain, fi_cq_attr *attr, fid_cq **cq_out, void *context,
-	      bool progressed) noexcept
+	      bool progressed, bool bounded) noexcept
 try {
 	if (!domain || !attr || !cq_out) {
 		VRMA_WARN(FI_LOG_CQ, "fi_cq_open: NULL domain, attribute or output\n");
@@ -637,6 +657,8 @@ try {
 	}
 	auto cq = std::make_unique<Cq>();
 	cq->domain = dom;
+	if (bounded)
+		cq->limit = size;
 	cq->format = format;
 	cq->entry_size = format_size(format);
 	cq->wait_obj = wait;
@@ -690,12 +712,17 @@ try {
 
 int cq_open(fid_domain *domain, fi_cq_attr *attr, fid_cq **cq_out, void *context) noexcept
 {
-	return cq_create(domain, attr, cq_out, context, true);
+	return cq_create(domain, attr, cq_out, context, true, true);
+}
+
+int cq_open_unbounded(fid_domain *domain, fi_cq_attr *attr, fid_cq **cq_out) noexcept
+{
+	return cq_create(domain, attr, cq_out, nullptr, true, false);
 }
 
 int cq_open_unprogressed(fid_domain *domain, fi_cq_attr *attr, fid_cq **cq_out) noexcept
 {
-	return cq_create(domain, attr, cq_out, nullptr, false);
+	return cq_create(domain, attr, cq_out, nullptr, false, false);
 }
 
 } // namespace vrma

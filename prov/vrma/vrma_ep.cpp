@@ -529,7 +529,7 @@ try {
 		attr.wait_obj = FI_WAIT_FD;
 		attr.size = ep->conn.tx_cap + 1 + ep->rx_depth;
 		fid_cq *cq = nullptr;
-		if (int rc = cq_open(ep->domain, &attr, &cq, nullptr))
+		if (int rc = cq_open_unbounded(ep->domain, &attr, &cq))
 			return rc;
 		p.own_cq.reset(static_cast<Cq *>(cq));
 	}

@@ -155,7 +155,7 @@ Side open_client(Env &env, const sockaddr *dest, const PairOptions &opt)
 	ck_assert_int_eq(fi_endpoint(env.domain, s.info, &s.ep, nullptr), 0);
 	ck_assert_int_eq(fi_ep_bind(s.ep, &s.eq->fid, 0), 0);
 	if (opt.client_cq) {
-		s.cq = open_cq(env);
+		s.cq = open_cq(env, FI_CQ_FORMAT_DATA, FI_WAIT_FD, opt.client_cq_size);
 		ck_assert_int_eq(fi_ep_bind(s.ep, &s.cq->fid, FI_TRANSMIT | FI_RECV | bind_flags), 0);
 	}
 	for (auto &[c, flags] : opt.client_cntrs)

@@ -79,6 +79,7 @@ struct PairOptions {
 	// Counters bound (before fi_enable) with the given flags.
 	std::vector<std::pair<fid_cntr *, uint64_t>> client_cntrs, server_cntrs;
 	bool client_cq = true; // false: the client has counters only
+	size_t client_cq_size = 0; // 0: the provider's default
 	// Mode bits the server's endpoint does not take on (from the
 	// FI_CONNREQ info), e.g. FI_RX_CQ_DATA for a staged server.
 	uint64_t server_mode_off = 0;

@@ -2,6 +2,12 @@
 // or a silent success.
 #include "harness.h"
 
+#include <vector>
+
+#include <chrono>
+
+#include <thread>
+
 using namespace vt;
 
 START_TEST(data_path_bad_arguments)
@@ -409,6 +415,60 @@ START_TEST(failed_enable_counters_only)
 }
 END_TEST
 
+// An application that never reads its CQ (issue 13 §4): its posts see
+// -FI_EAGAIN once the CQ's size in completions waits, rather than vrma
+// queuing every completion in its own memory. Reading the CQ gives each
+// accepted write's completion, in order, and lets posting go on.
+START_TEST(unread_cq_pushes_back)
+{
+	constexpr size_t kCqSize = 16, kTx = 32, kTries = 4000;
+	Env env;
+	PairOptions opt;
+	opt.client_cq_size = kCqSize;
+	opt.tx_size = kTx;
+	Pair p(env, opt);
+	Region local(env, 64, FI_WRITE);
+	Region remote(env, 64 * kTries, FI_REMOTE_WRITE);
+	local.fill(71);
+	std::vector<int> ctx(kTries);
+	size_t accepted = 0;
+	ssize_t rc = 0;
+	auto post = [&] {
+		return fi_write(p.client.ep, local.buf.data(), 64, local.desc(), 0,
+				remote.addr() + accepted * 64, remote.key(), &ctx[accepted]);
+	};
+	while (accepted < kTries && (rc = post()) == 0)
+		accepted++;
+	ck_assert_msg(rc == -FI_EAGAIN, "after %zu writes: %zd, expected -FI_EAGAIN", accepted, rc);
+	// Every write had time to complete: still refused, nothing more queued.
+	for (int i = 0; i < 20; i++) {
+		std::this_thread::sleep_for(std::chrono::milliseconds(10));
+		ck_assert_int_eq(post(), -FI_EAGAIN);
+	}
+	// What waits: at most the CQ's size in entries plus the send queue's.
+	ck_assert_msg(accepted <= kCqSize + kTx + 1, "%zu writes accepted with a CQ of %zu and a tx size of %zu",
+		      accepted, kCqSize, kTx);
+	ck_assert_uint_ge(accepted, kTx);
+	for (size_t i = 0; i < accepted; i++) {
+		fi_cq_data_entry e = expect_completion(p.client.cq, &ctx[i], FI_RMA | FI_WRITE);
+		ck_assert_uint_eq(e.len, 64);
+	}
+	expect_no_completion(p.client.cq, 20);
+	auto written = [&](size_t n) {
+		for (size_t i = 0; i < n; i++)
+			ck_assert_msg(memcmp(remote.buf.data() + i * 64, local.buf.data(), 64) == 0,
+				      "write %zu of %zu: data not there", i, n);
+	};
+	written(accepted);
+	// Read, the CQ takes more.
+	const size_t before = accepted;
+	ck_assert_int_eq(post(), 0);
+	accepted++;
+	expect_completion(p.client.cq, &ctx[before], FI_RMA | FI_WRITE);
+	written(accepted);
+}
+END_TEST
+
 Suite *errors_suite()
 {
 	Suite *s = suite_create("errors");
@@ -419,6 +479,7 @@ Suite *errors_suite()
 	tcase_add_test(tc, segment_lengths_beyond_32_bits);
 	tcase_add_test(tc, failed_enable_leaves_nothing);
 	tcase_add_test(tc, failed_enable_counters_only);
+	tcase_add_test(tc, unread_cq_pushes_back);
 	suite_add_tcase(s, tc);
 	// Separate, so that one case can run under valgrind alone
 	// (CK_RUN_CASE=errors_desc).
