@@ -751,6 +751,10 @@ struct Ep final : fid_ep {
 	Eq *eq = nullptr;
 	bool addr_resolved = false;
 	bool passive_side = false; // created from a connection request
+	// FI_SHUTDOWN was queued for the endpoint: it gets one when its
+	// connection ends, whichever side or failure ended it
+	// (report_shutdown, vrma_cm.cpp).
+	std::atomic<bool> shutdown_reported{false};
 	uint8_t responder_resources = 0;
 	uint8_t initiator_depth = 0;
 

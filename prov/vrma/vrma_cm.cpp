@@ -105,6 +105,21 @@ EqEntry shutdown_event(Ep *ep)
 	return e;
 }
 
+// Queues the endpoint's one FI_SHUTDOWN: its connection ended, by its own
+// fi_shutdown, the peer's, both at once, or a failed request. `locked` is
+// the endpoint's EQ when the caller holds its lock (an event handler).
+void report_shutdown(Ep *ep, Eq *locked) noexcept
+try {
+	if (!ep->eq || ep->shutdown_reported.exchange(true))
+		return;
+	if (locked)
+		locked->queue.push_back(shutdown_event(ep));
+	else
+		eq_post(ep->eq, shutdown_event(ep));
+} catch (...) {
+	VRMA_WARN(FI_LOG_EQ, "out of memory reporting FI_SHUTDOWN: event lost\n");
+}
+
 void push_error(Eq *eq, Ep *ep, int err, int prov_errno, const uint8_t *data, size_t len)
 {
 	EqEntry e;
@@ -184,8 +199,7 @@ try {
 	if (!ep->conn.state.compare_exchange_strong(expected, EpState::Shutdown))
 		return; // already reported (or never connected)
 	VRMA_INFO(FI_LOG_EP_DATA, "QP %u failed: connection shut down\n", ep->conn.qp ? ep->conn.qp->qp_num : 0);
-	if (ep->eq)
-		eq_post(ep->eq, shutdown_event(ep));
+	report_shutdown(ep, nullptr);
 	if (ep->service)
 		pmem_connection_lost(ep);
 	// The failed request moved the QP to the error state: what FI_MORE
@@ -219,7 +233,13 @@ try {
 		// The accepting side learnt the peer's flags from the request.
 		if (!ep->passive_side)
 			ep->conn.peer_cm_flags.store(peer_flags, std::memory_order_release);
-		ep->conn.state.store(EpState::Connected, std::memory_order_release);
+		EpState expected = EpState::Connecting;
+		if (!ep->conn.state.compare_exchange_strong(expected, EpState::Connected)) {
+			// fi_shutdown while connecting reported FI_SHUTDOWN: the
+			// connection ends here, it is not announced.
+			rdma_disconnect(ev->id);
+			break;
+		}
 		EqEntry e;
 		e.event = FI_CONNECTED;
 		e.source = &ep->fid;
@@ -249,8 +269,18 @@ try {
 		ep_cancel_held(ep);
 		if (ep->service)
 			pmem_connection_lost(ep);
-		if (was == EpState::Connected || was == EpState::Connecting)
-			eq->queue.push_back(shutdown_event(ep)); // EQ lock held
+		if (was == EpState::Connected || was == EpState::Connecting) {
+			// The peer ended the connection: answer its disconnect
+			// request now, so that its side learns the end (its
+			// DISCONNECTED, its FI_SHUTDOWN) without waiting for this
+			// endpoint's fi_close or the request's timeout.
+			if (rdma_disconnect(ev->id))
+				VRMA_INFO(FI_LOG_EP_CTRL, "answering the peer's disconnect: %s\n",
+					  strerror(errno));
+			report_shutdown(ep, eq);
+		}
+		// Otherwise this side ended it (fi_shutdown, a failed request),
+		// which reported FI_SHUTDOWN already.
 		break;
 	}
 	case RDMA_CM_EVENT_DEVICE_REMOVAL:
@@ -532,6 +562,10 @@ int cm_shutdown(fid_ep *f, uint64_t flags) noexcept
 	// Cancelled, not discarded: what FI_MORE held flushes into the CQ now
 	// (posted operations flush with the QP), each operation once.
 	ep_cancel_held(ep);
+	// The local end is notified too (what fabtests' fi_cm_data waits for
+	// on both sides): now, not when the peer answers, which a peer that is
+	// gone never does.
+	report_shutdown(ep, nullptr);
 	return rc;
 }
 

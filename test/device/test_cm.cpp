@@ -83,6 +83,183 @@ START_TEST(reject_with_data)
 }
 END_TEST
 
+namespace {
+
+// CM data of `len` bytes that differ with the length and the sender.
+std::string cm_pattern(size_t len, char seed)
+{
+	std::string s(len, '\0');
+	for (size_t i = 0; i < len; i++)
+		s[i] = static_cast<char>(seed + 7 * i + len);
+	return s;
+}
+
+// An active endpoint of the domain bound to the given EQ and CQ, enabled.
+fid_ep *enabled_ep(Env &env, fi_info *info, fid_eq *eq, fid_cq *cq)
+{
+	fid_ep *ep = nullptr;
+	ck_assert_int_eq(fi_endpoint(env.domain, info, &ep, nullptr), 0);
+	ck_assert_int_eq(fi_ep_bind(ep, &eq->fid, 0), 0);
+	ck_assert_int_eq(fi_ep_bind(ep, &cq->fid, FI_TRANSMIT | FI_RECV), 0);
+	ck_assert_int_eq(fi_enable(ep), 0);
+	return ep;
+}
+
+// Reads one CM event (bounded wait) and asserts its kind, its fid and that
+// it carries exactly `data`; returns the entry's info.
+fi_info *expect_cm_event(fid_eq *eq, uint32_t want, fid *source, const std::string &data,
+			 const char *what)
+{
+	alignas(fi_eq_cm_entry) uint8_t buf[sizeof(fi_eq_cm_entry) + 256] = {};
+	auto *entry = reinterpret_cast<fi_eq_cm_entry *>(buf);
+	uint32_t event = 0;
+	ssize_t n = wait_eq(eq, &event, buf, sizeof buf);
+	ck_assert_msg(n == static_cast<ssize_t>(sizeof(fi_eq_cm_entry) + data.size()),
+		      "%s: read %zd (%s), want %zu bytes", what, n,
+		      n < 0 ? fi_strerror(static_cast<int>(-n)) : "", sizeof(fi_eq_cm_entry) + data.size());
+	ck_assert_msg(event == want, "%s: event %u, want %u", what, event, want);
+	ck_assert_msg(entry->fid == source, "%s: fid %p, want %p", what, static_cast<void *>(entry->fid),
+		      static_cast<void *>(source));
+	ck_assert_msg(!memcmp(entry->data, data.data(), data.size()), "%s: data differs", what);
+	return entry->info;
+}
+
+// Nothing more arrives on the EQ for a while.
+void expect_no_cm_event(fid_eq *eq, const char *what)
+{
+	alignas(fi_eq_cm_entry) uint8_t buf[sizeof(fi_eq_cm_entry) + 256];
+	uint32_t event = 0;
+	ssize_t n = wait_eq(eq, &event, buf, sizeof buf, 300);
+	ck_assert_msg(n == -FI_EAGAIN, "%s: unexpected %zd (event %u)", what, n, event);
+}
+
+// `first` shuts the connection down: it reads its FI_SHUTDOWN, then the
+// peer `other` reads its own, and other's fi_shutdown finds nothing left
+// to end.
+void shutdown_from(fid_ep *first, fid_eq *first_eq, fid_ep *other, fid_eq *other_eq)
+{
+	ck_assert_int_eq(fi_shutdown(first, 0), 0);
+	expect_cm_event(first_eq, FI_SHUTDOWN, &first->fid, "", "FI_SHUTDOWN of the side shutting down");
+	expect_cm_event(other_eq, FI_SHUTDOWN, &other->fid, "", "FI_SHUTDOWN of its peer");
+	ck_assert_int_eq(fi_shutdown(other, 0), -FI_ENOTCONN);
+}
+
+} // namespace
+
+// What fabtests' fi_cm_data does, in one process: for every CM data size
+// up to FI_OPT_CM_DATA_SIZE, a connection request carrying the data is
+// rejected with data (the initiator reads it from its EQ error entry),
+// then a new endpoint connects again and is accepted with data, and both
+// ends shut the connection down, each reading exactly one FI_SHUTDOWN
+// (the shutdown is started by the initiator, by the acceptor, or by both
+// at once). The listener and each side's EQ serve every cycle. One byte
+// more than the maximum is refused by fi_connect, fi_accept and
+// fi_reject with -FI_EINVAL, and the operation can then go on.
+START_TEST(cm_data_every_size)
+{
+	Env env;
+	fid_eq *seq = open_eq(env); // the server's: listener and accepted endpoints
+	sockaddr_storage bound{};
+	fid_pep *pep = listen_pep(env, seq, &bound);
+	fid_cq *scq = open_cq(env);
+	fid_eq *ceq = open_eq(env);
+	fid_cq *ccq = open_cq(env);
+	fi_info *cinfo = fi_dupinfo(env.info);
+	cinfo->dest_addr = malloc(sizeof(sockaddr_in));
+	memcpy(cinfo->dest_addr, &bound, sizeof(sockaddr_in));
+	cinfo->dest_addrlen = sizeof(sockaddr_in);
+	reinterpret_cast<sockaddr_in *>(cinfo->src_addr)->sin_port = 0;
+
+	size_t max = 0, len = sizeof max;
+	ck_assert_int_eq(fi_getopt(&pep->fid, FI_OPT_ENDPOINT, FI_OPT_CM_DATA_SIZE, &max, &len), 0);
+	ck_assert_uint_eq(max, 52);
+	const std::string too_long(max + 1, 'x');
+
+	std::vector<size_t> sizes;
+	for (size_t n = 1; n <= max; n <<= 1)
+		sizes.push_back(n);
+	sizes.push_back(max);
+	int round = 0;
+	for (size_t n : sizes) {
+		const bool last = n == max;
+		const std::string req1 = cm_pattern(n, 'a'), rej = cm_pattern(n, 'r');
+		const std::string req2 = cm_pattern(n, 'c'), acc = cm_pattern(n, 'A');
+
+		// Rejected with data.
+		fid_ep *c = enabled_ep(env, cinfo, ceq, ccq);
+		size_t csize = 0;
+		len = sizeof csize;
+		ck_assert_int_eq(fi_getopt(&c->fid, FI_OPT_ENDPOINT, FI_OPT_CM_DATA_SIZE, &csize, &len), 0);
+		ck_assert_uint_eq(csize, max);
+		ck_assert_int_eq(fi_connect(c, nullptr, req1.data(), n), 0);
+		fi_info *info = expect_cm_event(seq, FI_CONNREQ, &pep->fid, req1, "CONNREQ (reject)");
+		if (last)
+			ck_assert_int_eq(fi_reject(pep, info->handle, too_long.data(), too_long.size()),
+					 -FI_EINVAL);
+		ck_assert_int_eq(fi_reject(pep, info->handle, rej.data(), n), 0);
+		fi_freeinfo(info);
+		uint32_t event = 0;
+		alignas(fi_eq_cm_entry) uint8_t buf[sizeof(fi_eq_cm_entry) + 256];
+		ck_assert_int_eq(wait_eq(ceq, &event, buf, sizeof buf), -FI_EAVAIL);
+		fi_eq_err_entry err{}; // err_data_size 0: the provider's buffer
+		ck_assert_int_eq(fi_eq_readerr(ceq, &err, 0), sizeof err);
+		ck_assert_int_eq(err.err, FI_ECONNREFUSED);
+		ck_assert_ptr_eq(err.fid, &c->fid);
+		ck_assert_uint_eq(err.err_data_size, n);
+		ck_assert_ptr_nonnull(err.err_data);
+		ck_assert(!memcmp(err.err_data, rej.data(), n));
+		ck_assert_int_eq(fi_close(&c->fid), 0);
+
+		// Accepted with data.
+		c = enabled_ep(env, cinfo, ceq, ccq);
+		ck_assert_int_eq(fi_connect(c, nullptr, req2.data(), n), 0);
+		info = expect_cm_event(seq, FI_CONNREQ, &pep->fid, req2, "CONNREQ (accept)");
+		fid_ep *s = enabled_ep(env, info, seq, scq);
+		fi_freeinfo(info);
+		if (last)
+			ck_assert_int_eq(fi_accept(s, too_long.data(), too_long.size()), -FI_EINVAL);
+		ck_assert_int_eq(fi_accept(s, acc.data(), n), 0);
+		// The listening side's FI_CONNECTED carries no data.
+		expect_cm_event(seq, FI_CONNECTED, &s->fid, "", "server FI_CONNECTED");
+		expect_cm_event(ceq, FI_CONNECTED, &c->fid, acc, "client FI_CONNECTED");
+
+		// Shut down by one side, the other, or both; one FI_SHUTDOWN each.
+		switch (round++ % 3) {
+		case 0:
+			shutdown_from(c, ceq, s, seq);
+			break;
+		case 1:
+			shutdown_from(s, seq, c, ceq);
+			break;
+		default: {
+			ck_assert_int_eq(fi_shutdown(c, 0), 0);
+			int rc = fi_shutdown(s, 0); // the peer's disconnect may be here already
+			ck_assert_msg(rc == 0 || rc == -FI_ENOTCONN, "fi_shutdown: %d", rc);
+			expect_cm_event(ceq, FI_SHUTDOWN, &c->fid, "", "client FI_SHUTDOWN");
+			expect_cm_event(seq, FI_SHUTDOWN, &s->fid, "", "server FI_SHUTDOWN");
+			break;
+		}
+		}
+		expect_no_cm_event(ceq, "client after FI_SHUTDOWN");
+		expect_no_cm_event(seq, "server after FI_SHUTDOWN");
+		ck_assert_int_eq(fi_close(&s->fid), 0);
+		ck_assert_int_eq(fi_close(&c->fid), 0);
+	}
+
+	// One byte over the maximum: refused before anything is sent.
+	fid_ep *c = enabled_ep(env, cinfo, ceq, ccq);
+	ck_assert_int_eq(fi_connect(c, nullptr, too_long.data(), too_long.size()), -FI_EINVAL);
+	expect_no_cm_event(seq, "listener after a refused fi_connect");
+	ck_assert_int_eq(fi_close(&c->fid), 0);
+	fi_freeinfo(cinfo);
+	ck_assert_int_eq(fi_close(&pep->fid), 0);
+	ck_assert_int_eq(fi_close(&ccq->fid), 0);
+	ck_assert_int_eq(fi_close(&scq->fid), 0);
+	ck_assert_int_eq(fi_close(&ceq->fid), 0);
+	ck_assert_int_eq(fi_close(&seq->fid), 0);
+}
+END_TEST
+
 START_TEST(connect_without_listener)
 {
 	Env env;
@@ -248,5 +425,11 @@ Suite *cm_suite()
 	tcase_add_test(tc, ep_takes_pep_address);
 	tcase_add_test(tc, cm_bad_arguments);
 	suite_add_tcase(s, tc);
+	// Its own case (CK_RUN_CASE=cm_data): many connections, about a minute
+	// under emulation.
+	TCase *data = tcase_create("cm_data");
+	tcase_set_timeout(data, 240);
+	tcase_add_test(data, cm_data_every_size);
+	suite_add_tcase(s, data);
 	return s;
 }
