@@ -195,11 +195,38 @@ ssize_t recv_common(Ep *ep, const iovec *iov, void *const *desc, size_t count, u
 			 rx_reports(ep, flags), ep->cntr_recv);
 }
 
+// recv_one's long way, out of its inlined path.
+[[gnu::noinline, gnu::cold]] ssize_t recv_one_slow(Ep *ep, void *buf, size_t len, void *desc,
+						   uint64_t flags, void *context) noexcept
+{
+	const iovec iov{buf, len};
+	return recv_common(ep, &iov, &desc, 1, flags, context);
+}
+
+// The common receive, as send_one for sends: one non-empty buffer with a
+// desc that covers it, no larger than a message, on an endpoint that
+// receives into the application's buffers (not staged, not the provider's
+// own), no flag beyond kRecvFlags. Everything else, and every error, goes
+// through recv_common.
+[[gnu::always_inline]] inline ssize_t recv_one(Ep *ep, void *buf, size_t len, void *desc,
+						uint64_t flags, void *context) noexcept
+{
+	if ((flags & ~kRecvFlags) || !buf || !len || !desc || len > ep->conn.max_msg_size ||
+	    ep->staged || ep->provider_rx ||
+	    !static_cast<const MrDesc *>(desc)->covers(buf, len)) [[unlikely]]
+		return recv_one_slow(ep, buf, len, desc, flags, context);
+	ibv_sge sge{reinterpret_cast<uintptr_t>(buf), static_cast<uint32_t>(len),
+		    static_cast<const MrDesc *>(desc)->key()};
+	ibv_recv_wr wr;
+	wr.sg_list = &sge;
+	wr.num_sge = 1;
+	return post_recv(ep, wr, context, buf, len, rx_reports(ep, flags), ep->cntr_recv);
+}
+
 ssize_t msg_recv(fid_ep *f, void *buf, size_t len, void *desc, fi_addr_t, void *context) noexcept
 {
 	Ep *ep = static_cast<Ep *>(f);
-	const iovec iov{buf, len};
-	return recv_common(ep, &iov, &desc, 1, ep->rx_op_flags, context);
+	return recv_one(ep, buf, len, desc, ep->rx_op_flags, context);
 }
 
 ssize_t msg_recvv(fid_ep *f, const iovec *iov, void **desc, size_t count, fi_addr_t,
@@ -215,6 +242,9 @@ ssize_t msg_recvmsg(fid_ep *f, const fi_msg *msg, uint64_t flags) noexcept
 		VRMA_WARN(FI_LOG_EP_DATA, "fi_recvmsg: NULL message\n");
 		return -FI_EINVAL;
 	}
+	if (msg->iov_count == 1 && msg->msg_iov)
+		return recv_one(static_cast<Ep *>(f), msg->msg_iov[0].iov_base, msg->msg_iov[0].iov_len,
+				msg->desc ? msg->desc[0] : nullptr, flags, msg->context);
 	return recv_common(static_cast<Ep *>(f), msg->msg_iov, msg->desc, msg->iov_count, flags,
 			   msg->context);
 }

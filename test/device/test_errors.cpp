@@ -196,6 +196,13 @@ void expect_refused(Pair &p, const Region &remote, void *buf, size_t len, void *
 	ck_assert_msg(rc == -FI_EINVAL, "fi_sendv, %s: %zd", what, rc);
 	rc = fi_recvv(s, &iov, &desc, 1, 0, &ctx);
 	ck_assert_msg(rc == -FI_EINVAL, "fi_recvv, %s: %zd", what, rc);
+	fi_msg rm{};
+	rm.msg_iov = &iov;
+	rm.desc = &desc;
+	rm.iov_count = 1;
+	rm.context = &ctx;
+	rc = fi_recvmsg(s, &rm, 0); // one buffer: recv_one, as fi_recv
+	ck_assert_msg(rc == -FI_EINVAL, "fi_recvmsg, %s: %zd", what, rc);
 	fi_rma_iov r = {remote.addr(), len, remote.key()};
 	fi_msg_rma m = msg_rma(&iov, &desc, 1, &r, 1);
 	rc = fi_writemsg(c, &m, FI_DELIVERY_COMPLETE);
