@@ -215,7 +215,9 @@ ssize_t recv_common(Ep *ep, const iovec *iov, void *const *desc, size_t count, u
 	    ep->staged || ep->provider_rx ||
 	    !static_cast<const MrDesc *>(desc)->covers(buf, len)) [[unlikely]]
 		return recv_one_slow(ep, buf, len, desc, flags, context);
-	ibv_sge sge{reinterpret_cast<uintptr_t>(buf), static_cast<uint32_t>(len),
+	// An sge holds 32 bits of length: capped as build_sges caps it (an
+	// RMA-only endpoint's max_msg_size may exceed 4 GiB).
+	ibv_sge sge{reinterpret_cast<uintptr_t>(buf), static_cast<uint32_t>(std::min<size_t>(len, UINT32_MAX)),
 		    static_cast<const MrDesc *>(desc)->key()};
 	ibv_recv_wr wr;
 	wr.sg_list = &sge;
