@@ -51,7 +51,8 @@ const char kUsage[] =
 	"  --duration SEC        time per size when -I is not given (default 1)\n"
 	"  --timeout SEC         give up after SEC without progress (default 30)\n"
 	"RMA flags (start the server with the same --delivery-complete, --commit-complete, --fence):\n"
-	"  --delivery-complete   FI_DELIVERY_COMPLETE in tx op_flags and on every operation\n"
+	"  --delivery-complete   FI_DELIVERY_COMPLETE in tx op_flags and on every operation (also\n"
+	"                        -e msg -o send: every message a confirmed fi_send, never injected)\n"
 	"  --commit-complete     FI_COMMIT_COMPLETE likewise, caps FI_RMA_PMEM\n"
 	"  --fence               FI_FENCE on every operation (caps FI_FENCE)\n"
 	"  --more                FI_MORE on all but the last operation of each posting burst\n"
@@ -325,7 +326,9 @@ Options parse_args(int argc, char **argv)
 	opt.ep_type = ep_type.value_or(is_two_sided(opt.op) || is_atomic(opt.op) ? EpType::rdm : EpType::msg);
 	if (is_atomic(opt.op))
 		check_atomic_args(opt, mode_given);
-	if ((is_two_sided(opt.op) || is_atomic(opt.op)) && opt.flags)
+	// Delivery-complete sends (issue 13 §1): -e msg -o send only.
+	const bool dc_send = opt.op == Op::send && opt.ep_type == EpType::msg && opt.flags == kFlagDelivery;
+	if ((is_two_sided(opt.op) || is_atomic(opt.op)) && opt.flags && !dc_send)
 		usage_error("--%s applies to the RMA operations, not to -o %s",
 			    flags_name(opt.flags).substr(0, flags_name(opt.flags).find(',')).c_str(),
 			    op_name(opt.op));

@@ -155,6 +155,8 @@ protected:
 		h->domain_attr->threading = FI_THREAD_DOMAIN;
 		if (opt_.auto_progress)
 			h->domain_attr->data_progress = FI_PROGRESS_AUTO;
+		if (opt_.flags & kFlagDelivery)
+			h->tx_attr->op_flags = FI_DELIVERY_COMPLETE;
 		if (!opt_.provider.empty())
 			h->fabric_attr->prov_name = strdup(opt_.provider.c_str());
 		if (!opt_.domain.empty())
@@ -166,7 +168,8 @@ protected:
 	{
 		return std::string(rdm_ ? "FI_EP_RDM" : "FI_EP_MSG") + ", FI_THREAD_DOMAIN, caps FI_MSG" +
 		       ((rdm_ || opt_.op == Op::tagged) ? "|FI_TAGGED" : "") +
-		       (opt_.auto_progress ? ", data progress FI_PROGRESS_AUTO" : "");
+		       (opt_.auto_progress ? ", data progress FI_PROGRESS_AUTO" : "") +
+		       ((opt_.flags & kFlagDelivery) ? ", tx op_flags FI_DELIVERY_COMPLETE" : "");
 	}
 
 	void get_info(const char *node, const char *service, uint64_t flags, uint32_t addr_format)
@@ -347,7 +350,8 @@ protected:
 	// (no completion), else sent with a slot (waits for a free one).
 	void send_msg(const uint8_t *buf, size_t len, uint64_t tag, bool may_inject)
 	{
-		const bool inject = may_inject && len <= inject_size_;
+		// An inject has no completion to wait for delivery with.
+		const bool inject = may_inject && len <= inject_size_ && !(opt_.flags & kFlagDelivery);
 		void *ctx = nullptr;
 		if (!inject) {
 			ctx = &tx_slots_[take_tx("a send completion to free an operation context", [this] { progress(); })]

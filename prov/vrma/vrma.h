@@ -84,13 +84,14 @@ inline constexpr uint64_t kMsgCaps = FI_MSG | FI_SEND | FI_RECV;
 inline constexpr uint64_t kRmaCaps =
 	FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
 inline constexpr uint64_t kDomainCaps = FI_LOCAL_COMM | FI_REMOTE_COMM;
-// FI_RMA_PMEM and FI_RMA_EVENT endpoints own their receive queue: offered
-// only when asked for, and never with messages.
+// FI_RMA_PMEM and FI_RMA_EVENT endpoints own their receive queue (offered
+// only when asked for); with messages, those arrive through staging buffers.
 inline constexpr uint64_t kOwnRxCaps = FI_RMA_PMEM | FI_RMA_EVENT;
 inline constexpr uint64_t kCaps = kMsgCaps | kRmaCaps | kDomainCaps | FI_FENCE | kOwnRxCaps;
 // FI_DELIVERY_COMPLETE and FI_COMMIT_COMPLETE are honoured for RMA writes
-// (and trivially for reads), not for sends: getinfo offers them only without
-// FI_MSG.
+// (a read-back or the target's commit), trivially for reads, and for sends
+// (a read-back behind the send to a peer that receives into the
+// application's buffers, or the peer's confirmation: uses_service).
 inline constexpr uint64_t kTxOpFlags = FI_COMPLETION | FI_INJECT | FI_INJECT_COMPLETE |
 				       FI_TRANSMIT_COMPLETE | FI_DELIVERY_COMPLETE |
 				       FI_COMMIT_COMPLETE;
@@ -154,13 +155,25 @@ inline bool accepts_remote_writes(uint64_t caps) noexcept
 	constexpr uint64_t dirs = FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
 	return (caps & FI_REMOTE_WRITE) || ((caps & FI_RMA) && !(caps & dirs));
 }
-// Remote CQ data must not take the application's receives unless it took on
-// FI_RX_CQ_DATA: such an endpoint receives messages through vrma's staging
-// buffers (wire::MsgHeader), copied, at most wire::kStagedMsgMax bytes.
-inline bool uses_staged_rx(uint64_t caps, uint64_t mode) noexcept
+// Endpoints whose receive queue is vrma's and completes into the domain's
+// service CQ (Ep::service): FI_RMA_PMEM / FI_RMA_EVENT (commit and event
+// messages), and message endpoints opened with FI_DELIVERY_COMPLETE or
+// FI_COMMIT_COMPLETE (their peer's confirmations of messages arrive there,
+// and they confirm what they receive).
+inline bool uses_service(uint64_t caps, uint64_t tx_op_flags) noexcept
 {
-	return receives_messages(caps) && accepts_remote_writes(caps) && !(mode & FI_RX_CQ_DATA) &&
-	       !(caps & (FI_RMA_PMEM | FI_RMA_EVENT));
+	return (caps & kOwnRxCaps) ||
+	       ((caps & FI_MSG) && (tx_op_flags & (FI_DELIVERY_COMPLETE | FI_COMMIT_COMPLETE)));
+}
+// Remote CQ data must not take the application's receives unless it took on
+// FI_RX_CQ_DATA, nor may a service endpoint's messages: such an endpoint
+// receives messages through vrma's staging buffers (wire::MsgHeader),
+// copied, at most wire::kStagedMsgMax bytes.
+inline bool uses_staged_rx(uint64_t caps, uint64_t mode, uint64_t tx_op_flags = 0) noexcept
+{
+	return receives_messages(caps) &&
+	       (uses_service(caps, tx_op_flags) ||
+		(accepts_remote_writes(caps) && !(mode & FI_RX_CQ_DATA)));
 }
 
 // At least one send request in this many is signaled (fewer completions to
@@ -582,7 +595,15 @@ struct StagedRx {
 	uint64_t seen = 0;  // payload bytes arrived so far
 	bool has_data = false;
 	uint32_t data = 0;
+	uint8_t confirm_flags = 0; // wire::kMsgConfirm / kMsgPersist of `cur`'s message
+	uint8_t confirm_id = 0;
 	bool cancelled = false; // the connection died: receives fail at once
+	// Bytes of the message being received still to arrive in later pieces
+	// (the poller's view of the stream, ahead of matching): a piece
+	// arriving when it is 0 starts a message or is a provider message
+	// (commit request, RMA event), told apart by its first byte. A
+	// message's pieces are posted as one chain, so nothing comes between.
+	uint64_t stream_left = 0;
 };
 
 enum class EpState : uint8_t { Idle, Enabled, Connecting, Connected, Shutdown };
@@ -610,9 +631,13 @@ struct PendingCommit {
 	size_t len = 0;
 	Cntr *cntr = nullptr;
 	bool report = false;
+	// A message sent with FI_DELIVERY_COMPLETE or FI_COMMIT_COMPLETE,
+	// waiting for the peer's confirmation (wire::confirm_reply_imm).
+	bool confirm = false;
 };
 
-// State of an FI_RMA_PMEM or FI_RMA_EVENT endpoint. Its receive queue is
+// State of an FI_RMA_PMEM or FI_RMA_EVENT endpoint, or of a message
+// endpoint opened with delivery or commit completion (uses_service). Its receive queue is
 // vrma's own and completes into the domain's service CQ, whose thread
 // answers commit requests and counts RMA events (target) and completes
 // answered commits (initiator).
@@ -760,6 +785,7 @@ struct Ep final : fid_ep {
 
 	uint64_t tx_op_flags = 0;
 	uint64_t rx_op_flags = 0;
+	bool sends_messages = false; // FI_MSG with FI_SEND (or no direction)
 	size_t rx_depth = 0;
 	size_t rx_iov_limit = 0;
 	bool rx_cq_data_mode = false;
@@ -1154,9 +1180,27 @@ int pmem_ep_enable(Ep *ep, PmemAttachment &attachment) noexcept;
 void pmem_ep_quiesce(Ep *ep) noexcept;
 // At close, after the QP is gone: the last endpoint stops the service.
 void pmem_ep_detach(Ep *ep) noexcept;
-// A successful completion of one of vrma's receives on an FI_RMA_PMEM
-// endpoint (buf: the message, copied before the receive is reposted).
+// A successful completion of one of vrma's receives on a service endpoint
+// without staged receives (buf: the message, copied before the receive is
+// reposted).
 void pmem_rx_completion(Ep *ep, const ibv_wc &wc, const void *buf) noexcept;
+// A provider message (commit request, RMA event) received into one of vrma's
+// buffers: counted, or copied into a job for the service thread.
+void pmem_control_message(Ep *ep, const uint8_t *msg, size_t len) noexcept;
+// A zero-length send with immediate data on a service endpoint: the answer
+// to one of its commits or confirmed messages, which completes now.
+void pmem_answer(Ep *ep, uint32_t imm) noexcept;
+// Reserves a pending confirmation for a message sent with delivery or
+// commit completion to a wire::kCmFlagConfirmsMsgs peer; returns its id + 1
+// (TxSlot::commit; the low 8 bits of the id go in the MsgHeader), or
+// -FI_EAGAIN.
+int pmem_begin_confirm(Ep *ep, void *context, size_t len, Cntr *cntr, bool report) noexcept;
+// A message marked wire::kMsgConfirm was copied (len bytes) into the
+// application's receive `iov`: the service thread answers it, after making
+// those bytes durable when `persist`. Any thread, any lock (the job queue is
+// a leaf).
+void pmem_confirm_received(Ep *ep, uint8_t id, bool persist, const iovec *iov, size_t count,
+			   size_t len) noexcept;
 // An error of a commit operation's request: true if the operation was
 // still pending (the caller reports the error), false if already done.
 bool pmem_claim_commit(Ep *ep, uint32_t commit) noexcept;
@@ -1182,6 +1226,8 @@ bool pmem_commits_pending(Ep *ep) noexcept;
 void pmem_abort_commit(Ep *ep, uint32_t commit) noexcept;
 
 // vrma_staged.cpp: staged receives (uses_staged_rx).
+// The staging buffers an endpoint keeps posted.
+size_t staged_buffer_count(const Ep *ep) noexcept;
 // fi_enable: allocates and registers the staging buffers into `out`; 0 or
 // a negative FI_E* code (-FI_ENOMEM when the registration is refused).
 int staged_ep_prepare(Ep *ep, StagingBuffers &out) noexcept;

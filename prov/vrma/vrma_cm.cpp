@@ -25,6 +25,8 @@ uint8_t ep_cm_flags(const Ep *ep)
 		flags |= wire::kCmFlagTakesCqData;
 	if (ep->staged)
 		flags |= wire::kCmFlagStagedRx;
+	if (ep->staged && ep->service)
+		flags |= wire::kCmFlagConfirmsMsgs;
 	if (ep->domain->direct_write_to_pmem.load())
 		flags |= wire::kCmFlagDirectWritePmem;
 	return flags;

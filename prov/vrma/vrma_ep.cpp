@@ -672,26 +672,25 @@ try {
 	    info->ep_attr->max_msg_size < ep->conn.max_msg_size)
 		ep->conn.max_msg_size = info->ep_attr->max_msg_size;
 	ep->tx_op_flags = info->tx_attr ? info->tx_attr->op_flags & kTxOpFlags : 0;
+	ep->sends_messages = (info->caps & FI_MSG) &&
+			     ((info->caps & FI_SEND) || !(info->caps & (FI_SEND | FI_RECV)));
 	ep->rx_op_flags = info->rx_attr ? info->rx_attr->op_flags & kRxOpFlags : 0;
 	ep->rx_cq_data_mode = (info->mode | (info->rx_attr ? info->rx_attr->mode : 0)) & FI_RX_CQ_DATA;
 	// No messages will be received and the application did not take on
 	// FI_RX_CQ_DATA: immediate data must not need its receives.
 	ep->provider_rx = !ep->rx_cq_data_mode && !(info->caps & (FI_MSG | FI_RECV));
-	if (uses_staged_rx(info->caps, ep->rx_cq_data_mode ? FI_RX_CQ_DATA : 0)) {
+	if (uses_staged_rx(info->caps, ep->rx_cq_data_mode ? FI_RX_CQ_DATA : 0, ep->tx_op_flags)) {
 		ep->staged = std::make_unique<StagedRx>();
 		ep->conn.max_msg_size = std::min(ep->conn.max_msg_size, wire::kStagedMsgMax);
 	}
 	ep->rma_pmem = info->caps & FI_RMA_PMEM;
 	ep->rma_events = info->caps & FI_RMA_EVENT;
-	if (info->caps & kOwnRxCaps) {
-		if (info->caps & (FI_MSG | FI_SEND | FI_RECV)) {
-			VRMA_WARN(FI_LOG_EP_CTRL, "fi_endpoint: FI_RMA_PMEM and FI_RMA_EVENT endpoints do not carry messages (drop FI_MSG)\n");
-			return -FI_EINVAL;
-		}
-		// Commit and event messages use the receive queue: it is vrma's
-		// alone.
+	if (uses_service(info->caps, ep->tx_op_flags)) {
+		// Commit and event messages, and answers to commits and
+		// confirmed messages, use the receive queue: it is vrma's alone
+		// (staging buffers when messages arrive there too).
 		ep->service = std::make_unique<ServiceEp>();
-		ep->provider_rx = true;
+		ep->provider_rx = !ep->staged;
 		ep->rx_cq_data_mode = false;
 	}
 	{

@@ -727,27 +727,28 @@ try {
 			// FI_RMA_PMEM and FI_RMA_EVENT endpoints keep their receive
 			// queue for commit and event messages: offered when asked for
 			// (FI_RMA_PMEM also when implied by a default
-			// FI_COMMIT_COMPLETE), never with FI_MSG.
+			// FI_COMMIT_COMPLETE). With messages too, those arrive through
+			// vrma's staging buffers (uses_staged_rx).
 			const uint64_t asked = hints ? hints->caps : 0;
 			const bool commit = out->tx_attr->op_flags & FI_COMMIT_COMPLETE;
+			const bool wants_msgs = asked & (FI_MSG | FI_SEND | FI_RECV);
 			if (commit && asked && !(asked & FI_RMA_PMEM)) {
 				VRMA_INFO(FI_LOG_CORE, "FI_COMMIT_COMPLETE needs FI_RMA_PMEM in caps\n");
 				return FiInfoPtr();
 			}
+			auto drop_msgs = [&] {
+				out->caps &= ~kMsgCaps;
+				out->tx_attr->caps &= ~kMsgCaps;
+				out->rx_attr->caps &= ~kMsgCaps;
+			};
 			if ((asked & kOwnRxCaps) || commit) {
-				if (asked & (FI_MSG | FI_SEND | FI_RECV)) {
-					VRMA_INFO(FI_LOG_CORE, "FI_RMA_PMEM and FI_RMA_EVENT endpoints do not carry messages (FI_MSG)\n");
-					return FiInfoPtr();
-				}
 				const uint64_t drop = kOwnRxCaps & ~(asked & kOwnRxCaps) & ~(commit ? FI_RMA_PMEM : 0);
 				out->caps &= ~drop;
 				out->tx_attr->caps &= ~drop;
 				out->rx_attr->caps &= ~drop;
-				out->caps &= ~kMsgCaps;
-				out->tx_attr->caps &= ~kMsgCaps;
-				out->rx_attr->caps &= ~kMsgCaps;
-				out->mode &= ~FI_RX_CQ_DATA; // remote CQ data needs no receive
-				out->rx_attr->mode &= ~FI_RX_CQ_DATA;
+				// Not asked for: RMA only, whose messages may be larger.
+				if (!wants_msgs)
+					drop_msgs();
 				// A commit completes when the target answers: later
 				// operations may complete before it.
 				out->tx_attr->comp_order &= ~FI_ORDER_STRICT;
@@ -756,23 +757,23 @@ try {
 				out->tx_attr->caps &= ~kOwnRxCaps;
 				out->rx_attr->caps &= ~kOwnRxCaps;
 			}
-			if (out->tx_attr->op_flags & FI_DELIVERY_COMPLETE) {
-				// Delivery is proven by reading the written region back: RMA
-				// only. An application that asked for messages too gets no
-				// info; one that named no capabilities gets RMA.
-				if (hints->caps & (FI_MSG | FI_SEND | FI_RECV)) {
-					VRMA_INFO(FI_LOG_CORE, "FI_DELIVERY_COMPLETE is honoured for RMA only, not with FI_MSG\n");
-					return FiInfoPtr();
-				}
-				out->caps &= ~kMsgCaps;
-				out->tx_attr->caps &= ~kMsgCaps;
-				out->rx_attr->caps &= ~kMsgCaps;
+			// Delivery: a read-back for writes; for sends a read-back or
+			// the peer's confirmation (an application that named no
+			// capabilities gets RMA, as before sends honoured it).
+			if ((out->tx_attr->op_flags & FI_DELIVERY_COMPLETE) && !wants_msgs)
+				drop_msgs();
+			if (uses_service(out->caps, out->tx_attr->op_flags)) {
+				// Remote CQ data never needs an application receive;
+				// answered operations complete when the answer comes.
+				out->mode &= ~FI_RX_CQ_DATA;
+				out->rx_attr->mode &= ~FI_RX_CQ_DATA;
+				out->tx_attr->comp_order &= ~FI_ORDER_STRICT;
 			}
 			if (out->caps & (FI_MSG | FI_SEND | FI_RECV)) {
 				size_t limit = wr_bytes_limit(p.attr.max_msg_sz);
 				// Staged receives carry at most kStagedMsgMax; taking on
 				// FI_RX_CQ_DATA lifts that.
-				const bool staged = uses_staged_rx(out->caps, out->mode);
+				const bool staged = uses_staged_rx(out->caps, out->mode, out->tx_attr->op_flags);
 				if (staged)
 					limit = std::min(limit, wire::kStagedMsgMax);
 				if (hints && hints->ep_attr && hints->ep_attr->max_msg_size > limit) {

@@ -6,7 +6,55 @@ namespace vrma {
 namespace {
 
 constexpr uint64_t kSendFlags = FI_COMPLETION | FI_INJECT | FI_INJECT_COMPLETE |
-				FI_TRANSMIT_COMPLETE | FI_FENCE | FI_MORE | FI_REMOTE_CQ_DATA;
+				FI_TRANSMIT_COMPLETE | FI_DELIVERY_COMPLETE | FI_COMMIT_COMPLETE |
+				FI_FENCE | FI_MORE | FI_REMOTE_CQ_DATA;
+
+// How a send with FI_DELIVERY_COMPLETE or FI_COMMIT_COMPLETE proves itself.
+enum class SendProof : uint8_t {
+	None,
+	// A zero-length RDMA READ behind the send: RC executes it after the
+	// send was placed in the receive the peer's device matched it to (the
+	// peer receives into the application's buffers; IBA C9-88: a
+	// zero-length request carries no key).
+	ReadBack,
+	// The peer stages messages and confirms each one marked so, once
+	// copied into the matched receive (and made durable: kMsgPersist).
+	Confirm,
+};
+
+// The proof a send with these flags needs toward this peer, or a negative
+// FI_E* code (logged) when none is possible.
+ssize_t send_proof(const Ep *ep, uint64_t flags, SendProof &proof)
+{
+	proof = SendProof::None;
+	if (!(flags & (FI_DELIVERY_COMPLETE | FI_COMMIT_COMPLETE)))
+		return 0;
+	const bool commit = flags & FI_COMMIT_COMPLETE;
+	if (commit && !ep->rma_pmem) {
+		VRMA_WARN(FI_LOG_EP_DATA, "send: FI_COMMIT_COMPLETE needs an FI_RMA_PMEM endpoint\n");
+		return -FI_EBADFLAGS;
+	}
+	const uint8_t peer = ep->conn.peer_cm_flags.load(std::memory_order_acquire);
+	if (peer & wire::kCmFlagConfirmsMsgs) {
+		if (!ep->service) {
+			// The answer arrives in a receive: it must be vrma's.
+			VRMA_WARN(FI_LOG_EP_DATA, "send: delivery/commit completion toward this peer needs FI_DELIVERY_COMPLETE or FI_COMMIT_COMPLETE in the endpoint's tx_attr->op_flags\n");
+			return -FI_EOPNOTSUPP;
+		}
+		proof = SendProof::Confirm;
+		return 0;
+	}
+	if (peer & wire::kCmFlagStagedRx) {
+		VRMA_WARN(FI_LOG_EP_DATA, "send: the peer copies messages out of staging buffers and confirms none (its endpoint was opened without FI_DELIVERY_COMPLETE, FI_COMMIT_COMPLETE, FI_RMA_EVENT or FI_RMA_PMEM)\n");
+		return -FI_EOPNOTSUPP;
+	}
+	if (commit) {
+		VRMA_WARN(FI_LOG_EP_DATA, "send: FI_COMMIT_COMPLETE needs a peer that makes messages durable (an endpoint opened with FI_COMMIT_COMPLETE, FI_RMA_PMEM or FI_RMA_EVENT)\n");
+		return -FI_EOPNOTSUPP;
+	}
+	proof = SendProof::ReadBack;
+	return 0;
+}
 constexpr uint64_t kRecvFlags = FI_COMPLETION | FI_MORE;
 
 // A message to a peer with staged receives (wire::kCmFlagStagedRx): a
@@ -14,8 +62,32 @@ constexpr uint64_t kRecvFlags = FI_COMPLETION | FI_MORE;
 // wire::kStageBytes, one operation. Small messages go inline with the header
 // copied from the stack; injects beyond inline go through a bounce buffer
 // with the header; the rest take the header from the slot's header buffer.
+ssize_t send_staged_op(Ep *ep, const iovec *iov, void *const *desc, size_t count, uint64_t data,
+		       uint64_t flags, void *context, bool inject_call, uint32_t confirm);
+
 ssize_t send_staged(Ep *ep, const iovec *iov, void *const *desc, size_t count, uint64_t data,
-		    uint64_t flags, void *context, bool inject_call)
+		    uint64_t flags, void *context, bool inject_call, SendProof proof)
+{
+	if (proof != SendProof::Confirm)
+		return send_staged_op(ep, iov, desc, count, data, flags, context, inject_call, 0);
+	// The peer's answer, not the send's completion, completes it.
+	size_t total = 0;
+	for (size_t i = 0; i < count && iov; i++)
+		total += iov[i].iov_len;
+	const int c = pmem_begin_confirm(ep, context, total, ep->cntr_send,
+					 !inject_call && tx_reports(ep, flags));
+	if (c < 0)
+		return c;
+	const ssize_t rc = send_staged_op(ep, iov, desc, count, data, flags, context, inject_call,
+					  static_cast<uint32_t>(c));
+	if (rc)
+		pmem_abort_commit(ep, static_cast<uint32_t>(c));
+	return rc;
+}
+
+// confirm: 0, or the pending confirmation's id + 1 (TxSlot::commit).
+ssize_t send_staged_op(Ep *ep, const iovec *iov, void *const *desc, size_t count, uint64_t data,
+		       uint64_t flags, void *context, bool inject_call, uint32_t confirm)
 {
 	constexpr size_t kHdr = sizeof(wire::MsgHeader);
 	ibv_sge seg[kMaxSge + 1]; // [0]: the header
@@ -33,10 +105,14 @@ ssize_t send_staged(Ep *ep, const iovec *iov, void *const *desc, size_t count, u
 		return -FI_EMSGSIZE;
 	}
 	uint8_t header[kHdr];
-	wire::encode_msg_header(header, total, flags & FI_REMOTE_CQ_DATA, static_cast<uint32_t>(data));
+	const uint8_t confirm_flags =
+		confirm ? wire::kMsgConfirm | ((flags & FI_COMMIT_COMPLETE) ? wire::kMsgPersist : 0) : 0;
+	wire::encode_msg_header(header, total, flags & FI_REMOTE_CQ_DATA, static_cast<uint32_t>(data),
+				confirm_flags, static_cast<uint8_t>((confirm - 1) & 0xff));
 	const size_t bytes = kHdr + total;
 	TxOp op{context, FI_SEND | FI_MSG, total, !inject_call && tx_reports(ep, flags),
 		ep->cntr_send, (flags & FI_MORE) != 0};
+	op.commit = confirm;
 	ibv_send_wr wrs[wire::kMaxStagePieces];
 	const uint32_t fence = (flags & FI_FENCE) ? IBV_SEND_FENCE : 0;
 	if (ep->conn.inline_size >= kHdr && total <= inline_payload) {
@@ -90,18 +166,20 @@ ssize_t send_staged(Ep *ep, const iovec *iov, void *const *desc, size_t count, u
 ssize_t send_common(Ep *ep, const iovec *iov, void *const *desc, size_t count, uint64_t data,
 		    uint64_t flags, void *context, bool inject_call)
 {
-	if (flags & (FI_DELIVERY_COMPLETE | FI_COMMIT_COMPLETE)) [[unlikely]] {
-		// No remote region to read back: vrma cannot prove a message was
-		// placed, and says so rather than complete it early.
-		VRMA_WARN(FI_LOG_EP_DATA, "send: delivery/commit completion is offered for RMA writes only\n");
-		return -FI_EBADFLAGS;
-	}
 	if (ssize_t rc = check_op_flags(flags, kSendFlags, "send"))
 		return rc;
 	if (ssize_t rc = check_cq_data(flags, data, "send"))
 		return rc;
+	if (!ep->sends_messages) [[unlikely]] {
+		// The peer keeps no receive for a message of this endpoint.
+		VRMA_WARN(FI_LOG_EP_DATA, "send on an endpoint without FI_MSG/FI_SEND\n");
+		return -FI_EOPNOTSUPP;
+	}
+	SendProof proof;
+	if (ssize_t rc = send_proof(ep, flags, proof))
+		return rc;
 	if (peer_has(ep->conn, wire::kCmFlagStagedRx))
-		return send_staged(ep, iov, desc, count, data, flags, context, inject_call);
+		return send_staged(ep, iov, desc, count, data, flags, context, inject_call, proof);
 	ibv_sge sge[kMaxSge];
 	size_t total;
 	const bool inject = inject_call || (flags & FI_INJECT);
@@ -127,9 +205,16 @@ ssize_t send_common(Ep *ep, const iovec *iov, void *const *desc, size_t count, u
 		wr.send_flags = IBV_SEND_INLINE;
 	if (flags & FI_FENCE) // waits for every earlier read (and so every delivery)
 		wr.send_flags |= IBV_SEND_FENCE;
-	const TxOp op{context, FI_SEND | FI_MSG, total, !inject_call && tx_reports(ep, flags),
-		      ep->cntr_send, (flags & FI_MORE) != 0, bounce ? iov : nullptr, count};
-	return post_send(&ep->conn, wr, op);
+	TxOp op{context, FI_SEND | FI_MSG, total, !inject_call && tx_reports(ep, flags),
+		ep->cntr_send, (flags & FI_MORE) != 0, bounce ? iov : nullptr, count};
+	if (proof != SendProof::ReadBack)
+		return post_send(&ep->conn, wr, op);
+	ibv_send_wr chain[2];
+	chain[0] = wr;
+	chain[1] = {};
+	chain[1].opcode = IBV_WR_RDMA_READ; // zero-length: no sge, address or key
+	op.payload_wrs = 1;
+	return post_send_chain(&ep->conn, chain, 2, op);
 }
 
 // send_one's long way, out of its inlined path.

@@ -50,6 +50,12 @@ struct PmemService {
 		wire::CommitRange ranges[wire::kMaxCommitRanges];
 		bool persisted = false; // done: only the answer is left
 		wire::CommitStatus status = wire::CommitStatus::Ok;
+		// A received message to confirm (wire::kMsgConfirm): the answer is
+		// confirm_reply_imm(id); with kMsgPersist its bytes in the
+		// application's receive (`local`) are made durable first.
+		bool confirm = false;
+		size_t nlocal = 0;
+		iovec local[kMaxSge];
 	};
 	std::mutex jobs_lock;
 	std::deque<Job> jobs;
@@ -138,6 +144,27 @@ wire::CommitStatus commit_persist_range(Domain *dom, uint64_t key, uint64_t addr
 
 namespace {
 
+// Makes a received message's bytes in the application's receive durable,
+// as commit_persist_range does for a region (no key: vrma copied them there).
+wire::CommitStatus persist_local(Domain *dom, const iovec &piece) noexcept
+{
+	CommitStats &st = dom->commit_stats;
+	st.ranges.fetch_add(1, std::memory_order_relaxed);
+	st.bytes.fetch_add(piece.iov_len, std::memory_order_relaxed);
+	if (persist::backing_of(piece.iov_base) == persist::Backing::SharedFile) {
+		st.msync_calls.fetch_add(1, std::memory_order_relaxed);
+		if (int rc = persist::sync_mapped_file(piece.iov_base, piece.iov_len)) {
+			VRMA_WARN(FI_LOG_EP_DATA, "commit of a message: msync(%p, %zu): %s\n",
+				  piece.iov_base, piece.iov_len, strerror(-rc));
+			return wire::CommitStatus::PersistFailed;
+		}
+		return wire::CommitStatus::Ok;
+	}
+	st.cache_flushes.fetch_add(1, std::memory_order_relaxed);
+	persist::flush_cache_range(cache_flush_method(), piece.iov_base, piece.iov_len);
+	return wire::CommitStatus::Ok;
+}
+
 // Persists a job's ranges (once) and posts the answer. False when the
 // answer must be retried (the send queue is full).
 bool serve(PmemService *svc, PmemService::Job &job)
@@ -147,14 +174,19 @@ bool serve(PmemService *svc, PmemService::Job &job)
 		for (size_t i = 0; i < job.n && job.status == wire::CommitStatus::Ok; i++)
 			job.status = commit_persist_range(svc->domain, job.ranges[i].key,
 							  job.ranges[i].addr, job.ranges[i].len);
+		for (size_t i = 0; i < job.nlocal && job.status == wire::CommitStatus::Ok; i++)
+			job.status = persist_local(svc->domain, job.local[i]);
 		job.persisted = true;
-		svc->domain->commit_stats.requests.fetch_add(1, std::memory_order_relaxed);
-		if (job.status != wire::CommitStatus::Ok)
-			svc->domain->commit_stats.failures.fetch_add(1, std::memory_order_relaxed);
+		if (job.n || job.nlocal) {
+			svc->domain->commit_stats.requests.fetch_add(1, std::memory_order_relaxed);
+			if (job.status != wire::CommitStatus::Ok)
+				svc->domain->commit_stats.failures.fetch_add(1, std::memory_order_relaxed);
+		}
 	}
 	ibv_send_wr wr{};
 	wr.opcode = IBV_WR_SEND_WITH_IMM;
-	wr.imm_data = htonl(wire::commit_reply_imm(job.id, job.status));
+	wr.imm_data = htonl(job.confirm ? wire::confirm_reply_imm(static_cast<uint8_t>(job.id), job.status)
+					: wire::commit_reply_imm(job.id, job.status));
 	const TxOp op{nullptr, 0, 0, false, nullptr};
 	const ssize_t rc = post_send(&job.ep->conn, wr, op);
 	if (rc == -FI_EAGAIN)
@@ -164,21 +196,23 @@ bool serve(PmemService *svc, PmemService::Job &job)
 	return true;
 }
 
-// Reports a finished commit to the initiator's CQ and counter.
+// Reports a finished commit or confirmed message to the initiator's CQ and
+// counter.
 void finish_commit(Ep *ep, const PendingCommit &pc, int err, int prov_errno)
 {
 	count_completion(pc.cntr, !err);
 	if (!ep->tx_cq || (!err && !pc.report))
 		return;
+	const uint64_t flags = pc.confirm ? FI_SEND | FI_MSG : FI_RMA | FI_WRITE;
 	CqPending p;
 	if (err) {
 		p.is_error = true;
 		p.err.op_context = pc.context;
-		p.err.flags = FI_RMA | FI_WRITE;
+		p.err.flags = flags;
 		p.err.err = err;
 		p.err.prov_errno = prov_errno;
 	} else {
-		p.comp = {pc.context, FI_RMA | FI_WRITE, pc.len, nullptr, 0};
+		p.comp = {pc.context, flags, pc.len, nullptr, 0};
 	}
 	cq_push(ep->tx_cq, p);
 }
@@ -202,6 +236,22 @@ bool take_commit(Ep *ep, uint32_t id, PendingCommit &out)
 	std::lock_guard<std::mutex> guard(pm.lock);
 	PendingCommit &pc = pm.commits[id % kMaxCommits];
 	if (!pc.busy || pc.id != id)
+		return false;
+	out = pc;
+	pc.busy = false;
+	return true;
+}
+
+// Takes the pending confirmation a peer's answer names: the low 8 bits of
+// its id (kMaxCommits divides 256, and entries are taken in id order, so
+// they name one entry).
+bool take_confirm(Ep *ep, uint8_t id8, PendingCommit &out)
+{
+	static_assert(256 % kMaxCommits == 0, "an 8-bit id names one entry");
+	ServiceEp &pm = *ep->service;
+	std::lock_guard<std::mutex> guard(pm.lock);
+	PendingCommit &pc = pm.commits[id8 % kMaxCommits];
+	if (!pc.busy || !pc.confirm || (pc.id & 0xff) != id8)
 		return false;
 	out = pc;
 	pc.busy = false;
@@ -401,8 +451,11 @@ try {
 	Domain *dom = ep->domain;
 	std::unique_ptr<uint8_t[]> req_buf, rx_buf;
 	MrPtr req_mr = register_buffer(dom, req_buf, kMaxCommits * wire::kCommitMsgMax);
-	MrPtr rx_mr = req_mr ? register_buffer(dom, rx_buf, ep->rx_depth * wire::kCommitMsgMax) : nullptr;
-	if (!req_mr || !rx_mr) {
+	// A staged endpoint receives into its staging buffers.
+	MrPtr rx_mr = req_mr && !ep->staged
+			      ? register_buffer(dom, rx_buf, ep->rx_depth * wire::kCommitMsgMax)
+			      : nullptr;
+	if (!req_mr || (!rx_mr && !ep->staged)) {
 		VRMA_WARN(FI_LOG_EP_CTRL, "fi_enable: cannot register the commit message buffers\n");
 		return -FI_ENOMEM;
 	}
@@ -421,7 +474,8 @@ try {
 		return -FI_ENOMEM;
 	}
 	ServiceEp &pm = *ep->service;
-	pm.max_commits = std::min(kMaxCommits, ep->rx_depth);
+	// Answers consume the receives vrma keeps posted.
+	pm.max_commits = std::min(kMaxCommits, ep->staged ? staged_buffer_count(ep) : ep->rx_depth);
 	pm.req_buf = std::move(req_buf);
 	pm.req_mr = std::move(req_mr);
 	pm.rx_buf = std::move(rx_buf);
@@ -473,43 +527,110 @@ void pmem_ep_detach(Ep *ep) noexcept
 		service_stop(dom);
 }
 
-void pmem_rx_completion(Ep *ep, const ibv_wc &wc, const void *buf) noexcept
-try {
+namespace {
+
+// Queues a request (or a confirmation) for the service thread.
+void queue_job(Ep *ep, PmemService::Job &job)
+{
 	PmemService *svc = ep->domain->pmem.get();
-	PmemService::Job job{};
-	bool is_request = false;
-	uint8_t event_kind = 0;
-	uint32_t event_keys[wire::kMaxCommitRanges];
-	size_t event_nkeys = 0;
-	const auto *msg = static_cast<const uint8_t *>(buf);
-	const bool is_event = wc.opcode == IBV_WC_RECV && !(wc.wc_flags & IBV_WC_WITH_IMM) &&
-			      wc.byte_len && msg[0] == wire::kRmaEvent;
-	if (is_event && !wire::decode_rma_event(msg, wc.byte_len, event_kind, event_keys, event_nkeys)) {
-		VRMA_WARN(FI_LOG_EP_DATA, "malformed RMA event (%u bytes) ignored\n", wc.byte_len);
-		event_kind = 0;
+	if (!svc)
+		return;
+	job.ep = ep;
+	{
+		std::lock_guard<std::mutex> guard(svc->jobs_lock);
+		svc->jobs.push_back(job);
 	}
-	if (wc.opcode == IBV_WC_RECV && !(wc.wc_flags & IBV_WC_WITH_IMM) && !is_event) {
-		// Copied now: reposting hands the buffer to the next receive.
-		is_request = wire::decode_commit_request(msg, wc.byte_len, job.id, job.ranges, job.n);
-		if (!is_request && wc.byte_len >= sizeof(wire::CommitHeader)) {
-			// Answer it as malformed: the initiator must not wait forever.
-			wire::CommitHeader h;
-			memcpy(&h, msg, sizeof h);
-			job.id = le32toh(h.id) & wire::kCommitIdMask;
-			job.status = wire::CommitStatus::Malformed;
-			job.n = 0;
-			is_request = true;
+	wake(svc);
+}
+
+} // namespace
+
+void pmem_control_message(Ep *ep, const uint8_t *msg, size_t len) noexcept
+try {
+	if (len && msg[0] == wire::kRmaEvent) {
+		uint8_t kind = 0;
+		uint32_t keys[wire::kMaxCommitRanges];
+		size_t nkeys = 0;
+		if (!wire::decode_rma_event(msg, len, kind, keys, nkeys))
+			VRMA_WARN(FI_LOG_EP_DATA, "malformed RMA event (%zu bytes) ignored\n", len);
+		else if (ep->rma_events)
+			count_rma_event(ep, kind, keys, nkeys);
+		return;
+	}
+	PmemService::Job job{};
+	bool is_request = wire::decode_commit_request(msg, len, job.id, job.ranges, job.n);
+	if (!is_request && len >= sizeof(wire::CommitHeader)) {
+		// Answer it as malformed: the initiator must not wait forever.
+		wire::CommitHeader h;
+		memcpy(&h, msg, sizeof h);
+		job.id = le32toh(h.id) & wire::kCommitIdMask;
+		job.status = wire::CommitStatus::Malformed;
+		job.n = 0;
+		is_request = true;
+	}
+	if (job.status != wire::CommitStatus::Ok || !is_request)
+		VRMA_WARN(FI_LOG_EP_DATA, "malformed commit request (%zu bytes)\n", len);
+	if (is_request)
+		queue_job(ep, job);
+} catch (...) {
+	VRMA_WARN(FI_LOG_EP_DATA, "out of memory handling a commit message\n");
+}
+
+void pmem_answer(Ep *ep, uint32_t imm) noexcept
+{
+	PendingCommit pc;
+	const bool found = wire::is_confirm_reply(imm)
+				   ? take_confirm(ep, static_cast<uint8_t>(imm & 0xff), pc)
+				   : take_commit(ep, wire::commit_reply_id(imm), pc);
+	if (!found)
+		return; // failed or cancelled meanwhile
+	switch (wire::commit_reply_status(imm)) {
+	case wire::CommitStatus::Ok:
+		finish_commit(ep, pc, 0, 0);
+		break;
+	case wire::CommitStatus::BadRange:
+		finish_commit(ep, pc, FI_EACCES, IBV_WC_REM_ACCESS_ERR);
+		break;
+	case wire::CommitStatus::PersistFailed:
+		finish_commit(ep, pc, FI_EREMOTEIO, IBV_WC_REM_OP_ERR);
+		break;
+	default:
+		finish_commit(ep, pc, FI_EREMOTEIO, IBV_WC_REM_INV_REQ_ERR);
+		break;
+	}
+}
+
+void pmem_confirm_received(Ep *ep, uint8_t id, bool persist, const iovec *iov, size_t count,
+			   size_t len) noexcept
+try {
+	PmemService::Job job{};
+	job.id = id;
+	job.confirm = true;
+	if (persist) {
+		// The bytes copied: the receive's pieces from the front, up to len.
+		for (size_t i = 0; i < count && len && job.nlocal < kMaxSge; i++) {
+			const size_t n = std::min(len, iov[i].iov_len);
+			if (n)
+				job.local[job.nlocal++] = {iov[i].iov_base, n};
+			len -= n;
 		}
-		if (job.status != wire::CommitStatus::Ok || !is_request)
-			VRMA_WARN(FI_LOG_EP_DATA, "malformed commit request (%u bytes)\n", wc.byte_len);
+	}
+	queue_job(ep, job);
+} catch (...) {
+	VRMA_WARN(FI_LOG_EP_DATA, "out of memory confirming a message\n");
+}
+
+void pmem_rx_completion(Ep *ep, const ibv_wc &wc, const void *buf) noexcept
+{
+	const auto *msg = static_cast<const uint8_t *>(buf);
+	const bool plain = wc.opcode == IBV_WC_RECV && !(wc.wc_flags & IBV_WC_WITH_IMM);
+	if (plain) {
+		// Copied by the handler: reposting hands the buffer to the next
+		// receive.
+		pmem_control_message(ep, msg, wc.byte_len);
 	}
 	if (int rc = ep_post_provider_rx(ep))
 		VRMA_WARN(FI_LOG_CQ, "reposting a vrma receive: %s\n", fi_strerror(-rc));
-	if (is_event) {
-		if (event_kind && ep->rma_events)
-			count_rma_event(ep, event_kind, event_keys, event_nkeys);
-		return;
-	}
 	if (wc.opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
 		// Remote CQ data: the application's receive CQ hears of it (or
 		// its only CQ, as on other RMA-only endpoints).
@@ -521,38 +642,41 @@ try {
 		}
 		return;
 	}
-	if (wc.opcode == IBV_WC_RECV && (wc.wc_flags & IBV_WC_WITH_IMM)) {
-		// The target's answer to one of our commits.
-		const uint32_t imm = ntohl(wc.imm_data);
-		PendingCommit pc;
-		if (!take_commit(ep, wire::commit_reply_id(imm), pc))
-			return; // failed or cancelled meanwhile
-		switch (wire::commit_reply_status(imm)) {
-		case wire::CommitStatus::Ok:
-			finish_commit(ep, pc, 0, 0);
-			break;
-		case wire::CommitStatus::BadRange:
-			finish_commit(ep, pc, FI_EACCES, IBV_WC_REM_ACCESS_ERR);
-			break;
-		case wire::CommitStatus::PersistFailed:
-			finish_commit(ep, pc, FI_EREMOTEIO, IBV_WC_REM_OP_ERR);
-			break;
-		default:
-			finish_commit(ep, pc, FI_EREMOTEIO, IBV_WC_REM_INV_REQ_ERR);
-			break;
-		}
-		return;
-	}
-	if (is_request && svc) {
-		job.ep = ep;
-		{
-			std::lock_guard<std::mutex> guard(svc->jobs_lock);
-			svc->jobs.push_back(job);
-		}
-		wake(svc);
-	}
-} catch (...) {
-	VRMA_WARN(FI_LOG_EP_DATA, "out of memory handling a commit message\n");
+	if (wc.opcode == IBV_WC_RECV && (wc.wc_flags & IBV_WC_WITH_IMM))
+		pmem_answer(ep, ntohl(wc.imm_data)); // to one of our commits or messages
+}
+
+namespace {
+
+// The next pending entry, in id order (ServiceEp::lock held); nullptr when
+// as many answers are awaited as the endpoint has receives for (answers
+// consume them) or the entry is still busy.
+PendingCommit *next_pending(ServiceEp &pm)
+{
+	size_t busy = 0;
+	for (const PendingCommit &pc : pm.commits)
+		busy += pc.busy;
+	const uint32_t id = pm.next_id & wire::kCommitIdMask;
+	PendingCommit &pc = pm.commits[id % kMaxCommits];
+	if (pc.busy || busy >= pm.max_commits)
+		return nullptr;
+	pm.next_id = (pm.next_id + 1) & wire::kCommitIdMask;
+	pc.id = id;
+	return &pc;
+}
+
+} // namespace
+
+int pmem_begin_confirm(Ep *ep, void *context, size_t len, Cntr *cntr, bool report) noexcept
+{
+	ServiceEp &pm = *ep->service;
+	std::lock_guard<std::mutex> guard(pm.lock);
+	PendingCommit *pc = next_pending(pm);
+	if (!pc)
+		return -FI_EAGAIN;
+	const uint32_t id = pc->id;
+	*pc = {true, id, context, len, cntr, report, true};
+	return static_cast<int>(id + 1);
 }
 
 int pmem_begin_commit(Ep *ep, const wire::CommitRange *ranges, size_t n, void *context,
@@ -560,17 +684,11 @@ int pmem_begin_commit(Ep *ep, const wire::CommitRange *ranges, size_t n, void *c
 {
 	ServiceEp &pm = *ep->service;
 	std::lock_guard<std::mutex> guard(pm.lock);
-	size_t busy = 0;
-	for (const PendingCommit &pc : pm.commits)
-		busy += pc.busy;
-	const uint32_t id = pm.next_id & wire::kCommitIdMask;
-	PendingCommit &pc = pm.commits[id % kMaxCommits];
-	// Answers consume the initiator's receives: no more commits in flight
-	// than it has receives. Entries are taken in id order.
-	if (pc.busy || busy >= pm.max_commits)
+	PendingCommit *slot = next_pending(pm);
+	if (!slot)
 		return -FI_EAGAIN;
-	pc = {true, id, context, len, cntr, report};
-	pm.next_id = (pm.next_id + 1) & wire::kCommitIdMask;
+	const uint32_t id = slot->id;
+	*slot = {true, id, context, len, cntr, report};
 	uint8_t *msg = pm.req_buf.get() + (id % kMaxCommits) * wire::kCommitMsgMax;
 	const size_t msg_len = wire::encode_commit_request(msg, id, ranges, n);
 	request = {reinterpret_cast<uintptr_t>(msg), static_cast<uint32_t>(msg_len), pm.req_mr->lkey};

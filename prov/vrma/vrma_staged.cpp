@@ -85,11 +85,35 @@ Outcome finish(StagedRx &st, Completion &c, fi_cq_err_entry &e)
 	return Outcome::Success;
 }
 
+// A message its sender asked to have confirmed (wire::kMsgConfirm), now in
+// the application's receive: answered once the rx lock is released.
+struct ConfirmDue {
+	bool due = false;
+	uint8_t id = 0;
+	bool persist = false;
+	StagedRecv r;
+	size_t len = 0; // bytes copied into r
+};
+
+void confirm(Ep *ep, const ConfirmDue &d)
+{
+	if (!d.due)
+		return;
+	if (!ep->service) {
+		// kCmFlagConfirmsMsgs was not announced: a peer that asks anyway
+		// is not vrma speaking its protocol.
+		VRMA_WARN(FI_LOG_EP_DATA, "staged receive: a confirmation was asked of an endpoint that offers none\n");
+		return;
+	}
+	pmem_confirm_received(ep, d.id, d.persist, d.r.iov, d.r.count, d.len);
+}
+
 // Consumes arrived pieces in order while receives are there to take them;
 // returns the completion of the message that ended, if one did (rx lock
 // held). At most one can: a new piece completes only the message it belongs
 // to, and a new receive takes only one message.
-Outcome advance(Ep *ep, Completion &c, fi_cq_err_entry &e, Cntr *&cntr, bool &report)
+Outcome advance(Ep *ep, Completion &c, fi_cq_err_entry &e, Cntr *&cntr, bool &report,
+		ConfirmDue &conf)
 {
 	StagedRx &st = *ep->staged;
 	while (!st.arrivals.empty()) {
@@ -102,7 +126,8 @@ Outcome advance(Ep *ep, Completion &c, fi_cq_err_entry &e, Cntr *&cntr, bool &re
 			uint64_t total;
 			bool has_data;
 			uint32_t data;
-			if (!wire::decode_msg_header(a.buf, a.len, total, has_data, data)) {
+			uint8_t cflags, cid;
+			if (!wire::decode_msg_header(a.buf, a.len, total, has_data, data, &cflags, &cid)) {
 				// Not a vrma peer speaking the protocol it announced:
 				// drop the piece, keep the connection.
 				VRMA_WARN(FI_LOG_EP_DATA, "staged receive: %u bytes without a message header dropped\n",
@@ -118,6 +143,8 @@ Outcome advance(Ep *ep, Completion &c, fi_cq_err_entry &e, Cntr *&cntr, bool &re
 			st.seen = 0;
 			st.has_data = has_data;
 			st.data = data;
+			st.confirm_flags = cflags;
+			st.confirm_id = cid;
 			payload += kHeaderLen;
 			len -= kHeaderLen;
 		}
@@ -130,6 +157,13 @@ Outcome advance(Ep *ep, Completion &c, fi_cq_err_entry &e, Cntr *&cntr, bool &re
 		if (st.seen == st.total) {
 			cntr = st.cur.cntr;
 			report = st.cur.report;
+			if (st.confirm_flags & wire::kMsgConfirm) {
+				conf.due = true;
+				conf.id = st.confirm_id;
+				conf.persist = st.confirm_flags & wire::kMsgPersist;
+				conf.r = st.cur;
+				conf.len = static_cast<size_t>(std::min<uint64_t>(st.total, st.cur.capacity));
+			}
 			return finish(st, c, e);
 		}
 	}
@@ -149,10 +183,15 @@ CqPending cancelled(const StagedRecv &r)
 
 } // namespace
 
+size_t staged_buffer_count(const Ep *ep) noexcept
+{
+	return std::min(ep->rx_depth, params.stage_buffers);
+}
+
 int staged_ep_prepare(Ep *ep, StagingBuffers &out) noexcept
 try {
 	StagingBuffers b;
-	b.count = std::min(ep->rx_depth, params.stage_buffers);
+	b.count = staged_buffer_count(ep);
 	const size_t bytes = b.count * wire::kStageBytes;
 	b.buffers.reset(new (std::nothrow) uint8_t[bytes]);
 	if (!b.buffers) {
@@ -194,6 +233,7 @@ try {
 	fi_cq_err_entry e;
 	Cntr *done_cntr = nullptr;
 	bool done_report = false;
+	ConfirmDue conf;
 	Outcome o;
 	StagedRecv r;
 	r.context = context;
@@ -222,8 +262,9 @@ try {
 			st.stage.unposted.pop_back();
 			repost(ep, b);
 		}
-		o = refused ? Outcome::None : advance(ep, c, e, done_cntr, done_report);
+		o = refused ? Outcome::None : advance(ep, c, e, done_cntr, done_report, conf);
 	}
+	confirm(ep, conf);
 	if (refused) {
 		count_completion(cntr, false);
 		if (ep->rx_cq)
@@ -277,32 +318,81 @@ try {
 		return Outcome::None;
 	}
 	auto *piece = static_cast<uint8_t *>(buf);
-	if (wc.opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
-		// Remote CQ data: the buffer goes straight back.
+	// What completes for the application goes to its receive CQ: returned
+	// when that is the CQ being polled, pushed when this is the service's.
+	auto deliver = [&](Outcome o) {
+		if (o == Outcome::None || ep->rx_cq == cq)
+			return o;
+		CqPending p;
+		p.is_error = o == Outcome::Error;
+		p.comp = c;
+		p.err = e;
+		cq_push(ep->rx_cq, p);
+		return Outcome::None;
+	};
+	if (wc.opcode == IBV_WC_RECV_RDMA_WITH_IMM || (wc.wc_flags & IBV_WC_WITH_IMM)) {
+		// Remote CQ data, or (a send with immediate data) the answer to
+		// one of our commits or confirmed messages: the buffer goes
+		// straight back.
 		{
 			std::lock_guard<std::mutex> guard(ep->rx_lock);
 			repost(ep, piece);
+		}
+		if (wc.opcode != IBV_WC_RECV_RDMA_WITH_IMM) {
+			if (ep->service)
+				pmem_answer(ep, ntohl(wc.imm_data));
+			else
+				VRMA_WARN(FI_LOG_EP_DATA, "staged receive: an answer to nothing asked dropped\n");
+			return Outcome::None;
 		}
 		if (!ep->rx_cq)
 			return Outcome::None;
 		c = {nullptr, FI_RMA | FI_REMOTE_WRITE | FI_REMOTE_CQ_DATA, wc.byte_len, nullptr,
 		     ntohl(wc.imm_data)};
-		return Outcome::Success;
+		return deliver(Outcome::Success);
 	}
 	Cntr *cntr = nullptr;
 	bool report = false;
-	Outcome o;
+	ConfirmDue conf;
+	Outcome o = Outcome::None;
+	bool control = false;
 	{
 		std::lock_guard<std::mutex> guard(ep->rx_lock);
-		st.arrivals.push_back({piece, wc.byte_len});
-		o = advance(ep, c, e, cntr, report);
+		if (st.stream_left == 0) {
+			uint64_t total;
+			bool has_data;
+			uint32_t data;
+			if (wc.byte_len && (piece[0] == wire::kCommitRequest || piece[0] == wire::kRmaEvent))
+				control = true;
+			else if (wire::decode_msg_header(piece, wc.byte_len, total, has_data, data) &&
+				 total + kHeaderLen > wc.byte_len)
+				st.stream_left = total + kHeaderLen - wc.byte_len;
+		} else {
+			st.stream_left -= std::min<uint64_t>(st.stream_left, wc.byte_len);
+		}
+		if (!control) {
+			st.arrivals.push_back({piece, wc.byte_len});
+			o = advance(ep, c, e, cntr, report, conf);
+		}
 	}
+	if (control) {
+		// A commit request or an RMA event between messages: handled
+		// (copied) before its buffer is reposted.
+		if (ep->service)
+			pmem_control_message(ep, piece, wc.byte_len);
+		else
+			VRMA_WARN(FI_LOG_EP_DATA, "staged receive: a commit or event message for an endpoint without FI_RMA_PMEM/FI_RMA_EVENT dropped\n");
+		std::lock_guard<std::mutex> guard(ep->rx_lock);
+		repost(ep, piece);
+		return Outcome::None;
+	}
+	confirm(ep, conf);
 	if (o == Outcome::None)
 		return o;
 	count_completion(cntr, o == Outcome::Success);
 	if (!ep->rx_cq || (o == Outcome::Success && !report))
 		return Outcome::None;
-	return o;
+	return deliver(o);
 } catch (...) {
 	VRMA_WARN(FI_LOG_CQ, "out of memory handling a staged receive\n");
 	return Outcome::None;

@@ -44,6 +44,9 @@ inline constexpr uint8_t kCmFlagTakesCqData = 1 << 4;     // write-with-immediat
 							  // application receive
 inline constexpr uint8_t kCmFlagStagedRx = 1 << 5;        // receives messages through staging
 							  // buffers (MsgHeader framing)
+inline constexpr uint8_t kCmFlagConfirmsMsgs = 1 << 6;    // staged, and answers messages marked
+							  // kMsgConfirm once placed (delivery)
+							  // or durable (kMsgPersist)
 
 // Staged messages. An endpoint that receives messages and remote CQ data but
 // did not take on FI_RX_CQ_DATA owns its receive queue: it keeps buffers of
@@ -56,12 +59,19 @@ inline constexpr size_t kMaxStagePieces = 65; // sends of one message
 inline constexpr uint8_t kMsgFirst = 0x4d;
 inline constexpr uint8_t kMsgVersion = 1;
 inline constexpr uint8_t kMsgHasData = 1 << 0; // cq_data is remote CQ data
+// FI_DELIVERY_COMPLETE / FI_COMMIT_COMPLETE sends to a kCmFlagConfirmsMsgs
+// peer: once the message is in the matched receive (and, with kMsgPersist,
+// durable there), the receiver answers with a zero-length send with
+// immediate data confirm_reply_imm(confirm_id, status).
+inline constexpr uint8_t kMsgConfirm = 1 << 1;
+inline constexpr uint8_t kMsgPersist = 1 << 2;
+inline constexpr uint8_t kMsgFlagsKnown = kMsgHasData | kMsgConfirm | kMsgPersist;
 
 struct MsgHeader {
 	uint8_t type;    // kMsgFirst
 	uint8_t version; // kMsgVersion
-	uint8_t flags;   // kMsgHas*
-	uint8_t reserved;
+	uint8_t flags;   // kMsgHas*, kMsgConfirm, kMsgPersist
+	uint8_t confirm_id; // with kMsgConfirm: echoed in the answer
 	uint32_t cq_data;
 	uint64_t total; // payload bytes after the header, over all pieces
 };
@@ -71,9 +81,11 @@ static_assert(sizeof(MsgHeader) == 16, "MsgHeader is a wire format");
 inline constexpr size_t kStagedMsgMax = (kMaxStagePieces - 1) * kStageBytes;
 static_assert(kStagedMsgMax + sizeof(MsgHeader) <= kMaxStagePieces * kStageBytes, "fits");
 
-inline void encode_msg_header(uint8_t *buf, uint64_t total, bool has_data, uint32_t data) noexcept
+inline void encode_msg_header(uint8_t *buf, uint64_t total, bool has_data, uint32_t data,
+			      uint8_t confirm_flags = 0, uint8_t confirm_id = 0) noexcept
 {
-	MsgHeader h{kMsgFirst, kMsgVersion, static_cast<uint8_t>(has_data ? kMsgHasData : 0), 0,
+	MsgHeader h{kMsgFirst, kMsgVersion,
+		    static_cast<uint8_t>((has_data ? kMsgHasData : 0) | confirm_flags), confirm_id,
 		    htole32(data), htole64(total)};
 	memcpy(buf, &h, sizeof h);
 }
@@ -81,17 +93,23 @@ inline void encode_msg_header(uint8_t *buf, uint64_t total, bool has_data, uint3
 // Parses the header at the front of a message's first piece; false if it is
 // not one.
 inline bool decode_msg_header(const uint8_t *buf, size_t len, uint64_t &total, bool &has_data,
-			      uint32_t &data) noexcept
+			      uint32_t &data, uint8_t *confirm_flags = nullptr,
+			      uint8_t *confirm_id = nullptr) noexcept
 {
 	MsgHeader h;
 	if (len < sizeof h)
 		return false;
 	memcpy(&h, buf, sizeof h);
-	if (h.type != kMsgFirst || h.version != kMsgVersion || (h.flags & ~kMsgHasData))
+	if (h.type != kMsgFirst || h.version != kMsgVersion || (h.flags & ~kMsgFlagsKnown) ||
+	    ((h.flags & kMsgPersist) && !(h.flags & kMsgConfirm)))
 		return false;
 	total = le64toh(h.total);
 	has_data = h.flags & kMsgHasData;
 	data = le32toh(h.cq_data);
+	if (confirm_flags)
+		*confirm_flags = h.flags & (kMsgConfirm | kMsgPersist);
+	if (confirm_id)
+		*confirm_id = h.confirm_id;
 	return true;
 }
 
@@ -185,6 +203,7 @@ enum class CommitStatus : uint8_t {
 };
 
 inline constexpr uint32_t kCommitIdMask = 0xffffff;
+inline constexpr uint32_t kConfirmReplyBit = 0x80;
 
 inline constexpr uint32_t commit_reply_imm(uint32_t id, CommitStatus status) noexcept
 {
@@ -195,7 +214,20 @@ inline constexpr uint32_t commit_reply_id(uint32_t imm) noexcept { return imm & 
 
 inline constexpr CommitStatus commit_reply_status(uint32_t imm) noexcept
 {
-	return static_cast<CommitStatus>(imm >> 24);
+	return static_cast<CommitStatus>((imm >> 24) & ~kConfirmReplyBit);
+}
+
+// The answer to a kMsgConfirm message: the header's confirm_id in bits 0-7,
+// kConfirmReplyBit | CommitStatus in bits 24-31 (commit answers leave that
+// bit clear).
+inline constexpr uint32_t confirm_reply_imm(uint8_t id, CommitStatus status) noexcept
+{
+	return id | (kConfirmReplyBit | static_cast<uint32_t>(status)) << 24;
+}
+
+inline constexpr bool is_confirm_reply(uint32_t imm) noexcept
+{
+	return (imm >> 24) & kConfirmReplyBit;
 }
 
 // Writes a request into buf (kCommitMsgMax bytes); returns its length.

@@ -19,6 +19,7 @@ int main()
 	srunner_add_suite(sr, split_suite());
 	srunner_add_suite(sr, events_suite());
 	srunner_add_suite(sr, staged_suite());
+	srunner_add_suite(sr, msg_flags_suite());
 	srunner_add_suite(sr, msg_auto_suite());
 	srunner_add_suite(sr, av_suite());
 	srunner_add_suite(sr, rdm_suite());

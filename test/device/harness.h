@@ -236,6 +236,7 @@ Suite *pmem_suite();
 Suite *split_suite();
 Suite *events_suite();
 Suite *staged_suite();
+Suite *msg_flags_suite();
 Suite *rdm_suite();
 Suite *rdm_rma_suite();
 Suite *rdm_atomic_suite();

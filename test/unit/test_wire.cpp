@@ -146,10 +146,40 @@ START_TEST(msg_header_round_trip_and_refusals)
 	buf[0] = kMsgFirst;
 	buf[1] = kMsgVersion + 1;
 	ck_assert(!decode_msg_header(buf, sizeof buf, total, has_data, data));
+	// Confirmation: the flags and the id round-trip; persist without
+	// confirm is refused.
+	encode_msg_header(buf, 77, false, 0, kMsgConfirm | kMsgPersist, 0xC5);
+	uint8_t cflags = 0, cid = 0;
+	ck_assert(decode_msg_header(buf, sizeof buf, total, has_data, data, &cflags, &cid));
+	ck_assert_uint_eq(total, 77);
+	ck_assert_uint_eq(cflags, kMsgConfirm | kMsgPersist);
+	ck_assert_uint_eq(cid, 0xC5);
+	buf[2] = kMsgPersist;
+	ck_assert(!decode_msg_header(buf, sizeof buf, total, has_data, data, &cflags, &cid));
+	encode_msg_header(buf, 5, true, 9);
+	ck_assert(decode_msg_header(buf, sizeof buf, total, has_data, data, &cflags, &cid));
+	ck_assert_uint_eq(cflags, 0);
 	// The largest staged message and its header fit the pieces.
 	ck_assert_uint_eq(kStagedMsgMax, 4u << 20);
 	ck_assert_uint_le((kStagedMsgMax + sizeof(MsgHeader) + kStageBytes - 1) / kStageBytes,
 			  kMaxStagePieces);
+}
+END_TEST
+
+START_TEST(confirm_and_commit_replies_apart)
+{
+	for (uint32_t id : {0u, 1u, 0xABu, 0xFFu})
+		for (CommitStatus st : {CommitStatus::Ok, CommitStatus::BadRange,
+					CommitStatus::PersistFailed, CommitStatus::Malformed}) {
+			const uint32_t c = confirm_reply_imm(static_cast<uint8_t>(id), st);
+			ck_assert(is_confirm_reply(c));
+			ck_assert_uint_eq(c & 0xff, id);
+			ck_assert_int_eq(static_cast<int>(commit_reply_status(c)), static_cast<int>(st));
+			const uint32_t r = commit_reply_imm(id | 0xABCD00, st);
+			ck_assert(!is_confirm_reply(r));
+			ck_assert_uint_eq(commit_reply_id(r), id | 0xABCD00);
+			ck_assert_int_eq(static_cast<int>(commit_reply_status(r)), static_cast<int>(st));
+		}
 }
 END_TEST
 
@@ -162,6 +192,7 @@ Suite *wire_suite()
 	tcase_add_test(tc, commit_reply_packs_id_and_status);
 	tcase_add_test(tc, rma_event_round_trip_and_refusals);
 	tcase_add_test(tc, msg_header_round_trip_and_refusals);
+	tcase_add_test(tc, confirm_and_commit_replies_apart);
 	suite_add_tcase(s, tc);
 	return s;
 }
