@@ -242,6 +242,16 @@ START_TEST(delivery_complete_send_waits_for_the_receive)
 		expect_completion(p.client.cq, &sctx, FI_SEND | FI_MSG);
 		expect_count(sends, ++n);
 		ck_assert(dst.check(6, 128));
+		// Writes on the same endpoint are delivery complete too (the
+		// read-back), and take no receive of the peer.
+		Region target(env, 1 << 16, FI_REMOTE_WRITE);
+		src.fill(9);
+		int wctx;
+		ck_assert_int_eq(fi_write(p.client.ep, src.buf.data(), 40000, src.desc(), 0, target.addr(),
+					  target.key(), &wctx), 0);
+		expect_completion(p.client.cq, &wctx, FI_RMA | FI_WRITE);
+		ck_assert(target.check(9, 40000));
+		expect_no_completion(p.server.cq, 100);
 		// The other way, and a transmit-complete send that need not wait.
 		send_waits_for_receive(p.server, p.client, dst, src, 1000, 7, FI_DELIVERY_COMPLETE);
 		message(p.client, p.server, src, dst, 200, 8, FI_TRANSMIT_COMPLETE | FI_COMPLETION);
