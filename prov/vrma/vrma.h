@@ -69,6 +69,7 @@ struct Params {
 	int cm_timeout_ms = 2000;  // address/route resolution timeout
 	int listen_backlog = 1024;
 	size_t max_wr_size = 0;    // bytes per work request; 0: the device's max_msg_sz
+	size_t max_cqe = 0;        // entries a CQ grows to at most; 0: the device's max_cqe
 	size_t stage_buffers = wire::kMaxStagePieces; // per staged endpoint, 1..kStageBuffers
 	// Answer utility providers (ofi_rxm) that layer over vrma's MSG
 	// endpoints. Off: the core lists its layered RDM endpoint ("vrma;ofi_rxm")
@@ -471,6 +472,16 @@ struct Cq final : fid_cq {
 	// Entries promised to bound queues; written under `lock`, read without
 	// it by a reader deciding whether the device queue matters.
 	std::atomic<size_t> reserved{0};
+	// The rest of the device queue, cqe - reserved - credits held: the
+	// pool the credited queues (cq_reserve_or_credit) take one credit from
+	// per posted request and give it back when its slot retires. Taken
+	// and given without `lock` (cq_credit_take/give) by posters and
+	// pollers of every endpoint on the CQ; cq_reserve takes from it under
+	// `lock`. Never negative: a queue holds no more requests than credits,
+	// so even a flush of every queue cannot overrun the device CQ.
+	std::atomic<ptrdiff_t> credits{0};
+	// Credited queues bound (under `lock`): the device queue is used.
+	std::atomic<size_t> credited{0};
 	std::atomic<int> refs{0};
 	// A reader may sleep on the wait object (fi_trywait succeeded): entries
 	// queued by cq_push must signal it. Set and read under `lock`.
@@ -685,6 +696,18 @@ struct Conn {
 	// than tx_depth requests (a long split RMA) goes alone, when nothing
 	// else is in flight.
 	size_t tx_cap = 0;
+	// Requests in flight before post_send_one takes the long way: tx_depth,
+	// or 0 when the send queue is credited (tx_credits), so that every
+	// post of such a queue goes through post_send_chain_locked, which
+	// takes the credits; the fast path pays nothing for credits.
+	size_t tx_one_limit = 0;
+	// The send CQ whose credit pool this queue posts from (nullptr: its
+	// whole ring is reserved in the CQ, cq_reserve). One credit per pushed
+	// slot, given back when the slot retires (handle_wc) or is unpushed.
+	Cq *tx_credits = nullptr;
+	// Credits held by no slot: the one taken at fi_enable for the close
+	// sentinel (conn_post_sentinel), given back at close if not used.
+	size_t tx_spare = 0;
 	size_t tx_iov_limit = 0;
 	size_t inline_size = 0; // bytes the QP takes inline
 	size_t inject_size = 0; // bytes an inject may carry (bounce beyond inline)
@@ -787,6 +810,16 @@ struct Ep final : fid_ep {
 	uint64_t rx_op_flags = 0;
 	bool sends_messages = false; // FI_MSG with FI_SEND (or no direction)
 	size_t rx_depth = 0;
+	// Receives posted before post_recv_locked takes the long way: rx_depth,
+	// or 0 when the receive queue is credited (rx_credits).
+	size_t rx_post_limit = 0;
+	// The receive CQ whose credit pool receives are posted from (nullptr:
+	// the whole queue is reserved), vrma's own receives included.
+	Cq *rx_credits = nullptr;
+	// vrma's own receives (provider_rx, staging buffers) left unposted
+	// for want of a credit; reposted when the endpoint's requests complete
+	// (ep_repost_own_rx) or, staged, at the next fi_recv.
+	std::atomic<size_t> own_rx_unposted{0};
 	size_t rx_iov_limit = 0;
 	bool rx_cq_data_mode = false;
 	// RMA-only endpoint without FI_RX_CQ_DATA: vrma keeps zero-length
@@ -950,6 +983,32 @@ int cq_trywait(Cq *cq) noexcept;
 // ibv CQ when needed); returns 0 or a negative FI_E* code.
 int cq_reserve(Cq *cq, size_t entries) noexcept;
 void cq_unreserve(Cq *cq, size_t entries) noexcept;
+// A queue whose reservation does not fit (-FI_ENOSPC from cq_reserve) binds
+// as a credited one: grows the CQ to the device's maximum, takes `floor`
+// credits for the queue's own use, and counts the queue in Cq::credited.
+// 0 or -FI_ENOSPC (not even the floor is free).
+int cq_credit_attach(Cq *cq, size_t floor) noexcept;
+// Gives back `spare` credits and forgets the queue (its ring drained).
+void cq_credit_detach(Cq *cq, size_t spare) noexcept;
+// One credit per request: false, nothing taken, when fewer than n are free.
+[[gnu::always_inline]] inline bool cq_credit_take(Cq *cq, size_t n) noexcept
+{
+	ptrdiff_t f = cq->credits.load(std::memory_order_relaxed);
+	do {
+		if (f < static_cast<ptrdiff_t>(n))
+			return false;
+	} while (!cq->credits.compare_exchange_weak(f, f - static_cast<ptrdiff_t>(n),
+						     std::memory_order_relaxed));
+	return true;
+}
+inline void cq_credit_give(Cq *cq, size_t n) noexcept
+{
+	cq->credits.fetch_add(static_cast<ptrdiff_t>(n), std::memory_order_relaxed);
+}
+// vrma's own receives a credited receive queue keeps posted at most
+// (staging buffers, provider_rx receives): they hold their credits as long
+// as they wait for data, so a few endpoints must not take the whole pool.
+inline constexpr size_t kCreditedOwnRx = 8;
 // Entries reserved in a CQ (cq_reserve), given back on destruction unless
 // release()d to the queue that uses them.
 class CqReservation {
@@ -959,7 +1018,9 @@ public:
 	CqReservation &operator=(const CqReservation &) = delete;
 	~CqReservation()
 	{
-		if (cq_)
+		if (cq_ && credited_)
+			cq_credit_detach(cq_, entries_);
+		else if (cq_)
 			cq_unreserve(cq_, entries_);
 	}
 	int reserve(Cq *cq, size_t entries) noexcept
@@ -970,11 +1031,27 @@ public:
 		entries_ = entries;
 		return 0;
 	}
+	// reserve(), or, when the CQ cannot hold `entries` more, a credited
+	// queue holding `floor` credits (cq_credit_attach).
+	int reserve_or_credit(Cq *cq, size_t entries, size_t floor) noexcept
+	{
+		int rc = reserve(cq, entries);
+		if (rc != -FI_ENOSPC)
+			return rc;
+		if ((rc = cq_credit_attach(cq, floor)))
+			return rc;
+		cq_ = cq;
+		entries_ = floor;
+		credited_ = true;
+		return 0;
+	}
+	bool credited() const noexcept { return credited_; }
 	void release() noexcept { cq_ = nullptr; }
 
 private:
 	Cq *cq_ = nullptr;
 	size_t entries_ = 0;
+	bool credited_ = false;
 };
 // Polls the CQ until the endpoint has no outstanding work requests or the
 // deadline passes; entries of other endpoints are kept for the application.
@@ -1140,6 +1217,9 @@ int ep_open(fid_domain *domain, fi_info *info, fid_ep **ep, void *context) noexc
 int ep_enable(Ep *ep) noexcept;
 // Posts one of the provider's own zero-length receives (provider_rx).
 int ep_post_provider_rx(Ep *ep) noexcept;
+// Posts vrma's own receives left unposted for want of credits (staging
+// buffers, provider_rx receives) while credits last; takes the rx lock.
+void ep_repost_own_rx(Ep *ep) noexcept;
 // Moves the QP to the error state so that outstanding requests flush.
 void ep_set_error(Ep *ep) noexcept;
 // The connection ended (fi_shutdown, the peer disconnected, a request
@@ -1230,10 +1310,12 @@ void pmem_abort_commit(Ep *ep, uint32_t commit) noexcept;
 size_t staged_buffer_count(const Ep *ep) noexcept;
 // fi_enable: allocates and registers the staging buffers into `out`; 0 or
 // a negative FI_E* code (-FI_ENOMEM when the registration is refused).
-int staged_ep_prepare(Ep *ep, StagingBuffers &out) noexcept;
+int staged_ep_prepare(Ep *ep, StagingBuffers &out, size_t max_buffers) noexcept;
 // fi_enable, the endpoint holding its QP and staging buffers: posts every
 // staging buffer; -FI_ENOMEM when none could be posted.
 int staged_ep_post(Ep *ep) noexcept;
+// Posts the staging buffers a repost left unposted (takes the rx lock).
+void staged_repost_unposted(Ep *ep) noexcept;
 // Queues an application receive and copies what already arrived for it.
 ssize_t staged_recv(Ep *ep, const iovec *iov, size_t count, size_t capacity, void *context,
 		    bool report, Cntr *cntr) noexcept;

@@ -63,6 +63,16 @@ void fill_error(fi_cq_err_entry &e, const ibv_wc &wc, void *context, uint64_t fl
 	e.prov_errno = static_cast<int>(wc.status);
 }
 
+// A credited queue's retired slots give their credits back (CQ lock held);
+// vrma's own receives left unposted for want of credits try again.
+[[gnu::noinline]] void credits_back(Ep *ep, Cq *pool, size_t n)
+{
+	cq_credit_give(pool, n);
+	if (ep->own_rx_unposted.load(std::memory_order_relaxed) &&
+	    !ep->conn.closing.load(std::memory_order_relaxed))
+		ep_repost_own_rx(ep);
+}
+
 // Turns one work completion into what the application sees, retiring the
 // slots it covers.
 // `cq` is the CQ being polled (its lock held).
@@ -80,7 +90,9 @@ Outcome handle_wc(Cq *cq, const ibv_wc &wc, Completion &c, fi_cq_err_entry &e)
 		const uint64_t op_end = s->op_end;
 		const uint32_t commit = s->commit;
 		Cntr *cntr = s->cntr;
-		ep->conn.tx.retire_through(s->seq, [](TxSlot &, uint64_t) {});
+		const size_t retired = ep->conn.tx.retire_through(s->seq, [](TxSlot &, uint64_t) {});
+		if (ep->conn.tx_credits) [[unlikely]]
+			credits_back(ep, ep->conn.tx_credits, retired);
 		if (ep->conn.closing.load(std::memory_order_relaxed))
 			return Outcome::None;
 		if (wc.status != IBV_WC_SUCCESS) {
@@ -117,7 +129,9 @@ Outcome handle_wc(Cq *cq, const ibv_wc &wc, Completion &c, fi_cq_err_entry &e)
 	const bool rx_report = s->report;
 	const bool internal = s->internal;
 	Cntr *cntr = s->cntr;
-	ep->rx.retire_through(s->seq, [](RxSlot &, uint64_t) {});
+	const size_t retired = ep->rx.retire_through(s->seq, [](RxSlot &, uint64_t) {});
+	if (ep->rx_credits) [[unlikely]]
+		credits_back(ep, ep->rx_credits, retired);
 	if (ep->conn.closing.load(std::memory_order_relaxed))
 		return Outcome::None;
 	if (internal && ep->staged)
@@ -128,8 +142,12 @@ Outcome handle_wc(Cq *cq, const ibv_wc &wc, Completion &c, fi_cq_err_entry &e)
 	}
 	if (internal && wc.status == IBV_WC_SUCCESS) {
 		// Keep the provider's receive queue full (lock order: CQ, then rx).
-		if (int rc = ep_post_provider_rx(ep))
-			VRMA_WARN(FI_LOG_CQ, "reposting a vrma receive: %s\n", fi_strerror(-rc));
+		if (int rc = ep_post_provider_rx(ep)) {
+			if (rc == -FI_EAGAIN && ep->rx_credits)
+				ep->own_rx_unposted.fetch_add(1); // no credit now: later
+			else
+				VRMA_WARN(FI_LOG_CQ, "reposting a vrma receive: %s\n", fi_strerror(-rc));
+		}
 	}
 	count_completion(cntr, wc.status == IBV_WC_SUCCESS);
 	if (wc.status != IBV_WC_SUCCESS) {
@@ -160,7 +178,11 @@ Outcome handle_wc(Cq *cq, const ibv_wc &wc, Completion &c, fi_cq_err_entry &e)
 // The device CQ gets completions only while a queue pair uses it (entries
 // reserved: MSG endpoints); a CQ of RDM endpoints alone never polls it
 // (lock held).
-bool device_cq_used(const Cq *cq) { return cq->reserved.load(std::memory_order_relaxed) != 0; }
+bool device_cq_used(const Cq *cq)
+{
+	return cq->reserved.load(std::memory_order_relaxed) != 0 ||
+	       cq->credited.load(std::memory_order_relaxed) != 0;
+}
 
 // Polls up to `max` work completions into the pending queue (lock held).
 // Returns the number of work completions polled, or a negative FI_E* code.
@@ -570,25 +592,62 @@ void cq_progress(Cq *cq) noexcept
 	poll_to_pending(cq, std::min<size_t>(256, background_room(cq)));
 }
 
+namespace {
+
+// Grows the device CQ to `want` entries (lock held); the new entries join
+// the credit pool. false when the device refuses.
+bool cq_grow(Cq *cq, size_t want)
+{
+	if (int rc = ibv_resize_cq(cq->cq.get(), static_cast<int>(want))) {
+		VRMA_WARN(FI_LOG_CQ, "ibv_resize_cq(%zu): %s\n", want, strerror(rc));
+		return false;
+	}
+	const size_t now = static_cast<size_t>(cq->cq->cqe);
+	if (now > cq->cqe)
+		cq_credit_give(cq, now - cq->cqe);
+	cq->cqe = now;
+	VRMA_INFO(FI_LOG_CQ, "CQ grown to %zu entries\n", cq->cqe);
+	return true;
+}
+
+size_t max_cq_entries(const Cq *cq)
+{
+	const size_t dev = static_cast<size_t>(cq->domain->dev_attr.max_cqe);
+	return params.max_cqe && params.max_cqe < dev ? params.max_cqe : dev;
+}
+
+// Entries whole reservations leave to the credit pool at least: the pool is
+// otherwise what the last reservation that fitted left over, which can be
+// nothing (64 pairs of default endpoints on rxe's 32767 entries: 42
+// reservations of 769 left 43 credits for 86 queues).
+constexpr size_t kPoolShare = 8; // 1/8 of the CQ's largest size
+
+} // namespace
+
 int cq_reserve(Cq *cq, size_t entries) noexcept
 {
 	std::lock_guard<std::mutex> guard(cq->lock);
-	size_t need = cq->reserved.load(std::memory_order_relaxed) + entries;
-	if (need > cq->cqe) {
-		size_t max = static_cast<size_t>(cq->domain->dev_attr.max_cqe);
-		if (need > max) {
-			VRMA_WARN(FI_LOG_CQ, "CQ would need %zu entries; the device allows %zu\n",
-				  need, max);
-			return -FI_ENOSPC;
-		}
-		if (int rc = ibv_resize_cq(cq->cq.get(), static_cast<int>(need))) {
-			VRMA_WARN(FI_LOG_CQ, "ibv_resize_cq(%zu): %s\n", need, strerror(rc));
-			return -FI_ENOSPC;
-		}
-		cq->cqe = static_cast<size_t>(cq->cq->cqe);
-		VRMA_INFO(FI_LOG_CQ, "CQ grown to %zu entries\n", cq->cqe);
+	// Once queues share the pool (the CQ could not grow), later ones share
+	// it too: a reservation taken from it could leave them no credit.
+	if (cq->credited.load(std::memory_order_relaxed))
+		return -FI_ENOSPC;
+	const size_t max = max_cq_entries(cq);
+	const size_t need = cq->reserved.load(std::memory_order_relaxed) + entries;
+	if (need > max - max / kPoolShare) {
+		VRMA_INFO(FI_LOG_CQ, "CQ would need %zu entries; the device allows %zu, %zu of them kept for credits\n",
+			  need, max, max / kPoolShare);
+		return -FI_ENOSPC;
 	}
-	cq->reserved.store(need, std::memory_order_relaxed);
+	// The entries come out of the pool (all of it while no queue is
+	// credited), growing the CQ when it has too few.
+	while (!cq_credit_take(cq, entries)) {
+		const ptrdiff_t free = cq->credits.load(std::memory_order_relaxed);
+		const size_t want = cq->cqe + entries - static_cast<size_t>(std::max<ptrdiff_t>(free, 0));
+		const size_t before = cq->cqe;
+		if (!cq_grow(cq, want) || cq->cqe <= before)
+			return -FI_ENOSPC;
+	}
+	cq->reserved.fetch_add(entries, std::memory_order_relaxed);
 	return 0;
 }
 
@@ -596,7 +655,34 @@ void cq_unreserve(Cq *cq, size_t entries) noexcept
 {
 	std::lock_guard<std::mutex> guard(cq->lock);
 	const size_t r = cq->reserved.load(std::memory_order_relaxed);
-	cq->reserved.store(r - std::min(entries, r), std::memory_order_relaxed);
+	entries = std::min(entries, r);
+	cq->reserved.store(r - entries, std::memory_order_relaxed);
+	cq_credit_give(cq, entries);
+}
+
+int cq_credit_attach(Cq *cq, size_t floor) noexcept
+{
+	std::lock_guard<std::mutex> guard(cq->lock);
+	// As large a pool as the device allows: every credited queue shares it.
+	const size_t max = max_cq_entries(cq);
+	if (cq->cqe < max)
+		(void)cq_grow(cq, max);
+	if (!cq_credit_take(cq, floor)) {
+		VRMA_WARN(FI_LOG_CQ, "CQ of %zu entries: not even %zu free for another queue\n", cq->cqe,
+			  floor);
+		return -FI_ENOSPC;
+	}
+	cq->credited.fetch_add(1, std::memory_order_relaxed);
+	VRMA_INFO(FI_LOG_CQ, "queue bound with credits (%zd free of %zu entries)\n",
+		  cq->credits.load(std::memory_order_relaxed), cq->cqe);
+	return 0;
+}
+
+void cq_credit_detach(Cq *cq, size_t spare) noexcept
+{
+	std::lock_guard<std::mutex> guard(cq->lock);
+	cq_credit_give(cq, spare);
+	cq->credited.fetch_sub(1, std::memory_order_relaxed);
 }
 
 bool cq_drain_endpoint(Cq *cq, Ep *ep, bool tx_side, int timeout_ms) noexcept
@@ -650,6 +736,8 @@ try {
 		return -FI_EBADFLAGS;
 	}
 	size_t max = static_cast<size_t>(dom->dev_attr.max_cqe);
+	if (params.max_cqe && params.max_cqe < max)
+		max = params.max_cqe; // FI_VRMA_MAX_CQE: tests of the credited queues
 	size_t size = attr->size ? attr->size : params.cq_size;
 	if (size > max) {
 		VRMA_INFO(FI_LOG_CQ, "CQ size %zu clamped to the device's %zu\n", size, max);
@@ -691,6 +779,7 @@ try {
 		return errno_to_fi(err);
 	}
 	cq->cqe = static_cast<size_t>(cq->cq->cqe);
+	cq->credits.store(static_cast<ptrdiff_t>(cq->cqe), std::memory_order_relaxed);
 	if (cq->channel)
 		ibv_req_notify_cq(cq->cq.get(), 0);
 	cq->fid.fclass = FI_CLASS_CQ;

@@ -43,8 +43,17 @@ void release_cq(Ep *ep)
 {
 	const bool enabled = ep->conn.tx.depth() != 0; // the rings hold what was reserved
 	if (enabled) {
-		cq_unreserve(send_cq_of(ep), ep->conn.tx.depth());
-		cq_unreserve(recv_cq_of(ep), ep->rx.depth());
+		// A credited queue's slots gave their credits back as they
+		// retired (an endpoint leaked undrained keeps the rest: its
+		// requests may still complete).
+		if (ep->conn.tx_credits)
+			cq_credit_detach(ep->conn.tx_credits, ep->conn.tx_spare);
+		else
+			cq_unreserve(send_cq_of(ep), ep->conn.tx.depth());
+		if (ep->rx_credits)
+			cq_credit_detach(ep->rx_credits, 0);
+		else
+			cq_unreserve(recv_cq_of(ep), ep->rx.depth());
 	}
 	for_each_counter(ep, [&](Cntr *c, Cq *cq) {
 		if (enabled)
@@ -336,6 +345,26 @@ int ep_post_provider_rx(Ep *ep) noexcept
 	return static_cast<int>(post_recv(ep, wr, nullptr, nullptr, 0, true, nullptr, true));
 }
 
+void ep_repost_own_rx(Ep *ep) noexcept
+{
+	if (ep->staged) {
+		staged_repost_unposted(ep);
+		return;
+	}
+	// Claim one missing receive at a time: the send and receive CQs'
+	// pollers may both be here.
+	size_t n = ep->own_rx_unposted.load(std::memory_order_relaxed);
+	while (n) {
+		if (!ep->own_rx_unposted.compare_exchange_weak(n, n - 1, std::memory_order_relaxed))
+			continue;
+		if (ep_post_provider_rx(ep)) {
+			ep->own_rx_unposted.fetch_add(1, std::memory_order_relaxed);
+			return;
+		}
+		n = ep->own_rx_unposted.load(std::memory_order_relaxed);
+	}
+}
+
 int bind_cntr(Cntr *c, const Domain *domain, uint64_t flags,
 	      std::initializer_list<CntrSlot> slots) noexcept
 {
@@ -374,6 +403,9 @@ bool conn_post_sentinel(Conn *conn) noexcept
 		conn->tx.unpush();
 		return false;
 	}
+	// A credited queue's sentinel holds the credit kept for it at fi_enable.
+	if (conn->tx_credits)
+		conn->tx_spare = 0;
 	return true;
 }
 
@@ -496,6 +528,42 @@ private:
 	EnableParts &parts_;
 };
 
+// Makes the endpoint's queues credited (a null CQ: that direction has its
+// whole ring reserved) while vrma's own receives are posted (they take
+// credits); unless kept, destruction gives back the credits they took
+// (the QP that holds them is destroyed without completing them) and leaves
+// the endpoint static again. Destroyed before LentParts hands the rings back.
+class CreditMode {
+public:
+	CreditMode(Ep *ep, Cq *send_cq, Cq *recv_cq) noexcept : ep_(ep)
+	{
+		ep->conn.tx_credits = send_cq;
+		ep->conn.tx_spare = send_cq ? 1 : 0;
+		ep->conn.tx_one_limit = send_cq ? 0 : ep->conn.tx_depth;
+		ep->rx_credits = recv_cq;
+		ep->rx_post_limit = recv_cq ? 0 : ep->rx_depth;
+	}
+	~CreditMode()
+	{
+		if (!ep_)
+			return;
+		if (ep_->rx_credits)
+			cq_credit_give(ep_->rx_credits, ep_->rx.outstanding());
+		ep_->conn.tx_credits = nullptr;
+		ep_->conn.tx_spare = 0;
+		ep_->conn.tx_one_limit = ep_->conn.tx_depth;
+		ep_->rx_credits = nullptr;
+		ep_->rx_post_limit = ep_->rx_depth;
+		ep_->own_rx_unposted.store(0);
+	}
+	CreditMode(const CreditMode &) = delete;
+	CreditMode &operator=(const CreditMode &) = delete;
+	void keep() noexcept { ep_ = nullptr; }
+
+private:
+	Ep *ep_;
+};
+
 } // namespace
 
 int ep_enable(Ep *ep) noexcept
@@ -541,9 +609,12 @@ try {
 	Cq *recv_cq = recv_cq_of(ep, p.own_cq.get());
 	// One extra send slot for the close-time sentinel.
 	const size_t send_wrs = ep->conn.tx_cap + 1;
-	if (int rc = p.send_reserved.reserve(send_cq, send_wrs))
+	// Queues the CQ cannot hold whole are credited (one credit kept for
+	// the close sentinel); the commit service's CQ is never shared so.
+	if (int rc = p.send_reserved.reserve_or_credit(send_cq, send_wrs, 1))
 		return rc;
-	if (int rc = p.recv_reserved.reserve(recv_cq, ep->rx_depth))
+	if (int rc = ep->service_cq ? p.recv_reserved.reserve(recv_cq, ep->rx_depth)
+				    : p.recv_reserved.reserve_or_credit(recv_cq, ep->rx_depth, 0))
 		return rc;
 	// Registrations before the QP: the ones a low RLIMIT_MEMLOCK refuses.
 	p.scratch_mr.reset(ibv_reg_mr(ep->domain->pd.get(), ep->conn.scratch, sizeof ep->conn.scratch,
@@ -554,7 +625,8 @@ try {
 		return errno_to_fi(err);
 	}
 	if (ep->staged) {
-		if (int rc = staged_ep_prepare(ep, p.stage))
+		if (int rc = staged_ep_prepare(ep, p.stage,
+					       p.recv_reserved.credited() ? kCreditedOwnRx : SIZE_MAX))
 			return rc;
 	}
 	size_ring(p.tx, send_wrs, &ep->conn, SlotKind::Tx);
@@ -580,13 +652,21 @@ try {
 
 	// vrma's own receives, the last step that can fail.
 	LentParts lent(ep, p);
+	CreditMode credits(ep, p.send_reserved.credited() ? send_cq : nullptr,
+			   p.recv_reserved.credited() ? recv_cq : nullptr);
 	if (ep->staged) {
 		if (int rc = staged_ep_post(ep))
 			return rc;
 	}
 	if (ep->provider_rx) {
-		for (size_t i = 0; i < ep->rx_depth; i++)
+		const size_t own = ep->rx_credits ? std::min(ep->rx_depth, kCreditedOwnRx) : ep->rx_depth;
+		for (size_t i = 0; i < own; i++)
 			if (int rc = ep_post_provider_rx(ep)) {
+				if (rc == -FI_EAGAIN && ep->rx_credits) {
+					// No credit free: the rest follow as credits come back.
+					ep->own_rx_unposted.store(own - i);
+					break;
+				}
 				VRMA_WARN(FI_LOG_EP_CTRL, "fi_enable: posting vrma's receives: %s\n",
 					  fi_strerror(-rc));
 				return rc;
@@ -594,6 +674,7 @@ try {
 	}
 
 	// Nothing fails from here: the endpoint keeps what was built.
+	credits.keep();
 	lent.keep();
 	(void)p.qp.release();
 	p.send_reserved.release();
@@ -648,6 +729,8 @@ try {
 	ep->conn.tx_depth = clamp(info->tx_attr ? info->tx_attr->size : 0, params.tx_size, d.max_qp_wr - 1);
 	ep->conn.tx_cap = tx_capacity_for(ep->conn.tx_depth, d.max_qp_wr);
 	ep->rx_depth = clamp(info->rx_attr ? info->rx_attr->size : 0, params.rx_size, d.max_qp_wr);
+	ep->conn.tx_one_limit = ep->conn.tx_depth;
+	ep->rx_post_limit = ep->rx_depth;
 	const int max_sge = std::min(d.max_sge, static_cast<int>(kMaxSge));
 	// One send scatter entry stays free for a staged message's header.
 	ep->conn.tx_iov_limit = clamp(info->tx_attr ? info->tx_attr->iov_limit : 0, params.iov_limit, max_sge - 1);

@@ -73,6 +73,9 @@ void params_init() noexcept
 	define_size("max_wr_size",
 		    "Largest byte count of one work request; longer RMA segments are split (default: 0, the device's max_msg_sz)",
 		    &params.max_wr_size);
+	define_size("max_cqe",
+		    "Testing: entries a completion queue grows to at most, below the device's max_cqe (default: 0, the device's)",
+		    &params.max_cqe);
 	define_int("cm_timeout", "Address and route resolution timeout in ms (default: 2000)",
 		   &params.cm_timeout_ms);
 	define_int("listen_backlog", "Backlog of a listening passive endpoint (default: 1024)",

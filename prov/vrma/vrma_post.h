@@ -349,8 +349,9 @@ inline constexpr uint64_t kOneWrOpFlags = FI_COMPLETION | FI_INJECT | FI_INJECT_
 	TxGuard guard(conn);
 	// FI_MORE (and what it held back) takes the long way: batching saves
 	// the doorbell, not these instructions.
+	// tx_one_limit is 0 for a credited queue: its posts take the long way.
 	if (conn->state.load(std::memory_order_acquire) != EpState::Connected ||
-	    conn->tx.outstanding() >= conn->tx_depth || more ||
+	    conn->tx.outstanding() >= conn->tx_one_limit || more ||
 	    conn->more_held.load(std::memory_order_relaxed)) [[unlikely]]
 		return post_one_slow(conn, wr, context, comp_flags, len, report, cntr, more, aux);
 	const uint64_t seq = conn->tx.head();
@@ -371,6 +372,19 @@ inline constexpr uint64_t kOneWrOpFlags = FI_COMPLETION | FI_INJECT | FI_INJECT_
 		return post_failed(rc, "ibv_post_send");
 	}
 	return 0;
+}
+
+// A credited send queue (Conn::tx_credits) takes one credit per request
+// from its CQ's pool (tx lock held): -FI_EAGAIN when the pool has fewer,
+// after posting what FI_MORE held (its requests hold credits until they
+// complete) and reclaiming what the device finished.
+[[gnu::noinline]] inline ssize_t take_tx_credits(Conn *conn, size_t n) noexcept
+{
+	if (cq_credit_take(conn->tx_credits, n))
+		return 0;
+	flush_more(conn);
+	conn->progress(conn);
+	return cq_credit_take(conn->tx_credits, n) ? 0 : -FI_EAGAIN;
 }
 
 inline ssize_t post_send_chain_locked(Conn *conn, ibv_send_wr *wrs, size_t n, const TxOp &op) noexcept
@@ -425,6 +439,10 @@ inline ssize_t post_send_chain_locked(Conn *conn, ibv_send_wr *wrs, size_t n, co
 		constexpr size_t kLen = sizeof(wire::MsgHeader);
 		if (ssize_t rc = copy_to_slot_buffer(conn, conn->msg_hdr_bufs, kLen, first, op.msg_header,
 						     kLen, wrs[0].sg_list[0], "message headers"))
+			return rc;
+	}
+	if (conn->tx_credits) [[unlikely]] {
+		if (ssize_t rc = take_tx_credits(conn, n))
 			return rc;
 	}
 	for (size_t i = 0; i < n; i++) {
@@ -488,6 +506,8 @@ post_now:
 			posted++;
 		for (size_t i = posted; i < n; i++)
 			conn->tx.unpush();
+		if (conn->tx_credits)
+			cq_credit_give(conn->tx_credits, n - posted);
 		for (size_t i = 0; i < posted; i++) {
 			// Part of a failed operation: no completion, no count.
 			TxSlot &s = conn->tx.at(first + i);
@@ -506,6 +526,22 @@ inline ssize_t post_send(Conn *conn, ibv_send_wr &wr, const TxOp &op) noexcept
 	return post_send_chain(conn, &wr, 1, op);
 }
 
+// The receive queue is full, or credited (Ep::rx_post_limit is 0): whether
+// a credit lets the receive go (kept out of post_recv_locked, which must
+// stay small enough to be inlined into fi_recv).
+[[gnu::noinline]] inline bool rx_take_credit(Ep *ep) noexcept
+{
+	return ep->rx_credits && ep->rx.outstanding() < ep->rx_depth && cq_credit_take(ep->rx_credits, 1);
+}
+
+[[gnu::noinline]] inline ssize_t post_recv_failed(Ep *ep, int rc) noexcept
+{
+	ep->rx.unpush();
+	if (ep->rx_credits)
+		cq_credit_give(ep->rx_credits, 1);
+	return post_failed(rc, "ibv_post_recv");
+}
+
 // ring_stride: vrma's own receive buffers, one per queue entry: the single
 // sge is moved to buffer seq % rx_depth (its previous receive retired).
 // The rx lock is held.
@@ -517,7 +553,8 @@ inline ssize_t post_recv_locked(Ep *ep, ibv_recv_wr &wr, void *context, void *bu
 		VRMA_WARN(FI_LOG_EP_DATA, "receive posted before fi_enable\n");
 		return -FI_EOPBADSTATE;
 	}
-	if (ep->rx.outstanding() >= ep->rx_depth)
+	// rx_post_limit is 0 for a credited queue: each receive takes a credit.
+	if (ep->rx.outstanding() >= ep->rx_post_limit && !rx_take_credit(ep)) [[unlikely]]
 		return -FI_EAGAIN;
 	const uint64_t seq = ep->rx.head();
 	RxSlot &s = ep->rx.next();
@@ -536,10 +573,8 @@ inline ssize_t post_recv_locked(Ep *ep, ibv_recv_wr &wr, void *context, void *bu
 	wr.next = nullptr;
 	ep->rx.push();
 	ibv_recv_wr *bad;
-	if (int rc = ibv_post_recv(ep->conn.qp, &wr, &bad)) [[unlikely]] {
-		ep->rx.unpush();
-		return post_failed(rc, "ibv_post_recv");
-	}
+	if (int rc = ibv_post_recv(ep->conn.qp, &wr, &bad)) [[unlikely]]
+		return post_recv_failed(ep, rc);
 	return 0;
 }
 

@@ -35,6 +35,7 @@ std::unique_ptr<Conn> new_conn(RdmPeer *peer)
 	c->peer = peer;
 	c->progress = rdm_conn_progress;
 	c->tx_depth = ep->peer_tx_depth;
+	c->tx_one_limit = ep->peer_tx_depth;
 	c->tx_cap = ep->peer_tx_depth;
 	c->tx_iov_limit = kRdmIovLimit + 1;
 	c->inline_size = ep->inline_size;

@@ -37,10 +37,28 @@ void repost(Ep *ep, uint8_t *buf)
 	wr.num_sge = 1;
 	if (ssize_t rc = post_recv_locked(ep, wr, nullptr, buf, wire::kStageBytes, true, nullptr,
 					  true)) {
-		VRMA_WARN(FI_LOG_EP_DATA, "reposting a staging buffer: %s\n",
-			  fi_strerror(static_cast<int>(-rc)));
+		// A credited queue out of credits: expected, retried later.
+		if (rc != -FI_EAGAIN || !ep->rx_credits)
+			VRMA_WARN(FI_LOG_EP_DATA, "reposting a staging buffer: %s\n",
+				  fi_strerror(static_cast<int>(-rc)));
 		st.stage.unposted.push_back(buf);
+		ep->own_rx_unposted.store(st.stage.unposted.size(), std::memory_order_relaxed);
 	}
+}
+
+// Gives back buffers an earlier repost failed for (rx lock held).
+void repost_unposted(Ep *ep)
+{
+	StagingBuffers &b = ep->staged->stage;
+	while (!b.unposted.empty()) {
+		const size_t before = b.unposted.size();
+		uint8_t *buf = b.unposted.back();
+		b.unposted.pop_back();
+		repost(ep, buf); // pushes it back on failure
+		if (b.unposted.size() == before)
+			break; // no credit: the others would fail too
+	}
+	ep->own_rx_unposted.store(b.unposted.size(), std::memory_order_relaxed);
 }
 
 // Copies `len` bytes into the receive at payload offset `at`, clipped to its
@@ -188,10 +206,10 @@ size_t staged_buffer_count(const Ep *ep) noexcept
 	return std::min(ep->rx_depth, params.stage_buffers);
 }
 
-int staged_ep_prepare(Ep *ep, StagingBuffers &out) noexcept
+int staged_ep_prepare(Ep *ep, StagingBuffers &out, size_t max_buffers) noexcept
 try {
 	StagingBuffers b;
-	b.count = staged_buffer_count(ep);
+	b.count = std::min(staged_buffer_count(ep), max_buffers);
 	const size_t bytes = b.count * wire::kStageBytes;
 	b.buffers.reset(new (std::nothrow) uint8_t[bytes]);
 	if (!b.buffers) {
@@ -219,10 +237,17 @@ int staged_ep_post(Ep *ep) noexcept
 	std::lock_guard<std::mutex> guard(ep->rx_lock);
 	for (size_t i = 0; i < b.count; i++)
 		repost(ep, b.buffers.get() + i * wire::kStageBytes);
-	if (b.unposted.size() == b.count)
+	// A credited queue may start with none posted: they follow credits.
+	if (b.unposted.size() == b.count && !ep->rx_credits)
 		return -FI_ENOMEM; // logged by repost
 	VRMA_DBG(FI_LOG_EP_CTRL, "staged receives: %zu buffers of %zu bytes\n", b.count, wire::kStageBytes);
 	return 0;
+}
+
+void staged_repost_unposted(Ep *ep) noexcept
+{
+	std::lock_guard<std::mutex> guard(ep->rx_lock);
+	repost_unposted(ep);
 }
 
 ssize_t staged_recv(Ep *ep, const iovec *iov, size_t count, size_t capacity, void *context,
@@ -256,12 +281,7 @@ try {
 		refused = st.cancelled;
 		if (!refused)
 			st.posted.push_back(r);
-		// Give back buffers an earlier repost failed for.
-		for (size_t n = st.stage.unposted.size(); n; n--) {
-			uint8_t *b = st.stage.unposted.back();
-			st.stage.unposted.pop_back();
-			repost(ep, b);
-		}
+		repost_unposted(ep);
 		o = refused ? Outcome::None : advance(ep, c, e, done_cntr, done_report, conf);
 	}
 	confirm(ep, conf);

@@ -17,6 +17,7 @@ int main()
 	srunner_add_suite(sr, cntr_suite());
 	srunner_add_suite(sr, pmem_suite());
 	srunner_add_suite(sr, split_suite());
+	srunner_add_suite(sr, cq_scale_suite());
 	srunner_add_suite(sr, events_suite());
 	srunner_add_suite(sr, staged_suite());
 	srunner_add_suite(sr, msg_flags_suite());

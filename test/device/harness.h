@@ -234,6 +234,7 @@ Suite *errors_suite();
 Suite *cntr_suite();
 Suite *pmem_suite();
 Suite *split_suite();
+Suite *cq_scale_suite();
 Suite *events_suite();
 Suite *staged_suite();
 Suite *msg_flags_suite();
