@@ -200,7 +200,7 @@ static_assert(kMaxSge + kMaxOpWr <= MoreChain::kMaxWr * kMaxSge, "an operation's
 
 // Whether n requests fit the held-back chain beside `spare_wr` more
 // requests without sges (more_lock held).
-inline bool chain_fits(const MoreChain &mc, const ibv_send_wr *wrs, size_t n, size_t spare_wr) noexcept
+[[gnu::always_inline]] inline bool chain_fits(const MoreChain &mc, const ibv_send_wr *wrs, size_t n, size_t spare_wr) noexcept
 {
 	size_t nsge = 0, inline_bytes = 0;
 	for (size_t i = 0; i < n; i++) {
@@ -216,7 +216,7 @@ inline bool chain_fits(const MoreChain &mc, const ibv_send_wr *wrs, size_t n, si
 
 // Appends the operation's requests to the held-back chain, posting what was
 // held first when they do not fit (n <= MoreChain::kMaxWr; more_lock held).
-inline void hold_back(Conn *conn, const ibv_send_wr *wrs, size_t n, Unposted &unposted) noexcept
+[[gnu::always_inline]] inline void hold_back(Conn *conn, const ibv_send_wr *wrs, size_t n, Unposted &unposted) noexcept
 {
 	MoreChain &mc = *conn->more;
 	if (!chain_fits(mc, wrs, n, 0))
