@@ -93,6 +93,13 @@ struct fi_vrma_mr_cache_stats {
 				 * off, or memory the monitor cannot watch) */
 };
 
+/* A domain's RMA counters (FI_EP_MSG endpoints). */
+struct fi_vrma_rma_stats {
+	uint64_t read_backs; /* zero-length reads posted to prove delivery
+			      * (FI_DELIVERY_COMPLETE writes; one proves
+			      * a whole FI_MORE chain of them) */
+};
+
 /* fi_open_ops(&domain->fid, FI_VRMA_DOMAIN_OPS, 0, (void **)&ops, NULL) */
 #define FI_VRMA_DOMAIN_OPS "vrma_domain_ops_v1"
 
@@ -109,6 +116,9 @@ struct fi_vrma_domain_ops {
 	/* Copies the domain's registration-cache counters. Present when size
 	 * covers it (added in vrma 0.1 after commit_stats). */
 	int (*mr_cache_stats)(struct fid_domain *domain, struct fi_vrma_mr_cache_stats *stats);
+	/* Copies the domain's RMA counters. Present when size covers it
+	 * (added after mr_cache_stats). */
+	int (*rma_stats)(struct fid_domain *domain, struct fi_vrma_rma_stats *stats);
 };
 
 #ifdef __cplusplus

@@ -359,6 +359,8 @@ struct Domain final : fid_domain {
 	std::mutex pmem_lock;
 	PmemServicePtr pmem;
 	CommitStats commit_stats;
+	// Delivery read-backs MSG endpoints posted (fi_vrma_rma_stats).
+	std::atomic<uint64_t> read_backs{0};
 	// Registrations of application buffers (vrma_mr_cache.h): made at the
 	// first rendezvous; state 0 not yet, 1 caching, 2 off.
 	std::mutex mr_cache_open_lock;
@@ -533,6 +535,16 @@ struct TxSlot : SlotHeader {
 	// it holds); MSG endpoints leave it 0.
 	uint32_t aux = 0;
 
+	// TxSlot::commit marks of delivery-complete writes sharing one
+	// read-back (MSG endpoints; pmem commit ids are 24 bits):
+	// kDcDeferred, a write whose proof is a later read (its read-back
+	// dropped); kDcProof, a write whose own read-back also proves the
+	// deferred writes before it; kDcCloser, vrma's read that does only
+	// that (no completion of its own).
+	static constexpr uint32_t kDcDeferred = UINT32_MAX, kDcProof = UINT32_MAX - 1,
+				  kDcCloser = UINT32_MAX - 2;
+	static bool pmem_commit(uint32_t c) noexcept { return c && c < kDcCloser; }
+
 	void fill(uint64_t seq_, uint64_t op_end_, void *context_, uint64_t comp_flags_, size_t len_,
 		  bool report_, Cntr *cntr_, uint32_t commit_, uint32_t aux_ = 0) noexcept
 	{
@@ -632,6 +644,10 @@ struct MoreChain {
 	std::unique_ptr<uint8_t[]> inline_buf; // kMaxWr * the endpoint's inline size
 	size_t inline_cap = 0;
 	size_t inline_used = 0;
+	// Conn::dc_open: where the closing zero-length read goes (no key is
+	// checked for it, but the address is the last write's).
+	uint64_t dc_addr = 0;
+	uint32_t dc_rkey = 0;
 };
 
 // One FI_COMMIT_COMPLETE operation waiting for the target's answer.
@@ -755,6 +771,11 @@ struct Conn {
 	// The chain holds requests; read without more_lock by the fast path,
 	// which then takes the long way.
 	std::atomic<bool> more_held{false};
+	// Delivery-complete writes wait in the held chain with their
+	// read-backs dropped (kDcDeferred) and no read is queued behind them
+	// yet (tx lock; close_deferred, vrma_post.h). Whatever is posted next
+	// queues one first, or carries it (kDcProof).
+	bool dc_open = false;
 	// Provider messages that ride with an operation, one buffer per send
 	// slot, allocated at first use (copy_to_slot_buffer): RMA event
 	// messages (wire::RmaEvent), and headers of staged messages sent as

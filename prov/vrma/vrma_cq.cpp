@@ -73,6 +73,99 @@ void fill_error(fi_cq_err_entry &e, const ibv_wc &wc, void *context, uint64_t fl
 		ep_repost_own_rx(ep);
 }
 
+// A send operation's successful end: counted, and reported if asked.
+inline Outcome tx_success(Cntr *cntr, bool report, const Completion &done, Completion &c)
+{
+	count_completion(cntr, true);
+	if (!report)
+		return Outcome::None;
+	c = done;
+	return Outcome::Success;
+}
+
+// A delivery-complete write whose read-back was shared (TxSlot::kDcDeferred),
+// retired by a later completion (cq's lock held): proven by a successful
+// read, else failed with that completion's status. Queued ahead of what
+// the completion itself turns into.
+[[gnu::noinline]] void complete_deferred(Cq *cq, Ep *ep, const TxSlot &t, const ibv_wc &wc,
+					 bool proven) noexcept
+{
+	CqPending p;
+	if (proven) {
+		count_completion(t.cntr, true);
+		if (!t.report)
+			return;
+		p.comp = {t.context, t.comp_flags, t.len, nullptr, 0};
+	} else {
+		count_completion(t.cntr, false);
+		if (!ep->tx_cq)
+			return;
+		p.is_error = true;
+		fill_error(p.err, wc, t.context, t.comp_flags, nullptr);
+		if (wc.status == IBV_WC_SUCCESS) {
+			// Retired by something other than a read: never proven.
+			p.err.err = FI_EIO;
+			p.err.prov_errno = IBV_WC_GENERAL_ERR;
+		}
+	}
+	try {
+		cq_enqueue(cq, p);
+	} catch (...) {
+		VRMA_WARN(FI_LOG_CQ, "out of memory queuing a completion: entry lost\n");
+	}
+}
+
+// handle_wc for a send request that failed or is marked (TxSlot::commit:
+// a pmem commit, or a delivery write sharing a read-back).
+[[gnu::noinline]] Outcome tx_wc_marked(Cq *cq, Ep *ep, TxSlot *s, const ibv_wc &wc, Completion &c,
+				       fi_cq_err_entry &e)
+{
+	// Read the slot before retiring it: the poster may reuse it after.
+	const Completion done{s->context, s->comp_flags, s->len, nullptr, 0};
+	const bool report = s->report;
+	const uint64_t seq = s->seq;
+	const bool op_done = seq == s->op_end;
+	const uint64_t op_end = s->op_end;
+	const uint32_t commit = s->commit;
+	Cntr *cntr = s->cntr;
+	const bool closing = ep->conn.closing.load(std::memory_order_relaxed);
+	// A read's success proves the writes before it (RC executes it after
+	// them); anything else leaves the deferred writes it retires unproven.
+	const bool proven = wc.status == IBV_WC_SUCCESS && wc.opcode == IBV_WC_RDMA_READ;
+	const size_t retired = ep->conn.tx.retire_through(seq, [&](TxSlot &t, uint64_t ts) {
+		if (t.commit == TxSlot::kDcDeferred && ts == t.op_end && ts != seq && !closing)
+			complete_deferred(cq, ep, t, wc, proven);
+	});
+	if (ep->conn.tx_credits) [[unlikely]]
+		credits_back(ep, ep->conn.tx_credits, retired);
+	if (closing)
+		return Outcome::None;
+	if (wc.status != IBV_WC_SUCCESS) {
+		// One error per operation: the flushes of its later requests
+		// are not reported again.
+		if (op_end == ep->conn.failed_op_end)
+			return Outcome::None;
+		ep->conn.failed_op_end = op_end;
+		if (wc.status != IBV_WC_WR_FLUSH_ERR)
+			ep_connection_failed(ep);
+		if (commit == TxSlot::kDcCloser)
+			return Outcome::None; // vrma's read: the walk failed what it proves
+		if (TxSlot::pmem_commit(commit) && !pmem_claim_commit(ep, commit))
+			return Outcome::None; // answered before the error
+		count_completion(cntr, false);
+		// Errors go to the transmit CQ, if the endpoint has one.
+		if (!ep->tx_cq)
+			return Outcome::None;
+		fill_error(e, wc, done.op_context, done.flags, nullptr);
+		return Outcome::Error;
+	}
+	// An intermediate request signaled to reclaim slots: not the end.
+	// vrma's read has no completion; a pmem commit's is the target's answer.
+	if (!op_done || commit == TxSlot::kDcCloser || TxSlot::pmem_commit(commit))
+		return Outcome::None;
+	return tx_success(cntr, report, done, c);
+}
+
 // Turns one work completion into what the application sees, retiring the
 // slots it covers.
 // `cq` is the CQ being polled (its lock held).
@@ -83,45 +176,22 @@ Outcome handle_wc(Cq *cq, const ibv_wc &wc, Completion &c, fi_cq_err_entry &e)
 	Ep *ep = h->conn->ep;
 	if (h->kind == SlotKind::Tx) {
 		auto *s = static_cast<TxSlot *>(h);
+		if ((s->commit | static_cast<uint32_t>(wc.status)) != 0) [[unlikely]]
+			return tx_wc_marked(cq, ep, s, wc, c, e);
 		// Read the slot before retiring it: the poster may reuse it after.
 		const Completion done{s->context, s->comp_flags, s->len, nullptr, 0};
 		const bool report = s->report;
 		const bool op_done = s->seq == s->op_end;
-		const uint64_t op_end = s->op_end;
-		const uint32_t commit = s->commit;
 		Cntr *cntr = s->cntr;
 		const size_t retired = ep->conn.tx.retire_through(s->seq, [](TxSlot &, uint64_t) {});
 		if (ep->conn.tx_credits) [[unlikely]]
 			credits_back(ep, ep->conn.tx_credits, retired);
 		if (ep->conn.closing.load(std::memory_order_relaxed))
 			return Outcome::None;
-		if (wc.status != IBV_WC_SUCCESS) {
-			// One error per operation: the flushes of its later requests
-			// are not reported again.
-			if (op_end == ep->conn.failed_op_end)
-				return Outcome::None;
-			ep->conn.failed_op_end = op_end;
-			if (wc.status != IBV_WC_WR_FLUSH_ERR)
-				ep_connection_failed(ep);
-			if (commit && !pmem_claim_commit(ep, commit))
-				return Outcome::None; // answered before the error
-			count_completion(cntr, false);
-			// Errors go to the transmit CQ, if the endpoint has one.
-			if (!ep->tx_cq)
-				return Outcome::None;
-			fill_error(e, wc, done.op_context, done.flags, nullptr);
-			return Outcome::Error;
-		}
 		// An intermediate request signaled to reclaim slots: not the end.
 		if (!op_done)
 			return Outcome::None;
-		if (commit)
-			return Outcome::None; // the target's answer completes it
-		count_completion(cntr, true);
-		if (!report)
-			return Outcome::None;
-		c = done;
-		return Outcome::Success;
+		return tx_success(cntr, report, done, c);
 	}
 	auto *s = static_cast<RxSlot *>(h);
 	void *context = s->context;
@@ -314,10 +384,14 @@ ssize_t cq_read_impl(Cq *cq, void *buf, size_t count, fi_addr_t *src_addr)
 			src_addr[n] = src;
 		n++;
 	};
-	while (n < count && !cq->pending.empty() && !cq->pending.front().is_error) {
-		emit(cq->pending.front().comp, cq->pending.front().src);
-		cq_dequeue(cq);
-	}
+	// Queued successes, up to an error (which fi_cq_readerr takes).
+	auto drain_successes = [&] {
+		while (n < count && !cq->pending.empty() && !cq->pending.front().is_error) {
+			emit(cq->pending.front().comp, cq->pending.front().src);
+			cq_dequeue(cq);
+		}
+	};
+	drain_successes();
 	if (cq->pending.empty() && device_cq_used(cq)) {
 		ibv_wc wcs[16];
 		while (n < count) {
@@ -330,14 +404,20 @@ ssize_t cq_read_impl(Cq *cq, void *buf, size_t count, fi_addr_t *src_addr)
 			for (int i = 0; i < k; i++) {
 				CqPending p;
 				Outcome o = handle_wc(cq, wcs[i], p.comp, p.err);
-				if (o == Outcome::None)
+				if (o == Outcome::None) {
+					// A shared read-back's completion queued the
+					// writes it proves.
+					if (!cq->pending.empty()) [[unlikely]]
+						drain_successes();
 					continue;
+				}
 				if (o == Outcome::Success && cq->pending.empty() && n < count) {
 					emit(p.comp, FI_ADDR_NOTAVAIL);
 					continue;
 				}
 				p.is_error = o == Outcome::Error;
 				cq_enqueue(cq, p);
+				drain_successes();
 			}
 			if (k < want)
 				break;

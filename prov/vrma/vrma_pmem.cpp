@@ -410,11 +410,22 @@ int mr_cache_stats_op(fid_domain *domain, fi_vrma_mr_cache_stats *out) noexcept
 	return 0;
 }
 
+int rma_stats_op(fid_domain *domain, fi_vrma_rma_stats *out) noexcept
+{
+	if (!domain || domain->fid.fclass != FI_CLASS_DOMAIN || !out) {
+		VRMA_WARN(FI_LOG_DOMAIN, "rma_stats: NULL output or not a vrma domain\n");
+		return -FI_EINVAL;
+	}
+	out->read_backs = from_fid<Domain>(&domain->fid)->read_backs.load();
+	return 0;
+}
+
 const fi_vrma_domain_ops vrma_domain_ops = {
 	.size = sizeof(fi_vrma_domain_ops),
 	.set_direct_write_to_pmem = set_direct_write_to_pmem,
 	.commit_stats = commit_stats,
 	.mr_cache_stats = mr_cache_stats_op,
+	.rma_stats = rma_stats_op,
 };
 
 } // namespace

@@ -34,6 +34,10 @@ struct TxOp {
 	// endpoint's header buffer of the first request's slot, which the
 	// first sge then points at.
 	const uint8_t *msg_header = nullptr;
+	// FI_DELIVERY_COMPLETE write whose last request is its zero-length
+	// read-back and nothing else: with FI_MORE the read may be dropped
+	// and one read proves the chain (dc_plan).
+	bool dc_share = false;
 };
 
 // Allocates and registers `bytes` for `bufs` at their first use (tx lock
@@ -194,11 +198,10 @@ inline void flush_more(Conn *conn) noexcept
 static_assert(kMaxRmaIov + 1 <= MoreChain::kMaxWr, "an unsplit operation fits an empty chain");
 static_assert(kMaxSge + kMaxOpWr <= MoreChain::kMaxWr * kMaxSge, "an operation's sges fit");
 
-// Appends the operation's requests to the held-back chain, posting what was
-// held first when they do not fit (n <= MoreChain::kMaxWr; more_lock held).
-inline void hold_back(Conn *conn, const ibv_send_wr *wrs, size_t n, Unposted &unposted) noexcept
+// Whether n requests fit the held-back chain beside `spare_wr` more
+// requests without sges (more_lock held).
+[[gnu::always_inline]] inline bool chain_fits(const MoreChain &mc, const ibv_send_wr *wrs, size_t n, size_t spare_wr) noexcept
 {
-	MoreChain &mc = *conn->more;
 	size_t nsge = 0, inline_bytes = 0;
 	for (size_t i = 0; i < n; i++) {
 		nsge += static_cast<size_t>(wrs[i].num_sge);
@@ -206,8 +209,17 @@ inline void hold_back(Conn *conn, const ibv_send_wr *wrs, size_t n, Unposted &un
 			for (int k = 0; k < wrs[i].num_sge; k++)
 				inline_bytes += wrs[i].sg_list[k].length;
 	}
-	if (mc.nwr + n > MoreChain::kMaxWr || mc.nsge + nsge > MoreChain::kMaxWr * kMaxSge ||
-	    mc.inline_used + inline_bytes > mc.inline_cap)
+	return mc.nwr + n + spare_wr <= MoreChain::kMaxWr &&
+	       mc.nsge + nsge <= MoreChain::kMaxWr * kMaxSge &&
+	       mc.inline_used + inline_bytes <= mc.inline_cap;
+}
+
+// Appends the operation's requests to the held-back chain, posting what was
+// held first when they do not fit (n <= MoreChain::kMaxWr; more_lock held).
+[[gnu::always_inline]] inline void hold_back(Conn *conn, const ibv_send_wr *wrs, size_t n, Unposted &unposted) noexcept
+{
+	MoreChain &mc = *conn->more;
+	if (!chain_fits(mc, wrs, n, 0))
 		post_more_locked(conn, &unposted);
 	for (size_t i = 0; i < n; i++) {
 		ibv_send_wr &w = mc.wr[mc.nwr];
@@ -387,15 +399,139 @@ inline constexpr uint64_t kOneWrOpFlags = FI_COMPLETION | FI_INJECT | FI_INJECT_
 	return cq_credit_take(conn->tx_credits, n) ? 0 : -FI_EAGAIN;
 }
 
+// The held-back chain, allocated at the first FI_MORE (tx lock held);
+// false without memory.
+inline bool ensure_more(Conn *conn) noexcept
+{
+	if (conn->more) [[likely]]
+		return true;
+	try {
+		auto mc = std::make_unique<MoreChain>();
+		mc->inline_cap = MoreChain::kMaxWr * conn->inline_size;
+		mc->inline_buf = std::make_unique<uint8_t[]>(mc->inline_cap);
+		conn->more = std::move(mc);
+	} catch (...) {
+		return false;
+	}
+	return true;
+}
+
+// Delivery-complete writes sharing one read-back (issue 13 §5). A write
+// with FI_MORE drops its read-back and waits in the held chain, unsignaled
+// (kDcDeferred, Conn::dc_open); the next operation queues a zero-length
+// read behind them (close_deferred) or, itself such a write, carries its
+// own (kDcProof). The read is signaled; its completion's retire walk
+// completes the deferred writes (vrma_cq.cpp), its error fails them.
+// Hazards: a signaled request between the writes and their read would
+// retire their slots before delivery is proven, so no periodic signal may
+// fall on them: a write is deferred only while its requests stay within
+// the signal period of the last signaled one, and only while the ring and
+// the chain keep room for the read (nothing else can reclaim them). The
+// writes never leave the chain before a read's slot follows them in the
+// ring: every post of the chain (FI_MORE's end, a full chain or ring, the
+// connection's end seen by a poster) closes first; ep_cancel_held posts
+// them into the error state, where each flushes on its own.
+
+// Queues the read that proves the deferred writes (tx lock and more_lock
+// held): signaled, no completion of its own. Its ring slot and chain entry
+// were kept free when the writes were deferred.
+[[gnu::noinline]] inline void close_deferred_locked(Conn *conn) noexcept
+{
+	conn->dc_open = false;
+	MoreChain &mc = *conn->more;
+	if (!mc.nwr)
+		return; // the connection ended: ep_cancel_held posted them
+	const uint64_t seq = conn->tx.head();
+	TxSlot &s = conn->tx.next();
+	s.fill(seq, seq, nullptr, 0, 0, false, nullptr, TxSlot::kDcCloser);
+	ibv_send_wr rd{};
+	rd.wr_id = reinterpret_cast<uintptr_t>(&s);
+	rd.opcode = IBV_WR_RDMA_READ;
+	rd.send_flags = IBV_SEND_SIGNALED;
+	rd.wr.rdma.remote_addr = mc.dc_addr;
+	rd.wr.rdma.rkey = mc.dc_rkey;
+	conn->last_signaled = seq;
+	conn->tx.push();
+	conn->domain->read_backs.fetch_add(1, std::memory_order_relaxed);
+	Unposted unposted; // stays empty: the read fits
+	hold_back(conn, &rd, 1, unposted);
+}
+
+// close_deferred_locked, with the tx lock only.
+[[gnu::noinline]] inline void close_deferred(Conn *conn) noexcept
+{
+	std::lock_guard<FastMutex> guard(conn->more_lock);
+	close_deferred_locked(conn);
+}
+
+// How an operation takes part in sharing (tx lock held; dc_open or
+// op.dc_share): kDcDeferred (drop the read-back), kDcProof (its read-back
+// proves the writes waiting), 0 (as alone; what waited got its read).
+[[gnu::noinline]] inline uint32_t dc_plan(Conn *conn, const ibv_send_wr *wrs, size_t n,
+					  const TxOp &op) noexcept
+{
+	// Not on a credited queue: the closing read would post without a
+	// credit of its own.
+	if (op.dc_share && op.more && n >= 2 && !conn->tx_credits && ensure_more(conn)) {
+		// The writes, then room for the read that proves them.
+		const uint64_t last_write = conn->tx.head() + n - 2;
+		bool fits = conn->tx.outstanding() + n <= conn->tx_depth &&
+			    last_write - conn->last_signaled < conn->signal_period;
+		if (fits) {
+			std::lock_guard<FastMutex> guard(conn->more_lock);
+			fits = chain_fits(*conn->more, wrs, n - 1, 1);
+		}
+		if (fits)
+			return TxSlot::kDcDeferred;
+	}
+	if (!conn->dc_open)
+		return 0;
+	if (op.dc_share && n <= MoreChain::kMaxWr)
+		return TxSlot::kDcProof;
+	close_deferred(conn);
+	return 0;
+}
+
+// After the slots of an operation that takes part in sharing were filled
+// (tx lock held): their marks, and their signals (deferred: none; a proof:
+// only its read). A deferred write's dropped read (wrs[n]) says where the
+// closing read goes; it is held next, and opens the deferral.
+[[gnu::noinline]] inline void dc_mark(Conn *conn, ibv_send_wr *wrs, size_t n, uint64_t first,
+				      uint32_t dc, uint64_t prev_signaled) noexcept
+{
+	for (size_t i = 0; i < n; i++) {
+		conn->tx.at(first + i).commit = dc;
+		wrs[i].send_flags &= ~static_cast<unsigned>(IBV_SEND_SIGNALED);
+	}
+	if (dc == TxSlot::kDcDeferred) {
+		conn->last_signaled = prev_signaled;
+		conn->more->dc_addr = wrs[n].wr.rdma.remote_addr;
+		conn->more->dc_rkey = wrs[n].wr.rdma.rkey;
+		conn->dc_open = true;
+		return;
+	}
+	wrs[n - 1].send_flags |= IBV_SEND_SIGNALED;
+	conn->last_signaled = first + n - 1;
+	conn->dc_open = false;
+}
+
 inline ssize_t post_send_chain_locked(Conn *conn, ibv_send_wr *wrs, size_t n, const TxOp &op) noexcept
 {
 	if (conn->state.load(std::memory_order_acquire) != EpState::Connected) [[unlikely]] {
 		// Requests the connection's end could not post (ep_cancel_held
 		// keeps what the device refused) get their second chance here,
 		// where a failure can be reported.
+		if (conn->dc_open)
+			close_deferred(conn);
 		flush_more(conn);
 		VRMA_WARN(FI_LOG_EP_DATA, "transmit on an endpoint that is not connected\n");
 		return -FI_ENOTCONN;
+	}
+	uint32_t dc = 0;
+	if (conn->dc_open | op.dc_share) [[unlikely]] {
+		dc = dc_plan(conn, wrs, n, op);
+		if (dc == TxSlot::kDcDeferred)
+			n--; // the read-back, last, is dropped
 	}
 	if (conn->tx.outstanding() + n > conn->tx_depth) [[unlikely]] {
 		if (n > conn->tx_cap) {
@@ -406,6 +542,8 @@ inline ssize_t post_send_chain_locked(Conn *conn, ibv_send_wr *wrs, size_t n, co
 		// Automatic progress: post what FI_MORE held back (its slots can
 		// only come back once posted), reclaim what the device finished,
 		// and only then say the queue is full (lock order: tx, then CQ).
+		if (conn->dc_open)
+			close_deferred(conn);
 		flush_more(conn);
 		conn->progress(conn);
 		// One longer than tx_depth goes alone, into the spare capacity.
@@ -462,6 +600,12 @@ inline ssize_t post_send_chain_locked(Conn *conn, ibv_send_wr *wrs, size_t n, co
 		wrs[i].next = i + 1 < n ? &wrs[i + 1] : nullptr;
 		conn->tx.push();
 	}
+	if (op.dc_share) [[unlikely]] {
+		if (dc)
+			dc_mark(conn, wrs, n, first, dc, prev_signaled);
+		if (dc != TxSlot::kDcDeferred)
+			conn->domain->read_backs.fetch_add(1, std::memory_order_relaxed);
+	}
 	// FI_MORE: hold the doorbell (inline payloads are copied into the
 	// chain: the caller may reuse its buffer at once).
 	const bool held = conn->more_held.load(std::memory_order_relaxed);
@@ -473,16 +617,8 @@ inline ssize_t post_send_chain_locked(Conn *conn, ibv_send_wr *wrs, size_t n, co
 				flush_more(conn);
 			goto post_now;
 		}
-		if (!conn->more) {
-			try {
-				auto mc = std::make_unique<MoreChain>();
-				mc->inline_cap = MoreChain::kMaxWr * conn->inline_size;
-				mc->inline_buf = std::make_unique<uint8_t[]>(mc->inline_cap);
-				conn->more = std::move(mc);
-			} catch (...) {
-				goto post_now; // no memory for batching: post at once
-			}
-		}
+		if (!ensure_more(conn))
+			goto post_now; // no memory for batching: post at once
 		Unposted unposted;
 		{
 			std::lock_guard<FastMutex> guard(conn->more_lock);
@@ -490,9 +626,13 @@ inline ssize_t post_send_chain_locked(Conn *conn, ibv_send_wr *wrs, size_t n, co
 			// The connection may have ended since the check above:
 			// ep_cancel_held posted what was held then, not these, and
 			// no one else will. Posted now, they flush (or run, if the
-			// QP is not in the error state yet): one completion each.
-			if (!op.more || conn->state.load() != EpState::Connected)
+			// QP is not in the error state yet): one completion each;
+			// deferred writes with their read behind them.
+			if (!op.more || conn->state.load() != EpState::Connected) {
+				if (conn->dc_open) [[unlikely]]
+					close_deferred_locked(conn);
 				post_more_locked(conn, &unposted);
+			}
 		}
 		report_unposted(conn, unposted);
 		return 0;

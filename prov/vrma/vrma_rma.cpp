@@ -90,6 +90,7 @@ ssize_t rma_common(Ep *ep, ibv_wr_opcode opcode, const iovec *iov, void *const *
 	const bool read_back = ((flags & FI_DELIVERY_COMPLETE) && !target_commit) ||
 			       (commit && method == FI_VRMA_COMMIT_DIRECT_WRITE);
 	const size_t read_len = commit ? kCommitReadLen : 0;
+	const size_t before_read = w.nwr;
 	if (!is_read && read_back && !rma_add_read_back(&ep->conn, w, read_len))
 		return -FI_ENOMEM;
 	if (flags & FI_FENCE) // waits for every earlier read (and so every delivery)
@@ -98,6 +99,8 @@ ssize_t rma_common(Ep *ep, ibv_wr_opcode opcode, const iovec *iov, void *const *
 		!inject_call && tx_reports(ep, flags), is_read ? ep->cntr_read : ep->cntr_write,
 		(flags & FI_MORE) != 0, bounce ? iov : nullptr, count};
 	op.payload_wrs = w.payload_wrs;
+	// A delivery read-back, last: FI_MORE chains share one (post_send_chain).
+	op.dc_share = !commit && w.nwr > before_read;
 	if (target_commit) {
 		// The request follows the writes; the target's answer, not the
 		// request's completion, completes the operation.
@@ -125,6 +128,7 @@ ssize_t rma_common(Ep *ep, ibv_wr_opcode opcode, const iovec *iov, void *const *
 		for (size_t i = 0; i < nkeys; i++)
 			keys[i] = static_cast<uint32_t>(keys64[i]);
 		op.event = event;
+		op.dc_share = false; // the event send follows the read-back
 		op.event_len = wire::encode_rma_event(event, is_read ? wire::kEventRead : wire::kEventWrite,
 						      keys, nkeys);
 		rma_add_event_send(w);

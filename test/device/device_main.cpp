@@ -13,6 +13,7 @@ int main()
 	srunner_add_suite(sr, cm_suite());
 	srunner_add_suite(sr, msg_suite());
 	srunner_add_suite(sr, rma_suite());
+	srunner_add_suite(sr, dc_more_suite());
 	srunner_add_suite(sr, errors_suite());
 	srunner_add_suite(sr, cntr_suite());
 	srunner_add_suite(sr, pmem_suite());

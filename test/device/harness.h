@@ -230,6 +230,7 @@ Suite *objects_suite();
 Suite *cm_suite();
 Suite *msg_suite();
 Suite *rma_suite();
+Suite *dc_more_suite();
 Suite *errors_suite();
 Suite *cntr_suite();
 Suite *pmem_suite();
