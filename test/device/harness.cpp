@@ -208,7 +208,7 @@ Pair::Pair(Env &e, const PairOptions &opt) : env(e)
 	server.info->mode &= ~opt.server_mode_off;
 	server.info->rx_attr->mode &= ~opt.server_mode_off;
 	server.eq = open_eq(env);
-	server.cq = open_cq(env, FI_CQ_FORMAT_DATA, opt.server_cq_wait);
+	server.cq = open_cq(env, FI_CQ_FORMAT_DATA, opt.server_cq_wait, opt.server_cq_size);
 	ck_assert_int_eq(fi_endpoint(env.domain, server.info, &server.ep, nullptr), 0);
 	ck_assert_int_eq(fi_ep_bind(server.ep, &server.eq->fid, 0), 0);
 	ck_assert_int_eq(fi_ep_bind(server.ep, &server.cq->fid, FI_TRANSMIT | FI_RECV), 0);

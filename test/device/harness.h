@@ -84,6 +84,7 @@ struct PairOptions {
 	// FI_CONNREQ info), e.g. FI_RX_CQ_DATA for a staged server.
 	uint64_t server_mode_off = 0;
 	fi_wait_obj server_cq_wait = FI_WAIT_FD; // the server's CQ's wait object
+	size_t server_cq_size = 0; // 0: the provider's default
 	// Called with the endpoint bound and not yet enabled, before the
 	// harness's fi_enable (which must then succeed).
 	std::function<void(fid_ep *)> client_before_enable, server_before_enable;

@@ -167,6 +167,86 @@ START_TEST(auto_receiver_that_reads_nothing_keeps_its_sender_going)
 }
 END_TEST
 
+// Issue 13 §3: a target that never polls while 1000 remote-CQ-data writes
+// and 1000 messages arrive (its CQ holds them all: 2100 entries). Every
+// initiator operation completes without the target calling anything; then
+// the target reads 2000 entries: each write's data and CQ data, each
+// message in order into its receive.
+START_TEST(auto_target_that_never_polls_takes_1000_writes_and_messages)
+{
+	ProgressEnv env(FI_PROGRESS_AUTO);
+	PairOptions opt;
+	opt.server_cq_wait = FI_WAIT_NONE;
+	opt.server_cq_size = 2100;
+	opt.rx_size = 1024;
+	Pair p(env, opt);
+	constexpr size_t N = 1000;
+	Traffic t(env, N);
+	Region target(env, N * 64, FI_REMOTE_WRITE);
+	Region wsrc(env, N * 64, FI_WRITE);
+	for (size_t i = 0; i < wsrc.buf.size(); i++)
+		wsrc.buf[i] = static_cast<uint8_t>(i * 13 + 1);
+	for (size_t i = 0; i < N; i++)
+		t.post_receive(p.server.ep, i);
+	// Interleaved, the client reaping its own completions as it goes.
+	std::vector<int> wctx(N);
+	size_t reaped = 0;
+	auto post = [&](auto &&call) {
+		ssize_t rc;
+		const Deadline deadline(kTimeoutMs);
+		while ((rc = call()) == -FI_EAGAIN && !deadline.expired()) {
+			fi_cq_data_entry e[16];
+			ssize_t n = fi_cq_read(p.client.cq, e, 16);
+			if (n > 0)
+				reaped += static_cast<size_t>(n);
+		}
+		ck_assert_int_eq(rc, 0);
+	};
+	for (size_t i = 0; i < N; i++) {
+		post([&] {
+			return fi_writedata(p.client.ep, wsrc.buf.data() + i * 64, 64, wsrc.desc(),
+					    0xD000 + i, 0, target.addr() + i * 64, target.key(), &wctx[i]);
+		});
+		post([&] {
+			return fi_send(p.client.ep, t.src.buf.data() + i * kSlot, msg_len(i), t.src.desc(), 0,
+				       &t.sctx[i]);
+		});
+	}
+	const Deadline all(4 * kTimeoutMs);
+	while (reaped < 2 * N && !all.expired()) {
+		fi_cq_data_entry e[16];
+		ssize_t n = fi_cq_read(p.client.cq, e, 16);
+		if (n > 0)
+			reaped += static_cast<size_t>(n);
+	}
+	ck_assert_uint_eq(reaped, 2 * N);
+	ck_assert(memcmp(target.buf.data(), wsrc.buf.data(), N * 64) == 0);
+	// Now the target reads: 1000 CQ data entries and 1000 receives.
+	size_t writes = 0, msgs = 0;
+	std::vector<bool> data_seen(N);
+	const Deadline read_all(4 * kTimeoutMs);
+	while ((writes < N || msgs < N) && !read_all.expired()) {
+		fi_cq_data_entry e{};
+		if (fi_cq_read(p.server.cq, &e, 1) != 1)
+			continue;
+		if (e.flags & FI_REMOTE_CQ_DATA) {
+			ck_assert_uint_eq(e.flags, FI_RMA | FI_REMOTE_WRITE | FI_REMOTE_CQ_DATA);
+			ck_assert(e.data >= 0xD000 && e.data < 0xD000 + N);
+			ck_assert(!data_seen[e.data - 0xD000]);
+			data_seen[e.data - 0xD000] = true;
+			writes++;
+		} else {
+			t.check_received(e, msgs);
+			msgs++;
+		}
+	}
+	ck_assert_uint_eq(writes, N);
+	ck_assert_uint_eq(msgs, N);
+	fi_cq_data_entry e;
+	ck_assert_int_eq(fi_cq_read(p.server.cq, &e, 1), -FI_EAGAIN);
+}
+END_TEST
+
 // The same without FI_PROGRESS_AUTO: the sender stops after as many
 // messages as the receiver has staging buffers, until the receiver reads
 // its CQ. (What the test above would see without the thread.)
@@ -292,6 +372,7 @@ Suite *msg_auto_suite()
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, auto_receiver_that_reads_nothing_keeps_its_sender_going);
 	tcase_add_test(tc, manual_receiver_that_reads_nothing_stops_its_sender);
+	tcase_add_test(tc, auto_target_that_never_polls_takes_1000_writes_and_messages);
 	tcase_add_test(tc, auto_sread_returns_what_arrives_while_it_sleeps);
 	tcase_add_test(tc, auto_receive_counter);
 	tcase_add_test(tc, getinfo_msg_data_progress);
