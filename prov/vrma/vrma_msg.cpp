@@ -8,6 +8,7 @@ namespace {
 constexpr uint64_t kSendFlags = FI_COMPLETION | FI_INJECT | FI_INJECT_COMPLETE |
 				FI_TRANSMIT_COMPLETE | FI_DELIVERY_COMPLETE | FI_COMMIT_COMPLETE |
 				FI_FENCE | FI_MORE | FI_REMOTE_CQ_DATA;
+constexpr uint64_t kRecvFlags = FI_COMPLETION | FI_MORE;
 
 // How a send with FI_DELIVERY_COMPLETE or FI_COMMIT_COMPLETE proves itself.
 enum class SendProof : uint8_t {
@@ -55,39 +56,16 @@ ssize_t send_proof(const Ep *ep, uint64_t flags, SendProof &proof)
 	proof = SendProof::ReadBack;
 	return 0;
 }
-constexpr uint64_t kRecvFlags = FI_COMPLETION | FI_MORE;
 
 // A message to a peer with staged receives (wire::kCmFlagStagedRx): a
 // MsgHeader in front of the payload, cut into sends of at most
 // wire::kStageBytes, one operation. Small messages go inline with the header
 // copied from the stack; injects beyond inline go through a bounce buffer
 // with the header; the rest take the header from the slot's header buffer.
-ssize_t send_staged_op(Ep *ep, const iovec *iov, void *const *desc, size_t count, uint64_t data,
-		       uint64_t flags, void *context, bool inject_call, uint32_t confirm);
-
+// A send proven by the peer's confirmation (SendProof::Confirm) holds a
+// pending entry, released if the post fails; the answer completes it.
 ssize_t send_staged(Ep *ep, const iovec *iov, void *const *desc, size_t count, uint64_t data,
 		    uint64_t flags, void *context, bool inject_call, SendProof proof)
-{
-	if (proof != SendProof::Confirm)
-		return send_staged_op(ep, iov, desc, count, data, flags, context, inject_call, 0);
-	// The peer's answer, not the send's completion, completes it.
-	size_t total = 0;
-	for (size_t i = 0; i < count && iov; i++)
-		total += iov[i].iov_len;
-	const int c = pmem_begin_confirm(ep, context, total, ep->cntr_send,
-					 !inject_call && tx_reports(ep, flags));
-	if (c < 0)
-		return c;
-	const ssize_t rc = send_staged_op(ep, iov, desc, count, data, flags, context, inject_call,
-					  static_cast<uint32_t>(c));
-	if (rc)
-		pmem_abort_commit(ep, static_cast<uint32_t>(c));
-	return rc;
-}
-
-// confirm: 0, or the pending confirmation's id + 1 (TxSlot::commit).
-ssize_t send_staged_op(Ep *ep, const iovec *iov, void *const *desc, size_t count, uint64_t data,
-		       uint64_t flags, void *context, bool inject_call, uint32_t confirm)
 {
 	constexpr size_t kHdr = sizeof(wire::MsgHeader);
 	ibv_sge seg[kMaxSge + 1]; // [0]: the header
@@ -104,15 +82,25 @@ ssize_t send_staged_op(Ep *ep, const iovec *iov, void *const *desc, size_t count
 			  total, wire::kStagedMsgMax);
 		return -FI_EMSGSIZE;
 	}
-	uint8_t header[kHdr];
-	const uint8_t confirm_flags =
-		confirm ? wire::kMsgConfirm | ((flags & FI_COMMIT_COMPLETE) ? wire::kMsgPersist : 0) : 0;
-	wire::encode_msg_header(header, total, flags & FI_REMOTE_CQ_DATA, static_cast<uint32_t>(data),
-				confirm_flags, static_cast<uint8_t>((confirm - 1) & 0xff));
-	const size_t bytes = kHdr + total;
 	TxOp op{context, FI_SEND | FI_MSG, total, !inject_call && tx_reports(ep, flags),
 		ep->cntr_send, (flags & FI_MORE) != 0};
-	op.commit = confirm;
+	if (proof == SendProof::Confirm) {
+		const int c = pmem_begin_confirm(ep, context, total, op.cntr, op.want_completion);
+		if (c < 0)
+			return c;
+		op.commit = static_cast<uint32_t>(c); // id + 1
+	}
+	auto posted = [&](ssize_t rc) {
+		if (rc && op.commit)
+			pmem_abort_commit(ep, op.commit);
+		return rc;
+	};
+	uint8_t header[kHdr];
+	const uint8_t confirm_flags =
+		op.commit ? wire::kMsgConfirm | ((flags & FI_COMMIT_COMPLETE) ? wire::kMsgPersist : 0) : 0;
+	wire::encode_msg_header(header, total, flags & FI_REMOTE_CQ_DATA, static_cast<uint32_t>(data),
+				confirm_flags, static_cast<uint8_t>((op.commit - 1) & 0xff));
+	const size_t bytes = kHdr + total;
 	ibv_send_wr wrs[wire::kMaxStagePieces];
 	const uint32_t fence = (flags & FI_FENCE) ? IBV_SEND_FENCE : 0;
 	if (ep->conn.inline_size >= kHdr && total <= inline_payload) {
@@ -122,7 +110,7 @@ ssize_t send_staged_op(Ep *ep, const iovec *iov, void *const *desc, size_t count
 		wrs[0].num_sge = static_cast<int>(count + 1);
 		wrs[0].opcode = IBV_WR_SEND;
 		wrs[0].send_flags = IBV_SEND_INLINE | fence;
-		return post_send(&ep->conn, wrs[0], op);
+		return posted(post_send(&ep->conn, wrs[0], op));
 	}
 	iovec src[kMaxSge + 1];
 	if (inject) {
@@ -137,7 +125,7 @@ ssize_t send_staged_op(Ep *ep, const iovec *iov, void *const *desc, size_t count
 		wrs[0].send_flags = fence;
 		op.bounce_src = src;
 		op.bounce_count = count + 1;
-		return post_send(&ep->conn, wrs[0], op);
+		return posted(post_send(&ep->conn, wrs[0], op));
 	}
 	seg[0] = {0, kHdr, 0}; // the slot's header buffer, set when posting
 	op.msg_header = header;
@@ -160,7 +148,7 @@ ssize_t send_staged_op(Ep *ep, const iovec *iov, void *const *desc, size_t count
 		left -= want;
 	}
 	wrs[0].send_flags |= fence;
-	return post_send_chain(&ep->conn, wrs, nwr, op);
+	return posted(post_send_chain(&ep->conn, wrs, nwr, op));
 }
 
 ssize_t send_common(Ep *ep, const iovec *iov, void *const *desc, size_t count, uint64_t data,

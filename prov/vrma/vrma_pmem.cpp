@@ -95,12 +95,33 @@ persist::CacheFlush cache_flush_method()
 	return method;
 }
 
+// Makes len bytes at addr durable by their backing: msync for memory of a
+// shared file mapping (a file's page cache is made durable by writing it
+// back; on a DAX file system msync also flushes the CPU caches), a CPU
+// cache write-back otherwise; commit_stats counts each.
+wire::CommitStatus persist_bytes(Domain *dom, void *addr, size_t len, persist::Backing backing) noexcept
+{
+	CommitStats &st = dom->commit_stats;
+	st.ranges.fetch_add(1, std::memory_order_relaxed);
+	st.bytes.fetch_add(len, std::memory_order_relaxed);
+	if (backing == persist::Backing::SharedFile) {
+		st.msync_calls.fetch_add(1, std::memory_order_relaxed);
+		if (int rc = persist::sync_mapped_file(addr, len)) {
+			VRMA_WARN(FI_LOG_EP_DATA, "commit: msync(%p, %zu): %s\n", addr, len, strerror(-rc));
+			return wire::CommitStatus::PersistFailed;
+		}
+		return wire::CommitStatus::Ok;
+	}
+	st.cache_flushes.fetch_add(1, std::memory_order_relaxed);
+	persist::flush_cache_range(cache_flush_method(), addr, len);
+	return wire::CommitStatus::Ok;
+}
+
 } // namespace
 
 wire::CommitStatus commit_persist_range(Domain *dom, uint64_t key, uint64_t addr_,
 					uint64_t len) noexcept
 {
-	CommitStats &st = dom->commit_stats;
 	// The region stays registered while it is flushed.
 	if (key > UINT32_MAX) // device keys are 32 bits
 		return wire::CommitStatus::BadRange;
@@ -124,46 +145,10 @@ wire::CommitStatus commit_persist_range(Domain *dom, uint64_t key, uint64_t addr
 				  ? "msync"
 				  : persist::name(cache_flush_method()));
 	}
-	st.ranges.fetch_add(1, std::memory_order_relaxed);
-	st.bytes.fetch_add(len, std::memory_order_relaxed);
-	if (backing == static_cast<int>(persist::Backing::SharedFile)) {
-		// A file's page cache is made durable by writing it back; on a
-		// DAX file system msync also flushes the CPU caches.
-		st.msync_calls.fetch_add(1, std::memory_order_relaxed);
-		if (int rc = persist::sync_mapped_file(addr, len)) {
-			VRMA_WARN(FI_LOG_EP_DATA, "commit: msync(%p, %llu): %s\n", addr,
-				  static_cast<unsigned long long>(len), strerror(-rc));
-			return wire::CommitStatus::PersistFailed;
-		}
-		return wire::CommitStatus::Ok;
-	}
-	st.cache_flushes.fetch_add(1, std::memory_order_relaxed);
-	persist::flush_cache_range(cache_flush_method(), addr, len);
-	return wire::CommitStatus::Ok;
+	return persist_bytes(dom, addr, static_cast<size_t>(len), static_cast<persist::Backing>(backing));
 }
 
 namespace {
-
-// Makes a received message's bytes in the application's receive durable,
-// as commit_persist_range does for a region (no key: vrma copied them there).
-wire::CommitStatus persist_local(Domain *dom, const iovec &piece) noexcept
-{
-	CommitStats &st = dom->commit_stats;
-	st.ranges.fetch_add(1, std::memory_order_relaxed);
-	st.bytes.fetch_add(piece.iov_len, std::memory_order_relaxed);
-	if (persist::backing_of(piece.iov_base) == persist::Backing::SharedFile) {
-		st.msync_calls.fetch_add(1, std::memory_order_relaxed);
-		if (int rc = persist::sync_mapped_file(piece.iov_base, piece.iov_len)) {
-			VRMA_WARN(FI_LOG_EP_DATA, "commit of a message: msync(%p, %zu): %s\n",
-				  piece.iov_base, piece.iov_len, strerror(-rc));
-			return wire::CommitStatus::PersistFailed;
-		}
-		return wire::CommitStatus::Ok;
-	}
-	st.cache_flushes.fetch_add(1, std::memory_order_relaxed);
-	persist::flush_cache_range(cache_flush_method(), piece.iov_base, piece.iov_len);
-	return wire::CommitStatus::Ok;
-}
 
 // Persists a job's ranges (once) and posts the answer. False when the
 // answer must be retried (the send queue is full).
@@ -175,7 +160,10 @@ bool serve(PmemService *svc, PmemService::Job &job)
 			job.status = commit_persist_range(svc->domain, job.ranges[i].key,
 							  job.ranges[i].addr, job.ranges[i].len);
 		for (size_t i = 0; i < job.nlocal && job.status == wire::CommitStatus::Ok; i++)
-			job.status = persist_local(svc->domain, job.local[i]);
+			// A received message's bytes in the application's receive
+			// (no key: vrma copied them there).
+			job.status = persist_bytes(svc->domain, job.local[i].iov_base, job.local[i].iov_len,
+						   persist::backing_of(job.local[i].iov_base));
 		job.persisted = true;
 		if (job.n || job.nlocal) {
 			svc->domain->commit_stats.requests.fetch_add(1, std::memory_order_relaxed);
@@ -229,17 +217,24 @@ void count_rma_event(Ep *ep, uint8_t kind, const uint32_t *keys, size_t n)
 	count_region_events(ep->domain, write, keys64, n);
 }
 
-// Takes the pending commit with this id out of the table.
-bool take_commit(Ep *ep, uint32_t id, PendingCommit &out)
+// Takes the busy entry at `id` (mod kMaxCommits) that `match` accepts out
+// of the table.
+template <typename Match> bool take_pending(Ep *ep, uint32_t id, Match match, PendingCommit &out)
 {
 	ServiceEp &pm = *ep->service;
 	std::lock_guard<std::mutex> guard(pm.lock);
 	PendingCommit &pc = pm.commits[id % kMaxCommits];
-	if (!pc.busy || pc.id != id)
+	if (!pc.busy || !match(pc))
 		return false;
 	out = pc;
 	pc.busy = false;
 	return true;
+}
+
+// Takes the pending commit with this id out of the table.
+bool take_commit(Ep *ep, uint32_t id, PendingCommit &out)
+{
+	return take_pending(ep, id, [id](const PendingCommit &pc) { return pc.id == id; }, out);
 }
 
 // Takes the pending confirmation a peer's answer names: the low 8 bits of
@@ -248,14 +243,8 @@ bool take_commit(Ep *ep, uint32_t id, PendingCommit &out)
 bool take_confirm(Ep *ep, uint8_t id8, PendingCommit &out)
 {
 	static_assert(256 % kMaxCommits == 0, "an 8-bit id names one entry");
-	ServiceEp &pm = *ep->service;
-	std::lock_guard<std::mutex> guard(pm.lock);
-	PendingCommit &pc = pm.commits[id8 % kMaxCommits];
-	if (!pc.busy || !pc.confirm || (pc.id & 0xff) != id8)
-		return false;
-	out = pc;
-	pc.busy = false;
-	return true;
+	return take_pending(
+		ep, id8, [id8](const PendingCommit &pc) { return pc.confirm && (pc.id & 0xff) == id8; }, out);
 }
 
 void cancel_commits(Ep *ep)
