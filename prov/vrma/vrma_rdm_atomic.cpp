@@ -273,11 +273,6 @@ ssize_t rdm_atomic(RdmEp *ep, const AtomicCall &c) noexcept
 	}
 	if (ssize_t rc = check_op_flags(c.flags, kAtomicFlags, "RDM atomic"))
 		return rc;
-	const bool inject = c.inject_call || (c.flags & FI_INJECT);
-	if (inject && c.kind != Kind::Plain) {
-		VRMA_WARN(FI_LOG_EP_DATA, "RDM atomic: fetching atomics cannot be injected\n");
-		return -FI_EINVAL;
-	}
 	const size_t max = rdm_atomic_max(c.kind, m->op, m->datatype, ep->native_atomics, ep->eager_size);
 	if (!max) {
 		VRMA_WARN(FI_LOG_EP_DATA, "RDM atomic: op %d on datatype %d is not offered (fi_atomicvalid)\n",
@@ -306,6 +301,17 @@ ssize_t rdm_atomic(RdmEp *ep, const AtomicCall &c) noexcept
 	if (total != remote || total == 0 || total > max) {
 		VRMA_WARN(FI_LOG_EP_DATA, "RDM atomic: %zu local and %zu remote elements (1 to %zu, equal)\n",
 			  total, remote, max);
+		return -FI_EINVAL;
+	}
+	// FI_INJECT (fi_atomic(3)): the operand and compare buffers are free
+	// at return, a fetch's result is written at completion. Both paths
+	// copy them at the call (the request, or the device atomics' work
+	// requests); only the size is bounded.
+	const bool inject = c.inject_call || (c.flags & FI_INJECT);
+	if (inject && m->op != FI_ATOMIC_READ &&
+	    total * atomic::datatype_size(m->datatype) > ep->inject_size) [[unlikely]] {
+		VRMA_WARN(FI_LOG_EP_DATA, "RDM atomic inject of %zu bytes exceeds inject_size %zu\n",
+			  total * atomic::datatype_size(m->datatype), ep->inject_size);
 		return -FI_EINVAL;
 	}
 	if (c.kind == Kind::Compare) {
