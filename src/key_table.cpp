@@ -10,6 +10,7 @@ namespace {
 
 namespace le = rdm::le;
 
+
 constexpr size_t kSealedBytes = 40;
 constexpr uint8_t kStateUsed = 1;
 
@@ -32,24 +33,22 @@ uint64_t seal(const uint8_t *e) noexcept
 
 void encode(uint8_t *e, const KeyEntry &k) noexcept
 {
-	le::put64(e, k.key);
-	le::put64(e + 8, k.va);
-	le::put64(e + 16, k.start);
-	le::put64(e + 24, k.len);
-	le::put32(e + 32, k.rkey);
-	e[36] = k.access;
+	encode_fields(e, k);
 	e[37] = kStateUsed;
 	le::put16(e + 38, 0);
 }
 
-void decode(const uint8_t *e, KeyEntry &k) noexcept
+// Writes entry k at e: the body first, the seal last, so that a READ
+// between the two sees a used entry with a wrong check (Torn), never a wrong
+// entry.
+void write_sealed(uint8_t *e, const KeyEntry &k) noexcept
 {
-	k.key = le::get64(e);
-	k.va = le::get64(e + 8);
-	k.start = le::get64(e + 16);
-	k.len = le::get64(e + 24);
-	k.rkey = le::get32(e + 32);
-	k.access = e[36];
+	uint8_t tmp[kEntryBytes];
+	encode(tmp, k);
+	le::put64(tmp + kSealedBytes, seal(tmp));
+	memcpy(e, tmp, kSealedBytes);
+	std::atomic_thread_fence(std::memory_order_release);
+	memcpy(e + kSealedBytes, tmp + kSealedBytes, kEntryBytes - kSealedBytes);
 }
 
 bool all_zero(const uint8_t *e) noexcept
@@ -61,11 +60,31 @@ bool all_zero(const uint8_t *e) noexcept
 bool sealed(const uint8_t *e) noexcept
 {
 	return e[37] == kStateUsed && le::get16(e + 38) == 0 &&
-	       (e[36] & ~(kAccessRemoteRead | kAccessRemoteWrite)) == 0 &&
+	       (e[36] & ~kAccessKnown) == 0 &&
 	       le::get64(e + kSealedBytes) == seal(e);
 }
 
 } // namespace
+
+void encode_fields(uint8_t *e, const KeyEntry &k) noexcept
+{
+	le::put64(e, k.key);
+	le::put64(e + 8, k.va);
+	le::put64(e + 16, k.start);
+	le::put64(e + 24, k.len);
+	le::put32(e + 32, k.rkey);
+	e[36] = k.access;
+}
+
+void decode_fields(const uint8_t *e, KeyEntry &k) noexcept
+{
+	k.key = le::get64(e);
+	k.va = le::get64(e + 8);
+	k.start = le::get64(e + 16);
+	k.len = le::get64(e + 24);
+	k.rkey = le::get32(e + 32);
+	k.access = e[36];
+}
 
 Lookup read_bucket(const uint8_t *bucket, uint64_t key, KeyEntry &out) noexcept
 {
@@ -80,7 +99,7 @@ Lookup read_bucket(const uint8_t *bucket, uint64_t key, KeyEntry &out) noexcept
 		if (!sealed(e))
 			return Lookup::Torn;
 		if (!found && le::get64(e) == key) {
-			decode(e, out);
+			decode_fields(e, out);
 			found = true;
 		}
 	}
@@ -102,16 +121,26 @@ Insert KeyTable::insert(const KeyEntry &k) noexcept
 	}
 	if (!free_entry)
 		return Insert::Full;
-	// The body first, the seal last: a READ between the two sees a used
-	// entry with a wrong check (Torn), never a wrong entry.
-	uint8_t tmp[kEntryBytes];
-	encode(tmp, k);
-	le::put64(tmp + kSealedBytes, seal(tmp));
-	memcpy(free_entry, tmp, kSealedBytes);
-	std::atomic_thread_fence(std::memory_order_release);
-	memcpy(free_entry + kSealedBytes, tmp + kSealedBytes, kEntryBytes - kSealedBytes);
+	write_sealed(free_entry, k);
 	used_++;
 	return Insert::Ok;
+}
+
+bool KeyTable::update(const KeyEntry &k) noexcept
+{
+	uint8_t *b = mem_ + bucket_of(k.key, nbuckets_) * kBucketBytes;
+	for (size_t i = 0; i < kBucketEntries; i++) {
+		uint8_t *e = b + i * kEntryBytes;
+		if (e[37] != 0 && le::get64(e) == k.key) {
+			// The seal broken first, as erase does: a READ from now
+			// until write_sealed's seal sees the entry torn.
+			memset(e + kSealedBytes, 0, kEntryBytes - kSealedBytes);
+			std::atomic_thread_fence(std::memory_order_release);
+			write_sealed(e, k);
+			return true;
+		}
+	}
+	return false;
 }
 
 bool KeyTable::erase(uint64_t key) noexcept
@@ -137,7 +166,7 @@ bool KeyTable::find(uint64_t key, KeyEntry &out) const noexcept
 	for (size_t i = 0; i < kBucketEntries; i++) {
 		const uint8_t *e = b + i * kEntryBytes;
 		if (e[37] != 0 && le::get64(e) == key) {
-			decode(e, out);
+			decode_fields(e, out);
 			return true;
 		}
 	}

@@ -20,7 +20,10 @@
 //                   registration's offset: usually 0)
 //   24 u64 len      the region's length
 //   32 u32 rkey     the device key
-//   36 u8  access   kAccessRemoteRead | kAccessRemoteWrite
+//   36 u8  access   kAccessRemoteRead | kAccessRemoteWrite, and
+//                   kAccessUnregistered while the region is not registered
+//                   with the device (rkey 0): an initiator then asks the
+//                   target for it (rdm_wire.h's KeyRequest)
 //   37 u8  state    0 free, 1 used
 //   38 u16 reserved 0
 //   40 u64 check    seal() of bytes 0..39
@@ -46,6 +49,10 @@ static_assert(kBucketBytes == 384, "a bucket is a wire format");
 
 inline constexpr uint8_t kAccessRemoteRead = 1 << 0;
 inline constexpr uint8_t kAccessRemoteWrite = 1 << 1;
+// Not a right: the region is registered with the device on demand, at its
+// first remote access (vrma_mr.cpp), and has no device key yet.
+inline constexpr uint8_t kAccessUnregistered = 1 << 2;
+inline constexpr uint8_t kAccessKnown = kAccessRemoteRead | kAccessRemoteWrite | kAccessUnregistered;
 
 struct KeyEntry {
 	uint64_t key = 0;
@@ -73,6 +80,13 @@ inline size_t bucket_of(uint64_t key, size_t nbuckets) noexcept
 	return static_cast<size_t>(key ^ (key >> 21) ^ (key >> 42)) & (nbuckets - 1);
 }
 
+// An entry's fields as they are laid out (bytes 0..kFieldBytes - 1 above,
+// key to access), without state, reserved bytes or check: the form a
+// KeyAnswer (rdm_wire.h) carries too.
+inline constexpr size_t kFieldBytes = 37;
+void encode_fields(uint8_t *e, const KeyEntry &k) noexcept;
+void decode_fields(const uint8_t *e, KeyEntry &k) noexcept;
+
 enum class Lookup { Found, Absent, Torn };
 
 // Parses one bucket as read from a peer (kBucketBytes): the entry of key.
@@ -92,6 +106,10 @@ public:
 	size_t size() const noexcept { return used_; }
 
 	Insert insert(const KeyEntry &e) noexcept;
+	// Rewrites the entry of e.key in place (false: none). A READ meanwhile
+	// sees it torn, never absent: a region registered on demand keeps its
+	// key while its device key is filled in.
+	bool update(const KeyEntry &e) noexcept;
 	bool erase(uint64_t key) noexcept;
 	bool find(uint64_t key, KeyEntry &out) const noexcept;
 

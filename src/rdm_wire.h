@@ -31,6 +31,7 @@
 #include <sys/socket.h>
 
 #include "atomic_ops.h"
+#include "key_table.h"
 
 namespace vrma::rdm {
 
@@ -440,11 +441,20 @@ inline bool keep_initiated(const RdmAddr &self, uint64_t self_nonce, const RdmAd
 //  - CommitAnswer: answers a CommitRequest once the ranges are durable (or
 //    could not be made so): msg_id is the request's, status a CommitStatus;
 //    nothing follows.
+//  - KeyRequest: asks for the translation of one of the target's keys whose
+//    region the target has not registered with its device yet (registered
+//    on demand, see key_table.h's kAccessUnregistered): the target registers
+//    it now and answers with KeyAnswer. msg_id is the initiator's request
+//    id, never 0; length 0; the body (encode_key_request) names the key.
+//  - KeyAnswer: answers a KeyRequest: msg_id is the request's, status a
+//    KeyStatus; the body (encode_key_answer) is the region's key entry
+//    (key_table.h's fields) with Ok, the key alone otherwise.
 //
 // msg_id: chosen by the message's sender, unique among its messages on that
 // connection still waiting for an answer (a wrapping counter per connection
-// does); the answers (RndvDone, DeliveryAck, AtomicResponse, CommitAnswer) carry the id of
-// the message they answer, as the other side chose it.
+// does); the answers (RndvDone, DeliveryAck, AtomicResponse, CommitAnswer,
+// KeyAnswer) carry the id of the message they answer, as the other side
+// chose it.
 inline constexpr uint8_t kRdmVersion = 1;
 inline constexpr size_t kRdmHeaderBytes = 32;
 static_assert(24 + sizeof(uint64_t) == kRdmHeaderBytes, "length ends the header");
@@ -462,8 +472,10 @@ enum class MsgType : uint8_t {
 	AtomicResponse = 11,
 	CommitRequest = 12,
 	CommitAnswer = 13,
+	KeyRequest = 14,
+	KeyAnswer = 15,
 };
-inline constexpr uint8_t kMsgTypeMax = 13;
+inline constexpr uint8_t kMsgTypeMax = 15;
 
 inline constexpr uint8_t kFlagCqData = 1 << 0;            // cq_data is remote CQ data
 inline constexpr uint8_t kFlagDeliveryComplete = 1 << 1;  // answer with DeliveryAck
@@ -511,6 +523,14 @@ enum class CommitStatus : uint8_t {
 	Malformed = 3,     // the request's body did not decode
 };
 inline constexpr uint8_t kCommitStatusMax = 3;
+
+// A KeyAnswer's status.
+enum class KeyStatus : uint8_t {
+	Ok = 0,
+	Absent = 1, // no region with that key is open for remote access
+	Failed = 2, // the target could not register the region (memory, limits)
+};
+inline constexpr uint8_t kKeyStatusMax = 2;
 
 struct RdmHeader {
 	MsgType type = MsgType::Eager;
@@ -562,6 +582,8 @@ inline constexpr bool status_allowed(MsgType t, uint8_t status) noexcept
 		return status <= kAtomicStatusMax;
 	case MsgType::CommitAnswer:
 		return status <= kCommitStatusMax;
+	case MsgType::KeyAnswer:
+		return status <= kKeyStatusMax;
 	default:
 		return status == 0;
 	}
@@ -719,6 +741,34 @@ struct CommitRange {
 	uint64_t key = 0;
 };
 
+// KeyRequest body, after the header:
+//
+//   0  u64  key: the target's key (fi_mr_key of its region)
+//   8  u8   access the initiator needs: keys::kAccessRemoteRead and/or
+//           kAccessRemoteWrite
+//   9  7    reserved, 0
+//
+// KeyAnswer body, after the header (always kKeyAnswerBodyBytes): the
+// region's key-table entry as key_table.h lays out its fields
+// (keys::encode_fields: key, va, start, len, rkey, access), then 3
+// reserved bytes, 0. With Ok: a region of len > 0 that does not wrap the
+// address space; access has a right, and kAccessUnregistered (with rkey
+// 0) when the region lacks what the request needed, so that the target
+// did not register it. With any other status every field but the key is
+// 0.
+inline constexpr size_t kKeyRequestBodyBytes = 16;
+inline constexpr size_t kKeyAnswerBodyBytes = keys::kFieldBytes + 3;
+inline constexpr size_t kKeyRequestBytes = kRdmHeaderBytes + kKeyRequestBodyBytes;
+inline constexpr size_t kKeyAnswerBytes = kRdmHeaderBytes + kKeyAnswerBodyBytes;
+static_assert(kKeyAnswerBytes == 72, "the key answer is a wire format");
+inline constexpr uint8_t kKeyRights = keys::kAccessRemoteRead | keys::kAccessRemoteWrite;
+
+// A key answer, decoded.
+struct KeyAnswer {
+	KeyStatus status = KeyStatus::Ok;
+	keys::KeyEntry entry; // the key alone unless Ok
+};
+
 // A response, decoded: data points into the received buffer.
 struct AtomicResponse {
 	AtomicStatus status = AtomicStatus::Ok;
@@ -770,6 +820,10 @@ inline bool decode_header(const uint8_t *buf, size_t len, RdmHeader &h) noexcept
 		return h.msg_id != 0 && h.length > 0 && len >= kCommitRequestMin;
 	if (h.type == MsgType::CommitAnswer)
 		return h.msg_id != 0 && payload == 0 && h.length == 0;
+	if (h.type == MsgType::KeyRequest)
+		return h.msg_id != 0 && h.length == 0 && payload == kKeyRequestBodyBytes;
+	if (h.type == MsgType::KeyAnswer)
+		return h.msg_id != 0 && h.length == 0 && payload == kKeyAnswerBodyBytes;
 	return payload == 0 && h.length == 0;
 }
 
@@ -1062,6 +1116,69 @@ inline bool decode_commit_request(const uint8_t *buf, size_t len, RdmHeader &h,
 		return false;
 	count = n;
 	return true;
+}
+
+// Writes a KeyRequest for key, needing access (kKeyRights bits, not 0),
+// into buf (kKeyRequestBytes); msg_id not 0.
+inline void encode_key_request(uint8_t *buf, uint32_t msg_id, uint64_t key, uint8_t access) noexcept
+{
+	RdmHeader h;
+	h.type = MsgType::KeyRequest;
+	h.msg_id = msg_id;
+	encode_header(buf, h);
+	uint8_t *b = buf + kRdmHeaderBytes;
+	memset(b, 0, kKeyRequestBodyBytes);
+	le::put64(b, key);
+	b[8] = access;
+}
+
+// Parses a whole KeyRequest of len bytes: an access of known rights, not 0;
+// reserved bytes 0.
+inline bool decode_key_request(const uint8_t *buf, size_t len, RdmHeader &h, uint64_t &key,
+			       uint8_t &access) noexcept
+{
+	if (!decode_header(buf, len, h) || h.type != MsgType::KeyRequest)
+		return false;
+	const uint8_t *b = buf + kRdmHeaderBytes;
+	key = le::get64(b);
+	access = b[8];
+	return access != 0 && (access & ~kKeyRights) == 0 && all_zero(b + 9, kKeyRequestBodyBytes - 9);
+}
+
+// Writes a KeyAnswer to request msg_id into buf (kKeyAnswerBytes): a.status
+// and the entry's key always, the whole entry with Ok (as
+// decode_key_answer checks it), zeros otherwise.
+inline void encode_key_answer(uint8_t *buf, uint32_t msg_id, const KeyAnswer &a) noexcept
+{
+	RdmHeader h;
+	h.type = MsgType::KeyAnswer;
+	h.status = static_cast<uint8_t>(a.status);
+	h.msg_id = msg_id;
+	encode_header(buf, h);
+	uint8_t *b = buf + kRdmHeaderBytes;
+	memset(b, 0, kKeyAnswerBodyBytes);
+	if (a.status == KeyStatus::Ok)
+		keys::encode_fields(b, a.entry);
+	else
+		le::put64(b, a.entry.key);
+}
+
+// Parses a whole KeyAnswer of len bytes (see the body's layout above).
+inline bool decode_key_answer(const uint8_t *buf, size_t len, RdmHeader &h, KeyAnswer &out) noexcept
+{
+	if (!decode_header(buf, len, h) || h.type != MsgType::KeyAnswer)
+		return false;
+	const uint8_t *b = buf + kRdmHeaderBytes;
+	if (!all_zero(b + keys::kFieldBytes, kKeyAnswerBodyBytes - keys::kFieldBytes))
+		return false;
+	out.status = static_cast<KeyStatus>(h.status);
+	keys::decode_fields(b, out.entry);
+	const keys::KeyEntry &e = out.entry;
+	if (out.status != KeyStatus::Ok)
+		return all_zero(b + 8, keys::kFieldBytes - 8);
+	return e.len != 0 && e.va <= UINT64_MAX - (e.len - 1) && e.start <= UINT64_MAX - (e.len - 1) &&
+	       (e.access & kKeyRights) != 0 && (e.access & ~keys::kAccessKnown) == 0 &&
+	       (!(e.access & keys::kAccessUnregistered) || e.rkey == 0);
 }
 
 } // namespace vrma::rdm

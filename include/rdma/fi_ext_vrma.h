@@ -100,6 +100,14 @@ struct fi_vrma_rma_stats {
 			      * a whole FI_MORE chain of them) */
 };
 
+/* A domain's registrations on demand (FI_VRMA_MR_ON_DEMAND): regions
+ * fi_mr_reg found mostly untouched and left unregistered with the device
+ * until their first device use (a peer's RDMA, a local MSG operation). */
+struct fi_vrma_mr_stats {
+	uint64_t on_demand;  /* regions registered on demand */
+	uint64_t registered; /* of those, registered with the device since */
+};
+
 /* fi_open_ops(&domain->fid, FI_VRMA_DOMAIN_OPS, 0, (void **)&ops, NULL) */
 #define FI_VRMA_DOMAIN_OPS "vrma_domain_ops_v1"
 
@@ -119,6 +127,9 @@ struct fi_vrma_domain_ops {
 	/* Copies the domain's RMA counters. Present when size covers it
 	 * (added after mr_cache_stats). */
 	int (*rma_stats)(struct fid_domain *domain, struct fi_vrma_rma_stats *stats);
+	/* Copies the domain's registration-on-demand counters. Present when
+	 * size covers it (added after rma_stats). */
+	int (*mr_stats)(struct fid_domain *domain, struct fi_vrma_mr_stats *stats);
 };
 
 #ifdef __cplusplus

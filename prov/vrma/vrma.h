@@ -14,6 +14,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include <netinet/in.h>
@@ -47,6 +48,11 @@
 #include "vrma_wire.h"
 
 namespace vrma {
+
+namespace rdm { // rdm_wire.h
+enum class KeyStatus : uint8_t;
+struct KeyAnswer;
+} // namespace rdm
 
 // The core writes its own state into provider.context: keep it mutable.
 extern fi_provider provider;
@@ -274,6 +280,11 @@ struct MrDesc {
 	// endpoints (no FI_MR_LOCAL) a desc lacking it is ignored rather than
 	// trusted.
 	std::atomic<bool> local_write{false};
+	// A region registered on demand and not registered yet: its range is
+	// empty until then, and the MSG data path, which needs the device's
+	// key, registers it through this (desc_register_on_demand). Set and
+	// cleared under Domain::mr_lock.
+	std::atomic<Mr *> on_demand{nullptr};
 	MrDesc *next_free = nullptr; // MrDescPool's queue, under Domain::mr_lock
 
 	uint32_t key() const noexcept { return lkey.load(std::memory_order_relaxed); }
@@ -323,6 +334,11 @@ private:
 // region, or outside its range): -FI_EINVAL. Cold: the data path calls it
 // only on refusal.
 [[gnu::cold]] ssize_t desc_refused(const MrDesc *d, const void *buf, size_t len) noexcept;
+// A desc that does not cover [buf, buf + len) because its region is
+// registered on demand and not yet: registers it now (true when the desc
+// covers the buffer afterwards). False for any other desc.
+[[gnu::cold]] bool desc_register_on_demand(Domain *dom, const MrDesc *d, const void *buf,
+					   size_t len) noexcept;
 
 struct Domain final : fid_domain {
 	using FidType = fid_domain;
@@ -355,6 +371,18 @@ struct Domain final : fid_domain {
 	std::unique_ptr<uint8_t[]> key_table_mem;
 	MrPtr key_table_mr;
 	keys::KeyTable key_table;
+	// Registration on demand (vrma_mr.cpp): a large region the application
+	// has not touched yet is registered with the device at its first
+	// remote access (a peer's KeyRequest) or local device use, not at
+	// fi_mr_reg, so that its memory is not pinned (faulted in) before it
+	// is used. Domains for FI_EP_RDM only (their peers translate keys);
+	// regions of at least on_demand_min bytes (0: never). Under mr_lock:
+	// such regions by fid_mr::key, from fi_mr_reg to fi_close, and the
+	// next provider key for one (kOnDemandKeyBit set).
+	size_t on_demand_min = 0;
+	std::unordered_map<uint64_t, Mr *> on_demand;
+	uint64_t next_on_demand_key = 1;
+	std::atomic<uint64_t> on_demand_regions{0}, on_demand_registered{0};
 	// Serves commit messages while FI_RMA_PMEM endpoints exist.
 	std::mutex pmem_lock;
 	PmemServicePtr pmem;
@@ -383,6 +411,15 @@ struct Mr final : fid_mr {
 	uint32_t mr_rkey = 0; // the device key (fid_mr::key is the application's with scalable keys)
 	bool published = false; // in the domain's key table (scalable keys, remote access)
 	uint64_t access = 0; // FI_* access bits as registered
+	// The range as the application registered it, and the verbs rights
+	// it maps to.
+	void *addr = nullptr;
+	size_t len = 0;
+	int ibv_access = 0;
+	uint64_t offset = 0; // scalable keys: the address initiators name addr by
+	// Registered on demand (Domain::on_demand): `mr` is null until the
+	// device registration is made (mr_register_now).
+	bool on_demand = false;
 	// FI_RMA_EVENT counters (fi_mr_bind), read by the domain's service.
 	std::atomic<Cntr *> cntr_remote_read{nullptr};
 	std::atomic<Cntr *> cntr_remote_write{nullptr};
@@ -990,10 +1027,23 @@ extern const fi_ops_mr mr_ops;
 bool domain_scalable_keys(const fi_info &info) noexcept;
 // Allocates and registers the domain's key table (rdm_params.mr_keys).
 int domain_open_key_table(Domain *dom) noexcept;
-// The region a peer names by key (fi_mr_key: the rkey, or the application's
-// key with scalable keys) as a key-table entry; false when there is none.
-// mr_lock held.
-bool domain_resolve_key(Domain *dom, uint64_t key, keys::KeyEntry &out) noexcept;
+// The region a peer names by key (fi_mr_key: the rkey, the provider key of
+// a region registered on demand, or the application's key with scalable
+// keys) as a key-table entry, and its Mr when the domain has it at hand
+// (nullptr allowed); false when there is none. An entry of a region not
+// registered yet has rkey 0 and keys::kAccessUnregistered. mr_lock held.
+bool domain_resolve_key(Domain *dom, uint64_t key, keys::KeyEntry &out, Mr **mr = nullptr) noexcept;
+// Provider keys of regions registered on demand have this bit set (device
+// keys are 32 bits): initiators translate them (vrma_rdm_keys.cpp).
+inline constexpr uint64_t kOnDemandKeyBit = uint64_t(1) << 63;
+// Registers a region registered on demand with the device, if it is not
+// yet (mr_lock held): 0, or a negative FI_E* code (logged).
+int mr_register_now(Domain *dom, Mr *mr) noexcept;
+// A peer's KeyRequest for key, needing `access` (keys::kAccessRemote*):
+// the region's entry, registered with the device first when it was not and
+// allows that access (mr_lock taken here). Absent for a key the domain has
+// no region of with remote rights.
+rdm::KeyStatus domain_key_request(Domain *dom, uint64_t key, uint8_t access, rdm::KeyAnswer &out) noexcept;
 
 // vrma_cq.cpp
 int cq_open(fid_domain *domain, fi_cq_attr *attr, fid_cq **cq, void *context) noexcept;
@@ -1153,6 +1203,8 @@ inline void count_completion(Cntr *cntr, bool success) noexcept
 // (vrma_mr.cpp): each region's bound counter counts it once; keys of
 // regions closed meanwhile are skipped.
 void count_region_events(Domain *dom, bool write, const uint64_t *keys, size_t n) noexcept;
+// The same for regions the caller resolved (mr_lock held).
+void count_region_event(Mr *mr, bool write) noexcept;
 // The counter polls (and waits on) the CQs that carry its completions.
 int cntr_attach_cq(Cntr *cntr, Cq *cq) noexcept;
 void cntr_detach_cq(Cntr *cntr, Cq *cq) noexcept;

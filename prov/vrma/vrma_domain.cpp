@@ -186,6 +186,12 @@ try {
 		if (int rc = domain_open_key_table(dom.get()))
 			return rc;
 	}
+	// Registration on demand (vrma_mr.cpp) where peers translate keys: RDM
+	// domains, whose provider keys may then need 64 bits (an application
+	// that opens the domain with a narrower mr_key_size keeps device keys).
+	const size_t key_size = info->domain_attr ? info->domain_attr->mr_key_size : 0;
+	if (rdm && (dom->scalable_keys || key_size == 0 || key_size >= sizeof(uint64_t)))
+		dom->on_demand_min = rdm_params.mr_on_demand;
 	dom->inline_size = probe_inline_size(ctx);
 	dom->fid.fclass = FI_CLASS_DOMAIN;
 	dom->fid.context = context;

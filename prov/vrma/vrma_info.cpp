@@ -337,6 +337,9 @@ fi_info *build_rdm_cap_info(const Port &p, const PortAddr &a, int inline_size)
 	// keys and virtual addresses of the target's (without_rdm_rma drops
 	// RMA and this mode for applications that do not take it on).
 	dom.mr_mode = kRdmRmaMrMode;
+	// Provider keys of regions registered on demand have 64 bits
+	// (kOnDemandKeyBit); device keys 32.
+	dom.mr_key_size = rdm_params.mr_on_demand ? sizeof(uint64_t) : sizeof(uint32_t);
 	dom.cq_data_size = kRdmCqDataSize;
 	dom.av_type = FI_AV_UNSPEC;
 	dom.max_err_data = 0;

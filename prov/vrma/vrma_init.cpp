@@ -110,6 +110,14 @@ void params_init() noexcept
 	define_size("mr_keys",
 		    "Scalable keys (mr_mode 0 or FI_MR_SCALABLE): regions a domain can publish under keys the application chose, rounded up to a power of two times 8 (default: 4096)",
 		    &rdm_params.mr_keys);
+	{
+		// 0 is a value here (off), unlike define_size's.
+		fi_param_define(&provider, "mr_on_demand", FI_PARAM_SIZE_T,
+				"RDM domains: a region of at least this many bytes, mostly untouched when registered, is registered with the device (and its memory pinned) at its first remote access instead of at fi_mr_reg; 0: always at fi_mr_reg (default: 1048576)");
+		size_t v;
+		if (fi_param_get_size_t(&provider, "mr_on_demand", &v) == FI_SUCCESS)
+			rdm_params.mr_on_demand = v;
+	}
 	rdm_params.eager_size = std::clamp<size_t>(rdm_params.eager_size, 64, size_t(1) << 20);
 	rdm_params.mr_keys = std::clamp<size_t>(rdm_params.mr_keys, keys::kBucketEntries,
 						keys::kBucketEntries << 20);

@@ -1,8 +1,29 @@
-// Memory registration: one ibv_mr per fid_mr; key = rkey, desc = the Mr.
+// Memory registration: one ibv_mr per fid_mr; key = rkey (or the
+// application's key with scalable keys), desc = the region's MrDesc.
+//
+// Registration on demand (domains for FI_EP_RDM): ibv_reg_mr pins every
+// page of a region, faulting in the ones the application never touched, so
+// a large buffer registered "just in case" (fabtests' result and compare
+// buffers, a SHMEM heap) costs its whole size in resident memory at once.
+// A region of at least Domain::on_demand_min bytes of which fewer than half
+// the pages are resident (mincore) is therefore registered with the device
+// only when the device first needs it:
+//  - a peer's RDMA to it: the peer cannot know the device key yet (provider
+//    keys of such regions carry kOnDemandKeyBit; with scalable keys the
+//    table entry says kAccessUnregistered), so it sends a KeyRequest, and
+//    the target's progress registers the region and answers
+//    (domain_key_request);
+//  - an MSG endpoint's local use of its desc (desc_register_on_demand).
+// vrma's emulated atomics need no device key (the target's CPU applies
+// them), and RDM endpoints use a desc only when it covers the buffer
+// (otherwise the registration cache registers just what an operation
+// touches): neither registers the region.
 #include "vrma.h"
 #include "vrma_rdm.h"
 
 #include <bit>
+#include <sys/mman.h>
+#include <unistd.h>
 
 namespace vrma {
 
@@ -32,6 +53,46 @@ int access_to_ibv(uint64_t access, bool device_atomics)
 	return a;
 }
 
+// Whether to register [buf, buf + len) on demand: a domain that does so,
+// a region at least on_demand_min long, fewer than half of whose pages are
+// resident. The answer is a snapshot (mincore); a region it cannot tell
+// about is registered at once.
+bool register_on_demand(const Domain *dom, const void *buf, size_t len) noexcept
+{
+	if (!dom->on_demand_min || len < dom->on_demand_min)
+		return false;
+	static const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+	const uintptr_t first = reinterpret_cast<uintptr_t>(buf) & ~(page - 1);
+	const uintptr_t end = reinterpret_cast<uintptr_t>(buf) + len;
+	const size_t pages = (end - first + page - 1) / page;
+	size_t resident = 0;
+	unsigned char vec[4096];
+	for (size_t done = 0; done < pages;) {
+		const size_t n = std::min(pages - done, sizeof vec);
+		if (mincore(reinterpret_cast<void *>(first + done * page), n * page, vec) != 0)
+			return false; // part of it is not mapped: ibv_reg_mr says so
+		for (size_t i = 0; i < n; i++)
+			resident += vec[i] & 1;
+		done += n;
+	}
+	return resident * 2 < pages;
+}
+
+// The region's entry in the key table (scalable keys).
+keys::KeyEntry table_entry(const Mr *mr) noexcept
+{
+	keys::KeyEntry e;
+	e.key = mr->key;
+	e.va = reinterpret_cast<uintptr_t>(mr->addr);
+	e.start = mr->offset;
+	e.len = mr->len;
+	e.rkey = mr->mr_rkey;
+	e.access = ((mr->access & FI_REMOTE_READ) ? keys::kAccessRemoteRead : 0) |
+		   ((mr->access & FI_REMOTE_WRITE) ? keys::kAccessRemoteWrite : 0) |
+		   (mr->mr ? 0 : keys::kAccessUnregistered);
+	return e;
+}
+
 int mr_close(fid *f) noexcept
 {
 	Mr *mr = from_fid<Mr>(f);
@@ -43,15 +104,22 @@ int mr_close(fid *f) noexcept
 	// a remote access error, never another region's memory.
 	if (mr->published)
 		dom->key_table.erase(mr->key);
-	ibv_mr *raw = mr->mr.release();
-	if (int rc = ibv_dereg_mr(raw)) {
-		VRMA_WARN(FI_LOG_MR, "ibv_dereg_mr: %s\n", strerror(rc));
-		mr->mr.reset(raw);
-		return errno_to_fi(rc);
+	if (mr->mr) {
+		ibv_mr *raw = mr->mr.release();
+		if (int rc = ibv_dereg_mr(raw)) {
+			VRMA_WARN(FI_LOG_MR, "ibv_dereg_mr: %s\n", strerror(rc));
+			mr->mr.reset(raw);
+			if (mr->published)
+				(void)dom->key_table.insert(table_entry(mr));
+			return errno_to_fi(rc);
+		}
+		dom->mrs_by_key.erase(mr->mr_rkey);
 	}
+	if (mr->on_demand)
+		dom->on_demand.erase(mr->key);
 	// The desc outlives the Mr, closed: posts naming it are refused.
+	mr->desc->on_demand.store(nullptr, std::memory_order_relaxed);
 	dom->mr_descs.give(mr->desc);
-	dom->mrs_by_key.erase(mr->mr_rkey);
 	for (Cntr *c : {mr->cntr_remote_read.load(), mr->cntr_remote_write.load()})
 		if (c)
 			c->refs--;
@@ -157,58 +225,85 @@ try {
 	}
 	auto mr = std::make_unique<Mr>();
 	mr->domain = dom;
-	const int ibv_access = access_to_ibv(
+	mr->addr = iov.iov_base;
+	mr->len = iov.iov_len;
+	mr->offset = attr->offset;
+	mr->access = attr->access;
+	mr->ibv_access = access_to_ibv(
 		attr->access, rdm_params.native_atomics && dom->dev_attr.atomic_cap != IBV_ATOMIC_NONE);
-	mr->mr.reset(ibv_reg_mr(dom->pd.get(), iov.iov_base, iov.iov_len, ibv_access));
-	if (!mr->mr) {
-		int err = errno;
-		VRMA_WARN(FI_LOG_MR, "ibv_reg_mr(%p, %zu): %s\n", iov.iov_base, iov.iov_len,
-			  strerror(err));
-		// EINVAL/EFAULT here mean a bad buffer, not a full table.
-		return errno_to_fi(err);
+	mr->on_demand = register_on_demand(dom, iov.iov_base, iov.iov_len);
+	if (!mr->on_demand) {
+		mr->mr.reset(ibv_reg_mr(dom->pd.get(), iov.iov_base, iov.iov_len, mr->ibv_access));
+		if (!mr->mr) {
+			int err = errno;
+			VRMA_WARN(FI_LOG_MR, "ibv_reg_mr(%p, %zu): %s\n", iov.iov_base, iov.iov_len,
+				  strerror(err));
+			// EINVAL/EFAULT here mean a bad buffer, not a full table.
+			return errno_to_fi(err);
+		}
+		mr->mr_rkey = mr->mr->rkey;
 	}
 	mr->fid.fclass = FI_CLASS_MR;
 	mr->fid.context = attr->context;
 	mr->fid.ops = const_cast<fi_ops *>(&mr_fi_ops);
-	mr->mr_rkey = mr->mr->rkey;
-	mr->key = dom->scalable_keys ? attr->requested_key : mr->mr->rkey;
-	mr->access = attr->access;
 	// Scalable keys: published when peers may access the region (a
 	// local-only registration needs no key, so its key is not checked).
-	mr->published = dom->scalable_keys && (attr->access & (FI_REMOTE_READ | FI_REMOTE_WRITE));
+	const bool remote = attr->access & (FI_REMOTE_READ | FI_REMOTE_WRITE);
+	mr->published = dom->scalable_keys && remote;
 	{
 		std::lock_guard<std::mutex> guard(dom->mr_lock);
-		// The range as registered (the device's view of it).
-		mr->desc = dom->mr_descs.take(reinterpret_cast<uintptr_t>(mr->mr->addr), mr->mr->length,
-					      mr->mr->lkey, ibv_access & IBV_ACCESS_LOCAL_WRITE);
+		mr->key = dom->scalable_keys ? attr->requested_key
+			  : mr->on_demand    ? kOnDemandKeyBit | dom->next_on_demand_key++
+					     : mr->mr_rkey;
+		// The range as registered (the device's view of it); none yet
+		// for a region registered on demand.
+		mr->desc = mr->on_demand ? dom->mr_descs.take(UINTPTR_MAX, 0, 0, false)
+					 : dom->mr_descs.take(reinterpret_cast<uintptr_t>(mr->mr->addr),
+							      mr->mr->length, mr->mr->lkey,
+							      mr->ibv_access & IBV_ACCESS_LOCAL_WRITE);
 		if (!mr->desc)
 			return -FI_ENOMEM;
+		if (mr->on_demand) {
+			mr->desc->end.store(0, std::memory_order_relaxed);
+			mr->desc->on_demand.store(mr.get(), std::memory_order_relaxed);
+		}
 		mr->mem_desc = mr->desc;
-		dom->mrs_by_key[mr->mr->rkey] = mr.get();
 		if (mr->published) {
-			keys::KeyEntry e;
-			e.key = attr->requested_key;
-			e.va = reinterpret_cast<uintptr_t>(iov.iov_base);
-			e.start = attr->offset;
-			e.len = iov.iov_len;
-			e.rkey = mr->mr->rkey;
-			e.access = ((attr->access & FI_REMOTE_READ) ? keys::kAccessRemoteRead : 0) |
-				   ((attr->access & FI_REMOTE_WRITE) ? keys::kAccessRemoteWrite : 0);
-			const keys::Insert r = dom->key_table.insert(e);
+			const keys::Insert r = dom->key_table.insert(table_entry(mr.get()));
 			if (r != keys::Insert::Ok) {
-				dom->mrs_by_key.erase(mr->mr->rkey);
+				mr->desc->on_demand.store(nullptr, std::memory_order_relaxed);
 				dom->mr_descs.give(mr->desc);
 				if (r == keys::Insert::Duplicate) {
 					VRMA_WARN(FI_LOG_MR, "fi_mr_reg: key 0x%llx is in use in this domain\n",
-						  static_cast<unsigned long long>(e.key));
+						  static_cast<unsigned long long>(mr->key));
 					return -FI_ENOKEY;
 				}
 				VRMA_WARN(FI_LOG_MR, "fi_mr_reg: no room for key 0x%llx (%zu of %zu keys used; FI_VRMA_MR_KEYS)\n",
-					  static_cast<unsigned long long>(e.key), dom->key_table.size(),
+					  static_cast<unsigned long long>(mr->key), dom->key_table.size(),
 					  dom->key_table.capacity());
 				return -FI_ENOSPC;
 			}
 		}
+		// Peers reach a region registered on demand by its key (unique:
+		// the table refused a duplicate, provider keys are never reused).
+		if (mr->on_demand && remote) {
+			try {
+				dom->on_demand[mr->key] = mr.get();
+			} catch (...) {
+				if (mr->published)
+					dom->key_table.erase(mr->key);
+				mr->desc->on_demand.store(nullptr, std::memory_order_relaxed);
+				dom->mr_descs.give(mr->desc);
+				return -FI_ENOMEM;
+			}
+		}
+		if (mr->mr)
+			dom->mrs_by_key[mr->mr_rkey] = mr.get();
+	}
+	if (mr->on_demand) {
+		dom->on_demand_regions.fetch_add(1, std::memory_order_relaxed);
+		VRMA_INFO(FI_LOG_MR, "fi_mr_reg(%p, %zu): mostly untouched, registered with the device at its first use\n",
+			  iov.iov_base, iov.iov_len);
 	}
 	dom->refs++;
 	*mr_out = mr.release();
@@ -317,24 +412,113 @@ int domain_open_key_table(Domain *dom) noexcept
 	return 0;
 }
 
-bool domain_resolve_key(Domain *dom, uint64_t key, keys::KeyEntry &out) noexcept
+bool domain_resolve_key(Domain *dom, uint64_t key, keys::KeyEntry &out, Mr **mr_out) noexcept
 {
-	if (dom->scalable_keys)
-		return dom->key_table.find(key, out);
-	if (key > UINT32_MAX)
-		return false;
-	auto it = dom->mrs_by_key.find(static_cast<uint32_t>(key));
-	if (it == dom->mrs_by_key.end())
-		return false;
-	const Mr *mr = it->second;
+	const Mr *mr = nullptr;
+	if (dom->scalable_keys) {
+		if (!dom->key_table.find(key, out))
+			return false;
+		if (mr_out) {
+			if (out.access & keys::kAccessUnregistered) {
+				auto it = dom->on_demand.find(key);
+				*mr_out = it == dom->on_demand.end() ? nullptr : it->second;
+			} else {
+				auto it = dom->mrs_by_key.find(out.rkey);
+				*mr_out = it == dom->mrs_by_key.end() ? nullptr : it->second;
+			}
+		}
+		return true;
+	}
+	if (key & kOnDemandKeyBit) {
+		auto it = dom->on_demand.find(key);
+		if (it == dom->on_demand.end())
+			return false;
+		mr = it->second;
+	} else {
+		if (key > UINT32_MAX)
+			return false;
+		auto it = dom->mrs_by_key.find(static_cast<uint32_t>(key));
+		if (it == dom->mrs_by_key.end())
+			return false;
+		mr = it->second;
+	}
+	out = table_entry(mr);
 	out.key = key;
-	out.va = reinterpret_cast<uintptr_t>(mr->mr->addr);
 	out.start = out.va; // virtual addresses
-	out.len = mr->mr->length;
-	out.rkey = mr->mr_rkey;
-	out.access = ((mr->access & FI_REMOTE_READ) ? keys::kAccessRemoteRead : 0) |
-		     ((mr->access & FI_REMOTE_WRITE) ? keys::kAccessRemoteWrite : 0);
+	if (mr_out)
+		*mr_out = const_cast<Mr *>(mr);
 	return true;
+}
+
+int mr_register_now(Domain *dom, Mr *mr) noexcept
+{
+	if (mr->mr)
+		return 0;
+	mr->mr.reset(ibv_reg_mr(dom->pd.get(), mr->addr, mr->len, mr->ibv_access));
+	if (!mr->mr) {
+		const int err = errno;
+		VRMA_WARN(FI_LOG_MR, "registering region %p (%zu bytes) on demand: ibv_reg_mr: %s\n",
+			  mr->addr, mr->len, strerror(err));
+		return errno_to_fi(err);
+	}
+	try {
+		dom->mrs_by_key[mr->mr->rkey] = mr;
+	} catch (...) {
+		(void)ibv_dereg_mr(mr->mr.release());
+		return -FI_ENOMEM;
+	}
+	mr->mr_rkey = mr->mr->rkey;
+	// The key before the range, as MrDescPool::take orders them.
+	MrDesc *d = mr->desc;
+	d->lkey.store(mr->mr->lkey, std::memory_order_relaxed);
+	d->local_write.store(mr->ibv_access & IBV_ACCESS_LOCAL_WRITE, std::memory_order_relaxed);
+	d->end.store(reinterpret_cast<uintptr_t>(mr->mr->addr) + mr->mr->length, std::memory_order_relaxed);
+	d->start.store(reinterpret_cast<uintptr_t>(mr->mr->addr), std::memory_order_relaxed);
+	d->on_demand.store(nullptr, std::memory_order_relaxed);
+	if (mr->published)
+		(void)dom->key_table.update(table_entry(mr));
+	dom->on_demand_registered.fetch_add(1, std::memory_order_relaxed);
+	VRMA_INFO(FI_LOG_MR, "region %p (%zu bytes) registered on demand\n", mr->addr, mr->len);
+	return 0;
+}
+
+rdm::KeyStatus domain_key_request(Domain *dom, uint64_t key, uint8_t access, rdm::KeyAnswer &out) noexcept
+{
+	out = {};
+	out.entry.key = key;
+	std::lock_guard<std::mutex> guard(dom->mr_lock);
+	keys::KeyEntry e;
+	Mr *mr = nullptr;
+	constexpr uint8_t kRights = keys::kAccessRemoteRead | keys::kAccessRemoteWrite;
+	if (!domain_resolve_key(dom, key, e, &mr) || !(e.access & kRights) || !mr || !mr->len)
+		return out.status = rdm::KeyStatus::Absent;
+	// Registered (pinned) only for an access the region allows: the
+	// answer without a device key tells the initiator what it lacks.
+	if ((e.access & access) == access && mr_register_now(dom, mr))
+		return out.status = rdm::KeyStatus::Failed;
+	out.entry = table_entry(mr);
+	out.entry.key = key;
+	if (!dom->scalable_keys)
+		out.entry.start = out.entry.va; // virtual addresses
+	return out.status = rdm::KeyStatus::Ok;
+}
+
+bool desc_register_on_demand(Domain *dom, const MrDesc *d, const void *buf, size_t len) noexcept
+{
+	if (!d->on_demand.load(std::memory_order_relaxed))
+		return false;
+	std::lock_guard<std::mutex> guard(dom->mr_lock);
+	// Again under the lock: fi_close clears it before the Mr goes.
+	Mr *mr = d->on_demand.load(std::memory_order_relaxed);
+	if (mr && mr_register_now(dom, mr))
+		return false;
+	return d->covers(buf, len);
+}
+
+void count_region_event(Mr *mr, bool write) noexcept
+{
+	count_completion((write ? mr->cntr_remote_write : mr->cntr_remote_read).load(std::memory_order_acquire),
+			 true);
 }
 
 void count_region_events(Domain *dom, bool write, const uint64_t *keys, size_t n) noexcept
@@ -346,9 +530,7 @@ void count_region_events(Domain *dom, bool write, const uint64_t *keys, size_t n
 		auto it = dom->mrs_by_key.find(static_cast<uint32_t>(keys[i]));
 		if (it == dom->mrs_by_key.end())
 			continue;
-		Mr *mr = it->second;
-		count_completion((write ? mr->cntr_remote_write : mr->cntr_remote_read).load(std::memory_order_acquire),
-				 true);
+		count_region_event(it->second, write);
 	}
 }
 

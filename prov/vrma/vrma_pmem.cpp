@@ -409,12 +409,25 @@ int rma_stats_op(fid_domain *domain, fi_vrma_rma_stats *out) noexcept
 	return 0;
 }
 
+int mr_stats_op(fid_domain *domain, fi_vrma_mr_stats *out) noexcept
+{
+	if (!domain || domain->fid.fclass != FI_CLASS_DOMAIN || !out) {
+		VRMA_WARN(FI_LOG_DOMAIN, "mr_stats: NULL output or not a vrma domain\n");
+		return -FI_EINVAL;
+	}
+	const Domain *dom = from_fid<Domain>(&domain->fid);
+	out->on_demand = dom->on_demand_regions.load();
+	out->registered = dom->on_demand_registered.load();
+	return 0;
+}
+
 const fi_vrma_domain_ops vrma_domain_ops = {
 	.size = sizeof(fi_vrma_domain_ops),
 	.set_direct_write_to_pmem = set_direct_write_to_pmem,
 	.commit_stats = commit_stats,
 	.mr_cache_stats = mr_cache_stats_op,
 	.rma_stats = rma_stats_op,
+	.mr_stats = mr_stats_op,
 };
 
 } // namespace

@@ -765,7 +765,8 @@ inline ssize_t build_sges(const Conn *conn, const iovec *iov, void *const *desc,
 		sge[i].addr = reinterpret_cast<uintptr_t>(iov[i].iov_base);
 		sge[i].length = static_cast<uint32_t>(std::min<size_t>(len, UINT32_MAX));
 		const MrDesc *md = desc ? static_cast<const MrDesc *>(desc[i]) : nullptr;
-		if (md && iov[i].iov_len && !md->covers(iov[i].iov_base, iov[i].iov_len)) [[unlikely]]
+		if (md && iov[i].iov_len && !md->covers(iov[i].iov_base, iov[i].iov_len) &&
+		    !desc_register_on_demand(conn->domain, md, iov[i].iov_base, iov[i].iov_len)) [[unlikely]]
 			return desc_refused(md, iov[i].iov_base, iov[i].iov_len);
 		sge[i].lkey = md ? md->key() : 0;
 		if (!md && len)

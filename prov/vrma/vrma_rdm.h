@@ -83,6 +83,7 @@ struct RdmParams {
 	size_t rndv_reads = 0;     // READs in flight per connection (0: max_rd_atomic)
 	size_t mr_keys = 4096;     // scalable keys a domain publishes (key_table.h)
 	bool native_atomics = false; // (U)INT64 SUM, READ, CSWAP as device atomics
+	size_t mr_on_demand = size_t(1) << 20; // Domain::on_demand_min (0: off)
 };
 extern RdmParams rdm_params;
 
@@ -146,12 +147,16 @@ struct RdmRmaDone {
 	int err, prov_errno;
 };
 
-// Scalable keys: what this side knows of one of a peer's keys.
+// What this side knows of one of a peer's keys that need translating: a
+// scalable key, or a provider key of a region the peer registers on demand
+// (kOnDemandKeyBit).
 struct RemoteKey {
 	enum class State : uint8_t {
 		Reading, // a READ of its bucket is in flight (read_id)
-		Ready,   // entry holds it
+		Asking,  // a KeyRequest is in flight (read_id: its msg_id)
+		Ready,   // entry holds it (with kAccessUnregistered: ask the peer)
 		Absent,  // the peer has no such key: the next operation fails
+		Failed,  // the peer could not register the region: the next operation fails
 	};
 	State state = State::Reading;
 	uint32_t read_id = 0;
@@ -637,13 +642,20 @@ inline bool rdm_fence_blocked(RdmEp *ep, RdmPeer *peer, Conn *conn) noexcept
 	return !peer->waiting.empty() || !peer->atomics.empty();
 }
 
-// vrma_rdm_keys.cpp: scalable keys (lock held).
+// vrma_rdm_keys.cpp: scalable keys and keys of regions registered on
+// demand (lock held).
+// Whether key must be translated before the device can use it.
+inline bool rdm_key_translated(const RdmEp *ep, uint64_t key) noexcept
+{
+	return ep->scalable_keys || (key & kOnDemandKeyBit);
+}
 // The remote segments of an operation of `total` bytes translated into the
-// peer's device keys and virtual addresses (out, n entries): 0; -FI_EAGAIN
-// while a key is being read from the peer's table (the READs were started);
-// 1 when the operation ended in an error entry (FI_EACCES: a key the peer
-// does not have, a range outside its region, an access it does not allow);
-// another negative FI_E* code.
+// peer's device keys and virtual addresses (out, n entries; a device key
+// passes unchanged): 0; -FI_EAGAIN while a key is being read from the
+// peer's table or asked for (the READs and KeyRequests were started); 1
+// when the operation ended in an error entry (FI_EACCES: a key the peer
+// does not have, a range outside its region, an access it does not allow,
+// a region it could not register); another negative FI_E* code.
 int rdm_translate_keys(RdmEp *ep, RdmPeer *peer, Conn *conn, const fi_rma_iov *in, size_t n,
 		       size_t total, uint8_t access, const RdmTxReport &op,
 		       fi_rma_iov *out) noexcept;
@@ -652,12 +664,16 @@ inline const keys::KeyEntry *rdm_key_ready(RdmPeer *peer, uint64_t key, uint8_t 
 {
 	auto it = peer->keys.find(key);
 	if (it == peer->keys.end() || it->second.state != RemoteKey::State::Ready ||
-	    (it->second.entry.access & access) != access)
+	    (it->second.entry.access & (access | keys::kAccessUnregistered)) != access)
 		return nullptr;
 	return &it->second.entry;
 }
 // A KeyRead request completed.
 void rdm_key_read_done(RdmEp *ep, RdmKeyRead *rd, bool ok) noexcept;
+// A KeyRequest from a peer: answered (its region registered first).
+void rdm_handle_key_request(RdmEp *ep, RdmPeer *peer, const uint8_t *buf, size_t len) noexcept;
+// A KeyAnswer from a peer: the key's state.
+void rdm_handle_key_answer(RdmEp *ep, RdmPeer *peer, const uint8_t *buf, size_t len) noexcept;
 
 // vrma_rdm_atomic.cpp
 extern const fi_ops_atomic rdm_atomic_ops;

@@ -135,7 +135,10 @@ ssize_t post_native(RdmEp *ep, RdmPeer *peer, Conn *conn, const AtomicCall &c,
 			return -FI_EINVAL;
 		}
 	}
-	if (ep->scalable_keys) {
+	bool translate = ep->scalable_keys;
+	for (size_t r = 0; r < m.rma_iov_count && !translate; r++)
+		translate = rdm_key_translated(ep, remote[r].key);
+	if (translate) {
 		fi_rma_iov xlat[rdm::kMaxAtomicSegments];
 		if (int rc = rdm_translate_keys(ep, peer, conn, remote, m.rma_iov_count, total * 8,
 						keys::kAccessRemoteWrite,
@@ -518,21 +521,26 @@ void serve_request(RdmEp *ep, RdmPeer *peer, const uint8_t *buf, size_t len)
 		return;
 	}
 	rdm::AtomicStatus status = rdm::AtomicStatus::Ok;
-	uint64_t rkeys[rdm::kMaxAtomicSegments];
 	{
 		Domain *dom = ep->domain;
 		std::lock_guard mr_guard(dom->mr_lock); // no region goes away meanwhile
 		uint8_t *targets[rdm::kMaxAtomicSegments];
+		// The regions touched, each once (FI_RMA_EVENT counts them):
+		// a region registered on demand may have no device key yet.
+		Mr *regions[rdm::kMaxAtomicSegments];
+		size_t nregions = 0;
 		for (size_t i = 0; i < r.nseg; i++) {
 			keys::KeyEntry e;
+			Mr *mr = nullptr;
 			uint64_t va = 0;
-			if (!domain_resolve_key(dom, r.segs[i].key, e) || (e.access & need) != need ||
+			if (!domain_resolve_key(dom, r.segs[i].key, e, &mr) || (e.access & need) != need ||
 			    !e.translate(r.segs[i].addr, r.segs[i].count * size, va)) {
 				status = rdm::AtomicStatus::AccessError;
 				break;
 			}
 			targets[i] = reinterpret_cast<uint8_t *>(va);
-			rkeys[i] = e.rkey;
+			if (mr && std::find(regions, regions + nregions, mr) == regions + nregions)
+				regions[nregions++] = mr;
 		}
 		if (status == rdm::AtomicStatus::Ok) {
 			std::lock_guard exec_guard(atomic_exec_lock);
@@ -546,16 +554,18 @@ void serve_request(RdmEp *ep, RdmPeer *peer, const uint8_t *buf, size_t len)
 						    r.segs[i].count);
 				off += b;
 			}
+			if (ep->rma_events)
+				for (size_t i = 0; i < nregions; i++)
+					count_region_event(regions[i], writes);
 		}
 	}
 	if (status == rdm::AtomicStatus::Ok) {
 		// The header's length counts elements; the entry's len is bytes.
+		// The regions were counted above.
 		rdm::RdmHeader ev = h;
 		ev.length = h.length * size;
-		std::sort(rkeys, rkeys + r.nseg);
-		const size_t nkeys = static_cast<size_t>(std::unique(rkeys, rkeys + r.nseg) - rkeys);
 		rdm_report_rma_event(ep, peer, FI_ATOMIC | (writes ? FI_REMOTE_WRITE : FI_REMOTE_READ), ev,
-				     rkeys, nkeys);
+				     nullptr, 0);
 	}
 	const bool ok = status == rdm::AtomicStatus::Ok;
 	rdm::encode_atomic_response(answer, h.msg_id, status, nullptr, ok ? result_bytes : 0);

@@ -1,14 +1,22 @@
-// Scalable keys on RDM endpoints (mr_mode 0 / FI_MR_SCALABLE): an
-// operation names the target's region by the key the application chose and
-// an address relative to it; the initiator learns (key -> device key,
-// address, bounds, access) from the table the target's domain publishes
-// (key_table.h), with one RDMA READ of the key's bucket, and keeps it for as
-// long as the connection lives.
+// Keys an RDM initiator translates before the device can use them:
+//  - scalable keys (mr_mode 0 / FI_MR_SCALABLE): an operation names the
+//    target's region by the key the application chose and an address
+//    relative to it; the initiator learns (key -> device key, address,
+//    bounds, access) from the table the target's domain publishes
+//    (key_table.h), with one RDMA READ of the key's bucket;
+//  - keys of regions the target registers on demand (vrma_mr.cpp): a
+//    provider key with kOnDemandKeyBit, or a table entry marked
+//    kAccessUnregistered. The initiator asks the target with a KeyRequest;
+//    the target's progress registers the region and answers with its entry.
+// Either way the initiator keeps the entry for as long as the connection
+// lives.
 //
 // Contracts:
 //  - lock held (RdmEp::lock) throughout;
-//  - the target's CPU takes no part: a target that never calls into
-//    libfabric is served;
+//  - a table READ needs no target CPU (a target that never calls into
+//    libfabric is served); a KeyRequest is answered by the target's
+//    progress (with FI_PROGRESS_MANUAL, when it calls in), once per region
+//    and connection;
 //  - an operation on a key being read returns -FI_EAGAIN (the application
 //    retries as for a connection being made); on a key the peer does not
 //    have, or outside what its region allows, it is accepted and ends in an
@@ -94,6 +102,28 @@ int start_key_read(RdmEp *ep, RdmPeer *peer, Conn *conn, uint64_t key) noexcept
 	return 0;
 }
 
+// Sends a KeyRequest for key: 0, or a negative FI_E* code (-FI_EAGAIN: no
+// room now; nothing is recorded, the next operation asks again).
+int start_key_request(RdmEp *ep, RdmPeer *peer, Conn *conn, uint64_t key, uint8_t access) noexcept
+{
+	const uint32_t id = rdm_next_msg_id(peer);
+	uint8_t msg[rdm::kKeyRequestBytes];
+	rdm::encode_key_request(msg, id, key, access);
+	RemoteKey *k;
+	try {
+		k = &peer->keys[key];
+	} catch (...) {
+		return -FI_ENOMEM;
+	}
+	if (ssize_t rc = rdm_post_send_copy(ep, conn, msg, sizeof msg)) {
+		peer->keys.erase(key);
+		return static_cast<int>(rc);
+	}
+	k->state = RemoteKey::State::Asking;
+	k->read_id = id;
+	return 0;
+}
+
 int key_error(RdmEp *ep, const RdmTxReport &op, const char *what, uint64_t key) noexcept
 {
 	VRMA_WARN(FI_LOG_EP_DATA, "RDM RMA: key 0x%llx: %s\n", static_cast<unsigned long long>(key),
@@ -108,30 +138,54 @@ int rdm_translate_keys(RdmEp *ep, RdmPeer *peer, Conn *conn, const fi_rma_iov *i
 		       size_t total, uint8_t access, const RdmTxReport &op,
 		       fi_rma_iov *out) noexcept
 {
-	if (!peer->key_table.buckets) [[unlikely]]
+	if (ep->scalable_keys && !peer->key_table.buckets) [[unlikely]]
 		return key_error(ep, op, "the peer publishes no scalable keys (its domain uses provider keys)",
 				 in[0].key);
-	// Every unknown key's READ starts now: one round trip for all.
-	bool reading = false;
+	// Every unknown key's READ or request starts now: one round trip for
+	// all.
+	bool waiting = false;
 	for (size_t r = 0; r < n; r++) {
-		auto it = peer->keys.find(in[r].key);
+		const uint64_t key = in[r].key;
+		if (!rdm_key_translated(ep, key))
+			continue;
+		auto it = peer->keys.find(key);
+		int rc = 0;
 		if (it == peer->keys.end()) {
-			if (int rc = start_key_read(ep, peer, conn, in[r].key); rc && rc != -FI_EAGAIN)
-				return rc;
-			reading = true;
-		} else if (it->second.state == RemoteKey::State::Reading) {
-			reading = true;
+			rc = ep->scalable_keys ? start_key_read(ep, peer, conn, key)
+					       : start_key_request(ep, peer, conn, key, access);
+		} else if (it->second.state == RemoteKey::State::Ready &&
+			   (it->second.entry.access & keys::kAccessUnregistered)) {
+			// Not registered yet: asked for when the region allows
+			// the access (else refused below).
+			if ((it->second.entry.access & access) != access)
+				continue;
+			rc = start_key_request(ep, peer, conn, key, access);
+		} else if (it->second.state != RemoteKey::State::Reading &&
+			   it->second.state != RemoteKey::State::Asking) {
+			continue;
 		}
+		if (rc && rc != -FI_EAGAIN)
+			return rc;
+		waiting = true;
 	}
-	if (reading)
+	if (waiting)
 		return -FI_EAGAIN;
 	size_t left = total;
 	for (size_t r = 0; r < n; r++) {
+		if (!rdm_key_translated(ep, in[r].key)) {
+			out[r] = in[r];
+			left -= std::min(in[r].len, left);
+			continue;
+		}
 		auto it = peer->keys.find(in[r].key);
-		if (it->second.state == RemoteKey::State::Absent) {
+		if (it->second.state != RemoteKey::State::Ready) {
 			// Said once: the next operation asks the peer again.
+			const bool failed = it->second.state == RemoteKey::State::Failed;
 			peer->keys.erase(it);
-			return key_error(ep, op, "the peer has no region with this key", in[r].key);
+			return key_error(ep, op,
+					 failed ? "the peer could not register the region (its memory or limits)"
+						: "the peer has no region with this key",
+					 in[r].key);
 		}
 		const keys::KeyEntry &e = it->second.entry;
 		if ((e.access & access) != access)
@@ -140,6 +194,8 @@ int rdm_translate_keys(RdmEp *ep, RdmPeer *peer, Conn *conn, const fi_rma_iov *i
 						 ? "the peer's region does not allow remote writes"
 						 : "the peer's region does not allow remote reads",
 					 in[r].key);
+		if (e.access & keys::kAccessUnregistered) [[unlikely]]
+			return -FI_EAGAIN; // asked for above; the answer is on its way
 		const size_t used = std::min(in[r].len, left);
 		uint64_t va = 0;
 		if (!e.translate(in[r].addr, used, va))
@@ -148,6 +204,51 @@ int rdm_translate_keys(RdmEp *ep, RdmPeer *peer, Conn *conn, const fi_rma_iov *i
 		left -= used;
 	}
 	return 0;
+}
+
+void rdm_handle_key_request(RdmEp *ep, RdmPeer *peer, const uint8_t *buf, size_t len) noexcept
+{
+	rdm::RdmHeader h;
+	uint64_t key = 0;
+	uint8_t access = 0;
+	if (!rdm::decode_key_request(buf, len, h, key, access)) [[unlikely]] {
+		VRMA_WARN(FI_LOG_EP_DATA, "RDM: a malformed key request from a peer: ignored\n");
+		return;
+	}
+	rdm::KeyAnswer a;
+	(void)domain_key_request(ep->domain, key, access, a);
+	uint8_t msg[rdm::kKeyAnswerBytes];
+	rdm::encode_key_answer(msg, h.msg_id, a);
+	rdm_send_answer(ep, peer, msg, msg + rdm::kRdmHeaderBytes, rdm::kKeyAnswerBodyBytes);
+}
+
+void rdm_handle_key_answer(RdmEp *, RdmPeer *peer, const uint8_t *buf, size_t len) noexcept
+{
+	rdm::RdmHeader h;
+	rdm::KeyAnswer a;
+	if (!rdm::decode_key_answer(buf, len, h, a)) [[unlikely]] {
+		VRMA_WARN(FI_LOG_EP_DATA, "RDM: a malformed key answer from a peer: ignored\n");
+		return;
+	}
+	auto it = peer->keys.find(a.entry.key);
+	if (it == peer->keys.end() || it->second.state != RemoteKey::State::Asking ||
+	    it->second.read_id != h.msg_id) {
+		VRMA_INFO(FI_LOG_EP_DATA, "RDM: an answer for key 0x%llx, which waits no more\n",
+			  static_cast<unsigned long long>(a.entry.key));
+		return;
+	}
+	switch (a.status) {
+	case rdm::KeyStatus::Ok:
+		it->second.entry = a.entry;
+		it->second.state = RemoteKey::State::Ready;
+		break;
+	case rdm::KeyStatus::Absent:
+		it->second.state = RemoteKey::State::Absent;
+		break;
+	case rdm::KeyStatus::Failed:
+		it->second.state = RemoteKey::State::Failed;
+		break;
+	}
 }
 
 void rdm_key_read_done(RdmEp *ep, RdmKeyRead *rd, bool ok) noexcept

@@ -898,6 +898,12 @@ void handle_message(RdmEp *ep, const ibv_wc &wc, const uint8_t *buf)
 	case rdm::MsgType::CommitRequest:
 		rdm_handle_commit(ep, peer, buf, wc.byte_len);
 		return;
+	case rdm::MsgType::KeyRequest:
+		rdm_handle_key_request(ep, peer, buf, wc.byte_len);
+		return;
+	case rdm::MsgType::KeyAnswer:
+		rdm_handle_key_answer(ep, peer, buf, wc.byte_len);
+		return;
 	case rdm::MsgType::CommitAnswer: {
 		auto w = peer->waiting.find(h.msg_id);
 		if (w == peer->waiting.end()) {

@@ -66,9 +66,17 @@ ssize_t rdm_rma_check(RdmEp *ep, bool is_read, const iovec *iov, size_t count,
 		return -FI_EINVAL;
 	}
 	size_t remote_total = 0;
-	if (ssize_t rc = rma_check_remote(rma_iov, rma_count,
-					  ep->scalable_keys ? UINT64_MAX : UINT32_MAX, remote_total))
+	if (ssize_t rc = rma_check_remote(rma_iov, rma_count, UINT64_MAX, remote_total))
 		return rc;
+	if (!ep->scalable_keys) {
+		// Provider keys: the device's (32 bits), or on-demand ones.
+		for (size_t r = 0; r < rma_count; r++)
+			if (rma_iov[r].key > UINT32_MAX && !(rma_iov[r].key & kOnDemandKeyBit)) [[unlikely]] {
+				VRMA_WARN(FI_LOG_EP_DATA, "RMA: key 0x%llx is no key of a vrma region\n",
+					  static_cast<unsigned long long>(rma_iov[r].key));
+				return -FI_EINVAL;
+			}
+	}
 	if (count > kRdmIovLimit || (count && !iov)) [[unlikely]] {
 		VRMA_WARN(FI_LOG_EP_DATA, "RDM RMA: %zu local segments; iov_limit is %zu\n", count,
 			  kRdmIovLimit);
@@ -133,7 +141,10 @@ ssize_t rdm_rma(RdmEp *ep, ibv_wr_opcode opcode, const iovec *iov, void *const *
 	if ((flags & FI_FENCE) && rdm_fence_blocked(ep, peer, conn)) [[unlikely]]
 		return -FI_EAGAIN;
 	fi_rma_iov translated[kMaxRmaIov];
-	if (ep->scalable_keys) {
+	bool translate = ep->scalable_keys;
+	for (size_t r = 0; r < rma_count && !translate; r++)
+		translate = rdm_key_translated(ep, rma_iov[r].key);
+	if (translate) {
 		const uint8_t access = is_read ? keys::kAccessRemoteRead : keys::kAccessRemoteWrite;
 		if (int rc = rdm_translate_keys(ep, peer, conn, rma_iov, rma_count, total, access,
 						{context, comp_flags, total, report, cntr}, translated))
@@ -277,13 +288,15 @@ constexpr uint64_t kFastRmaFlags = FI_COMPLETION | FI_INJECT | FI_INJECT_COMPLET
 {
 	const bool is_read = opcode == IBV_WR_RDMA_READ;
 	const bool inject = inject_call || (flags & FI_INJECT);
-	if (!((flags & ~kFastRmaFlags) || (key > UINT32_MAX && !ep->scalable_keys) ||
-	      (!buf && len) || (is_read && inject))) [[likely]] {
+	if (!((flags & ~kFastRmaFlags) || (!buf && len) || (is_read && inject))) [[likely]] {
 		std::lock_guard guard(ep->lock);
 		RdmPeer *peer = ep->enabled ? rdm_peer_cached(ep, dest) : nullptr;
 		Conn *conn = peer ? peer->conn.get() : nullptr;
 		uint64_t raddr = addr, rkey = key;
-		if (conn && ep->scalable_keys) {
+		// A key that is neither scalable nor the device's (32 bits) is
+		// looked up too: on-demand keys are found, others take the long
+		// way, which refuses them.
+		if (conn && (ep->scalable_keys || key > UINT32_MAX)) {
 			const keys::KeyEntry *e = rdm_key_ready(
 				peer, key, is_read ? keys::kAccessRemoteRead : keys::kAccessRemoteWrite);
 			if (!e || !e->translate(addr, len, raddr))

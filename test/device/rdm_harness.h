@@ -49,6 +49,16 @@ fi_info *rdm_get_info(const fi_info *hints);
 // The names of a fi_getinfo list, for messages ("vrma/FI_EP_MSG, ...").
 std::string info_names(const fi_info *list);
 
+// Hints that live as long as their holder (a base class of an env built
+// from them).
+struct OwnedHints {
+	fi_info *h;
+	explicit OwnedHints(fi_info *hints) : h(hints) {}
+	~OwnedHints() { fi_freeinfo(h); }
+	OwnedHints(const OwnedHints &) = delete;
+	OwnedHints &operator=(const OwnedHints &) = delete;
+};
+
 // A fabric and domain opened from the native RDM entry.
 struct RdmEnv {
 	fi_info *info = nullptr;

@@ -61,14 +61,6 @@ fi_info *rma_hints(uint64_t extra_caps = 0)
 	return rdm_hints(kRdmCaps | kRmaCaps | FI_FENCE | extra_caps);
 }
 
-struct OwnedHints {
-	fi_info *h;
-	explicit OwnedHints(fi_info *hints) : h(hints) {}
-	~OwnedHints() { fi_freeinfo(h); }
-	OwnedHints(const OwnedHints &) = delete;
-	OwnedHints &operator=(const OwnedHints &) = delete;
-};
-
 // An RdmEnv opened from rma_hints(extra_caps).
 struct RmaEnv : private OwnedHints, RdmEnv {
 	explicit RmaEnv(uint64_t extra_caps = 0) : OwnedHints(rma_hints(extra_caps)), RdmEnv(h)

@@ -81,6 +81,52 @@ START_TEST(test_insert_read_erase)
 }
 END_TEST
 
+// A region registered on demand: published unregistered, then updated in
+// place with its device key. A READ meanwhile finds it torn, never absent,
+// and the update leaves the bucket's other entries alone.
+START_TEST(test_update_in_place)
+{
+	Table tb(1);
+	KeyEntry lazy = entry(4);
+	lazy.rkey = 0;
+	lazy.access = kAccessRemoteWrite | kAccessUnregistered;
+	ck_assert(tb.t.insert(entry(2)) == Insert::Ok);
+	ck_assert(tb.t.insert(lazy) == Insert::Ok);
+	KeyEntry got;
+	ck_assert(read_bucket(tb.bucket(4), 4, got) == Lookup::Found);
+	assert_same(got, lazy);
+	std::vector<uint8_t> before = tb.mem;
+	KeyEntry done = lazy;
+	done.rkey = 0x4321;
+	done.access = kAccessRemoteWrite;
+	ck_assert(tb.t.update(done));
+	ck_assert_uint_eq(tb.t.size(), 2);
+	ck_assert(read_bucket(tb.bucket(4), 4, got) == Lookup::Found);
+	assert_same(got, done);
+	ck_assert(read_bucket(tb.bucket(2), 2, got) == Lookup::Found);
+	assert_same(got, entry(2));
+	// Every mix of the old and new bytes of the entry (a READ racing the
+	// update) is either one of the two whole entries or torn.
+	for (size_t cut = 0; cut <= kEntryBytes; cut += 8) {
+		std::vector<uint8_t> mixed = tb.mem;
+		for (size_t i = 0; i < kBucketBytes; i++)
+			if (i % kEntryBytes >= cut)
+				mixed[i] = before[i];
+		const Lookup l = read_bucket(mixed.data(), 4, got);
+		ck_assert(l != Lookup::Absent);
+		if (l == Lookup::Found)
+			ck_assert(got.rkey == 0 || got.rkey == 0x4321);
+	}
+	// An unknown key is not updated; an unknown access bit is torn.
+	ck_assert(!tb.t.update(entry(9)));
+	std::vector<uint8_t> odd = tb.mem;
+	for (size_t e = 0; e < kBucketEntries; e++)
+		if (odd[e * kEntryBytes + 37])
+			odd[e * kEntryBytes + 36] |= 1 << 5;
+	ck_assert(read_bucket(odd.data(), 4, got) == Lookup::Torn);
+}
+END_TEST
+
 // Consecutive keys (as applications number their regions) fill every entry;
 // one more is refused as Full, not placed elsewhere.
 START_TEST(test_consecutive_keys_fill_capacity)
@@ -188,6 +234,7 @@ Suite *key_table_suite()
 	TCase *tc = tcase_create("core");
 	tcase_add_test(tc, test_insert_read_erase);
 	tcase_add_test(tc, test_consecutive_keys_fill_capacity);
+	tcase_add_test(tc, test_update_in_place);
 	tcase_add_test(tc, test_torn_copies_detected);
 	tcase_add_test(tc, test_translate_bounds);
 	tcase_add_test(tc, test_random_against_model);

@@ -985,7 +985,7 @@ START_TEST(undefined_types_refused)
 		buf[0] = t;
 		ck_assert_msg(!decodes(buf, sizeof buf), "type %u", t);
 	}
-	ck_assert_uint_eq(kMsgTypeMax, 13);
+	ck_assert_uint_eq(kMsgTypeMax, 15);
 }
 END_TEST
 
@@ -1109,11 +1109,147 @@ START_TEST(malformed_commits_refused)
 }
 END_TEST
 
+// KeyRequest and KeyAnswer: round trips of every status, and each field
+// decode checks refused.
+START_TEST(key_request_and_answer_round_trip)
+{
+	uint8_t req[kKeyRequestBytes];
+	encode_key_request(req, 41, 0x8000000000000007ULL, 2);
+	RdmHeader h;
+	uint64_t key = 0;
+	uint8_t access = 0;
+	ck_assert(decode_key_request(req, sizeof req, h, key, access));
+	ck_assert(h.type == MsgType::KeyRequest);
+	ck_assert_uint_eq(h.msg_id, 41);
+	ck_assert_uint_eq(key, 0x8000000000000007ULL);
+	ck_assert_uint_eq(access, 2);
+
+	KeyAnswer a;
+	a.entry = {0x8000000000000007ULL, 0x7f0000001000ULL, 0x7f0000001000ULL, 1 << 20, 0x1234, 3};
+	uint8_t ans[kKeyAnswerBytes];
+	encode_key_answer(ans, 41, a);
+	KeyAnswer out;
+	ck_assert(decode_key_answer(ans, sizeof ans, h, out));
+	ck_assert(h.type == MsgType::KeyAnswer && h.msg_id == 41);
+	const vrma::keys::KeyEntry &o = out.entry;
+	ck_assert(out.status == KeyStatus::Ok && o.key == a.entry.key && o.va == a.entry.va &&
+		  o.start == a.entry.start && o.len == a.entry.len && o.rkey == 0x1234 && o.access == 3);
+	for (KeyStatus st : {KeyStatus::Absent, KeyStatus::Failed}) {
+		KeyAnswer b = a;
+		b.status = st;
+		encode_key_answer(ans, 9, b);
+		ck_assert(decode_key_answer(ans, sizeof ans, h, out));
+		// Only the key travels with a refusal.
+		ck_assert(out.status == st && out.entry.key == a.entry.key && out.entry.va == 0 &&
+			  out.entry.len == 0 && out.entry.rkey == 0 && out.entry.access == 0);
+	}
+	// A region that lacks the right asked for: its entry, unregistered.
+	KeyAnswer c = a;
+	c.entry.rkey = 0;
+	c.entry.access = 1 | vrma::keys::kAccessUnregistered;
+	encode_key_answer(ans, 9, c);
+	ck_assert(decode_key_answer(ans, sizeof ans, h, out));
+	ck_assert(out.status == KeyStatus::Ok && out.entry.rkey == 0 &&
+		  out.entry.access == (1 | vrma::keys::kAccessUnregistered));
+}
+END_TEST
+
+START_TEST(malformed_key_messages_refused)
+{
+	uint8_t good[kKeyRequestBytes];
+	encode_key_request(good, 41, 7, 3);
+	uint8_t bad[kKeyAnswerBytes + 8];
+	RdmHeader h;
+	uint64_t key;
+	uint8_t access;
+	auto req_refused = [&](size_t len) { return !decode_key_request(bad, len, h, key, access); };
+	auto reset = [&](const uint8_t *src, size_t len) { memcpy(bad, src, len); };
+	reset(good, sizeof good);
+	ck_assert(!req_refused(sizeof good));
+	ck_assert(req_refused(sizeof good - 1)); // short
+	ck_assert(req_refused(sizeof good + 1)); // long
+	le::put32(bad + 4, 0); // msg_id 0
+	ck_assert(req_refused(sizeof good));
+	reset(good, sizeof good);
+	le::put64(bad + 24, 8); // a length
+	ck_assert(req_refused(sizeof good));
+	reset(good, sizeof good);
+	bad[3] = 1; // a status
+	ck_assert(req_refused(sizeof good));
+	reset(good, sizeof good);
+	bad[2] = kFlagCqData; // a flag
+	ck_assert(req_refused(sizeof good));
+	reset(good, sizeof good);
+	bad[kRdmHeaderBytes + 8] = 0; // no access
+	ck_assert(req_refused(sizeof good));
+	reset(good, sizeof good);
+	bad[kRdmHeaderBytes + 8] = vrma::keys::kAccessUnregistered; // not a right
+	ck_assert(req_refused(sizeof good));
+	reset(good, sizeof good);
+	bad[kRdmHeaderBytes + 15] = 1; // reserved
+	ck_assert(req_refused(sizeof good));
+
+	KeyAnswer a;
+	a.entry = {7, 0x1000, 0, 4096, 5, 1};
+	uint8_t ans[kKeyAnswerBytes];
+	encode_key_answer(ans, 41, a);
+	KeyAnswer out;
+	auto ans_refused = [&](size_t len) { return !decode_key_answer(bad, len, h, out); };
+	reset(ans, sizeof ans);
+	ck_assert(!ans_refused(sizeof ans));
+	ck_assert(ans_refused(sizeof ans - 1));
+	ck_assert(ans_refused(sizeof ans + 1));
+	le::put32(bad + 4, 0); // msg_id 0
+	ck_assert(ans_refused(sizeof ans));
+	reset(ans, sizeof ans);
+	bad[3] = kKeyStatusMax + 1; // unknown status
+	ck_assert(ans_refused(sizeof ans));
+	reset(ans, sizeof ans);
+	le::put64(bad + kRdmHeaderBytes + 24, 0); // an empty region
+	ck_assert(ans_refused(sizeof ans));
+	reset(ans, sizeof ans);
+	le::put64(bad + kRdmHeaderBytes + 8, UINT64_MAX - 100); // wraps the address space
+	ck_assert(ans_refused(sizeof ans));
+	reset(ans, sizeof ans);
+	le::put64(bad + kRdmHeaderBytes + 16, UINT64_MAX); // start wraps
+	ck_assert(ans_refused(sizeof ans));
+	reset(ans, sizeof ans);
+	bad[kRdmHeaderBytes + 36] = 0; // no access
+	ck_assert(ans_refused(sizeof ans));
+	reset(ans, sizeof ans);
+	bad[kRdmHeaderBytes + 36] = vrma::keys::kAccessUnregistered; // no right
+	ck_assert(ans_refused(sizeof ans));
+	reset(ans, sizeof ans);
+	bad[kRdmHeaderBytes + 36] = 1 | vrma::keys::kAccessUnregistered; // unregistered, with a device key
+	ck_assert(ans_refused(sizeof ans));
+	reset(ans, sizeof ans);
+	bad[kRdmHeaderBytes + 36] = 1 << 5; // an unknown bit
+	ck_assert(ans_refused(sizeof ans));
+	reset(ans, sizeof ans);
+	bad[kRdmHeaderBytes + 38] = 1; // reserved
+	ck_assert(ans_refused(sizeof ans));
+	// A refusal that carries an entry.
+	a.status = KeyStatus::Absent;
+	encode_key_answer(ans, 41, a);
+	reset(ans, sizeof ans);
+	ck_assert(!ans_refused(sizeof ans));
+	le::put32(bad + kRdmHeaderBytes + 32, 5);
+	ck_assert(ans_refused(sizeof ans));
+	// One type is not the other.
+	reset(good, sizeof good);
+	ck_assert(!decode_key_answer(bad, sizeof good, h, out));
+	reset(ans, sizeof ans);
+	ck_assert(!decode_key_request(bad, sizeof ans, h, key, access));
+}
+END_TEST
+
 Suite *rdm_wire_suite()
 {
 	Suite *s = suite_create("rdm_wire");
 	TCase *tc = tcase_create("rdm_wire");
 	tcase_add_test(tc, addr_validity_and_order);
+	tcase_add_test(tc, key_request_and_answer_round_trip);
+	tcase_add_test(tc, malformed_key_messages_refused);
 	tcase_add_test(tc, conn_header_round_trip);
 	tcase_add_test(tc, malformed_conn_headers_refused);
 	tcase_add_test(tc, conn_header_key_table);
