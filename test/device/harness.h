@@ -243,5 +243,6 @@ Suite *msg_flags_suite();
 Suite *rdm_suite();
 Suite *rdm_rma_suite();
 Suite *rdm_atomic_suite();
+Suite *rdm_atomic_flags_suite();
 Suite *av_suite();
 Suite *msg_auto_suite();
