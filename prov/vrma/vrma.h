@@ -423,8 +423,10 @@ struct Mr final : fid_mr {
 	// FI_RMA_EVENT counters (fi_mr_bind), read by the domain's service.
 	std::atomic<Cntr *> cntr_remote_read{nullptr};
 	std::atomic<Cntr *> cntr_remote_write{nullptr};
-	// How the commit service persists this region: found at the first
-	// commit (-1: not yet), a persist::Backing value.
+	// How commits persist this region, a persist::Backing value: found at
+	// registration with FI_RMA_PMEM (persistent memory, the application's
+	// commit target), else at the first commit into it (-1: not yet;
+	// written under the domain's mr_lock).
 	std::atomic<int> backing{-1};
 };
 static_assert(offsetof(fid_mr, mem_desc) > 0, "layout");
@@ -1375,6 +1377,12 @@ wire::CommitStatus commit_persist_range(Domain *dom, uint64_t key, uint64_t addr
 					uint64_t len) noexcept;
 // Whether commits wait for their answer (an FI_FENCE must wait for them).
 bool pmem_commits_pending(Ep *ep) noexcept;
+// What backs the memory at addr (a persist::Backing value, read from
+// /proc/self/maps: linear in the mappings, so once per region), logged at
+// FI_INFO with how commits will persist it; `pmem` (a region registered
+// with FI_RMA_PMEM) adds one FI_WARN when that memory does not survive a
+// crash (anonymous or private mappings, or unknown).
+int pmem_region_backing(const void *addr, bool pmem) noexcept;
 // Releases a commit whose requests were never posted.
 void pmem_abort_commit(Ep *ep, uint32_t commit) noexcept;
 

@@ -199,7 +199,10 @@ try {
 	// registration-cache bit to the core provider): ignored.
 	constexpr uint64_t kPrivateFlags = ~((1ULL << 59) - 1);
 	// FI_RMA_EVENT: counters will be bound (fi_mr_bind, then FI_ENABLE).
-	if (flags & ~(kPrivateFlags | FI_RMA_EVENT)) {
+	// FI_RMA_PMEM: persistent memory, the target of commits
+	// (FI_COMMIT_COMPLETE): its backing is found now, not at the first
+	// commit. Commits into regions without it are served the same way.
+	if (flags & ~(kPrivateFlags | FI_RMA_EVENT | FI_RMA_PMEM)) {
 		VRMA_WARN(FI_LOG_MR, "fi_mr_reg: unsupported flags 0x%llx\n",
 			  static_cast<unsigned long long>(flags & ~kPrivateFlags));
 		return -FI_EBADFLAGS;
@@ -243,6 +246,8 @@ try {
 		}
 		mr->mr_rkey = mr->mr->rkey;
 	}
+	if (flags & FI_RMA_PMEM)
+		mr->backing.store(pmem_region_backing(mr->addr, true), std::memory_order_relaxed);
 	mr->fid.fclass = FI_CLASS_MR;
 	mr->fid.context = attr->context;
 	mr->fid.ops = const_cast<fi_ops *>(&mr_fi_ops);

@@ -135,17 +135,30 @@ wire::CommitStatus commit_persist_range(Domain *dom, uint64_t key, uint64_t addr
 	    addr_ - base > mr->mr->length - len)
 		return wire::CommitStatus::BadRange;
 	void *addr = reinterpret_cast<void *>(static_cast<uintptr_t>(addr_));
+	// A region registered without FI_RMA_PMEM is persisted all the same,
+	// its backing found now (under mr_lock: the look-up reads
+	// /proc/self/maps, once per region).
 	int backing = mr->backing.load(std::memory_order_relaxed);
 	if (backing < 0) {
-		backing = static_cast<int>(persist::backing_of(mr->mr->addr));
+		backing = pmem_region_backing(mr->addr, false);
 		mr->backing.store(backing, std::memory_order_relaxed);
-		VRMA_INFO(FI_LOG_MR, "region %p: %s memory, persisted with %s\n", mr->mr->addr,
-			  persist::name(static_cast<persist::Backing>(backing)),
-			  backing == static_cast<int>(persist::Backing::SharedFile)
-				  ? "msync"
-				  : persist::name(cache_flush_method()));
 	}
 	return persist_bytes(dom, addr, static_cast<size_t>(len), static_cast<persist::Backing>(backing));
+}
+
+int pmem_region_backing(const void *addr, bool pmem) noexcept
+{
+	const persist::Backing b = persist::backing_of(addr);
+	const bool msync = b == persist::Backing::SharedFile;
+	VRMA_INFO(FI_LOG_MR, "region %p%s: %s memory, commits persist it with %s\n", addr,
+		  pmem ? " (FI_RMA_PMEM)" : "", persist::name(b),
+		  msync ? "msync" : persist::name(cache_flush_method()));
+	if (pmem && (b == persist::Backing::Anonymous || b == persist::Backing::PrivateFile ||
+		     b == persist::Backing::Unknown))
+		VRMA_WARN(FI_LOG_MR,
+			  "fi_mr_reg: FI_RMA_PMEM region %p is %s memory, which does not survive a crash: commits into it make data visible, not durable\n",
+			  addr, b == persist::Backing::Unknown ? "unidentified" : persist::name(b));
+	return static_cast<int>(b);
 }
 
 namespace {

@@ -347,6 +347,13 @@ struct RdmEp final : fid_ep {
 	static constexpr size_t kRecvPoolMax = 256;
 	std::vector<std::unique_ptr<RdmRecv>> recv_pool;
 	std::unordered_map<rdm::RdmAddr, std::unique_ptr<RdmPeer>, rdm::RdmAddrHash> peers;
+	// FI_MORE holds requests back per connection: the peer whose connection
+	// may hold some (the last one a transmit with FI_MORE went to), or
+	// nullptr. Only one does: a transmit to another peer, and every
+	// refused one, first posts what this one holds (rdm_more_switch,
+	// rdm_more_flush). Written under `lock`; atomic so that the transmit
+	// calls' refusal paths can test it without the lock.
+	std::atomic<RdmPeer *> more_peer{nullptr};
 	// qp_num -> peer, for receive completions (the SRQ's completions name
 	// only the queue pair). A direct-mapped hint in front of the map saves
 	// the hash lookup per message; erase() clears the hint with the entry.
@@ -507,8 +514,43 @@ private:
 // operation is accepted and ends at once in an error entry (as any failed
 // operation: the caller returns 0); -FI_EAGAIN while connecting (progress
 // ran once); another negative FI_E* code when the last attempt failed.
-int rdm_tx_conn(RdmEp *ep, fi_addr_t dest, const RdmTxReport &op, RdmPeer *&peer,
+// `more`: the transmit has FI_MORE (rdm_more_switch).
+int rdm_tx_conn(RdmEp *ep, fi_addr_t dest, const RdmTxReport &op, bool more, RdmPeer *&peer,
 		Conn *&conn) noexcept;
+
+// FI_MORE across peers (lock held). Requests held back on one peer's
+// connection are posted by the next transmit on that connection without
+// FI_MORE; a transmit to another peer would leave them held, so it posts
+// them first: rdm_more_flush posts what RdmEp::more_peer holds and forgets
+// it, and rdm_more_switch does so for a transmit to `peer` (`more`: with
+// FI_MORE, which makes `peer` the one that may hold requests).
+void rdm_more_flush(RdmEp *ep) noexcept;
+[[gnu::always_inline]] inline void rdm_more_switch(RdmEp *ep, RdmPeer *peer, bool more) noexcept
+{
+	RdmPeer *held = ep->more_peer.load(std::memory_order_relaxed);
+	if (held && held != peer) [[unlikely]]
+		rdm_more_flush(ep);
+	if (more) [[unlikely]]
+		ep->more_peer.store(peer, std::memory_order_relaxed);
+}
+// Whether a fast path's transmit to `peer` leaves nothing held elsewhere
+// (else it takes the long way, which posts that first).
+[[gnu::always_inline]] inline bool rdm_more_clear(const RdmEp *ep, const RdmPeer *peer) noexcept
+{
+	const RdmPeer *held = ep->more_peer.load(std::memory_order_relaxed);
+	return !held || held == peer;
+}
+// fi_atomic(3), FI_MORE: a transmit call that returns an error posts what
+// earlier calls held back (their operations then complete; the
+// application that retries after -FI_EAGAIN makes progress on them).
+// Called without the endpoint's lock, with the call's result.
+[[gnu::cold, gnu::noinline]] void rdm_more_flush_unlocked(RdmEp *ep) noexcept;
+inline ssize_t rdm_more_on_error(RdmEp *ep, ssize_t rc) noexcept
+{
+	if (rc < 0 && ep->more_peer.load(std::memory_order_relaxed)) [[unlikely]]
+		rdm_more_flush_unlocked(ep);
+	return rc;
+}
 // The peer for an AV handle, or nullptr (-FI_EINVAL logged) for a bad one.
 RdmPeer *rdm_peer_of(RdmEp *ep, fi_addr_t addr, int &err) noexcept;
 // The connection to send on: 0 and the Conn once connected; -FI_EAGAIN while
@@ -690,8 +732,12 @@ void rdm_fail_atomics(RdmPeer *peer, int err) noexcept;
 
 // vrma_rdm_msg.cpp
 extern const fi_ops_msg rdm_msg_ops;
-// One send of len bytes (vrma's own: no completion) on conn.
-ssize_t rdm_post_send_copy(RdmEp *ep, Conn *conn, const uint8_t *src, size_t len) noexcept;
+// One send of len bytes (vrma's own: no completion) on conn, copied at the
+// call (inline, or into a send buffer); `more` holds it back as FI_MORE
+// does, `fence` sets IBV_SEND_FENCE (it waits for earlier reads and device
+// atomics on the connection).
+ssize_t rdm_post_send_copy(RdmEp *ep, Conn *conn, const uint8_t *src, size_t len, bool more = false,
+			   bool fence = false) noexcept;
 // An answer to the peer (a header, body_len bytes of body), queued when
 // the ring is full.
 void rdm_send_answer(RdmEp *ep, RdmPeer *peer, const uint8_t *hdr, const uint8_t *body,

@@ -17,10 +17,32 @@
 //    (compare-and-swap), on 8-byte aligned targets, one device atomic per
 //    element; the valid queries report every other op on those two types as
 //    unsupported. The other datatypes stay emulated.
+// Flags (fi_atomic(3)), the same on both paths:
+//  - FI_INJECT (and fi_inject_atomic): the operand and compare arrays are
+//    copied at the call (into the request, or into the device atomics' work
+//    requests), so they are the application's again at return; at most
+//    inject_size bytes of operand. A fetch's results are written at
+//    completion, as without the flag;
+//  - FI_COMPLETION: with FI_SELECTIVE_COMPLETION, an entry only with the
+//    flag; bound counters count every operation (fi_inject_atomic: no
+//    entry, counted);
+//  - FI_DELIVERY_COMPLETE, FI_TRANSMIT_COMPLETE, FI_INJECT_COMPLETE: every
+//    atomic completes when it was applied at the target (delivery
+//    semantics), which is what each of them asks or more;
+//  - FI_FENCE: -FI_EAGAIN while an earlier operation to the peer that the
+//    peer's answer completes is outstanding (rdm_fence_blocked), and the
+//    first request carries IBV_SEND_FENCE, so that earlier reads and
+//    device atomics have completed before it runs;
+//  - FI_MORE: the requests are held back and go with the peer's next
+//    transmit without FI_MORE, one doorbell for the chain; a transmit to
+//    another peer, and a call that fails, post them first;
+//  - FI_REMOTE_CQ_DATA: 64 bits, reported to the target once the atomic is
+//    applied (emulated: carried by the request; native: an event message
+//    behind the device atomics);
+//  - FI_COMMIT_COMPLETE: refused (-FI_EBADFLAGS).
 // Contracts: lock held (RdmEp::lock); an accepted operation ends in exactly
 // one completion or error entry (or count), when the target answered (or
-// the device completed): every atomic completes with delivery semantics. A
-// failed remote access is FI_EACCES.
+// the device completed). A failed remote access is FI_EACCES.
 #include "vrma_rdm.h"
 #include "vrma_post.h"
 
@@ -259,7 +281,7 @@ ssize_t post_emulated(RdmEp *ep, RdmPeer *peer, Conn *conn, const AtomicCall &c,
 	} catch (...) {
 		return -FI_ENOMEM;
 	}
-	if (ssize_t rc = rdm_post_send_copy(ep, conn, b, len)) {
+	if (ssize_t rc = rdm_post_send_copy(ep, conn, b, len, c.flags & FI_MORE, c.flags & FI_FENCE)) {
 		peer->atomics.erase(h.msg_id);
 		return rc;
 	}
@@ -267,7 +289,7 @@ ssize_t post_emulated(RdmEp *ep, RdmPeer *peer, Conn *conn, const AtomicCall &c,
 	return 0;
 }
 
-ssize_t rdm_atomic(RdmEp *ep, const AtomicCall &c) noexcept
+ssize_t atomic_long(RdmEp *ep, const AtomicCall &c) noexcept
 {
 	const fi_msg_atomic *m = c.msg;
 	if (!m) {
@@ -340,8 +362,8 @@ ssize_t rdm_atomic(RdmEp *ep, const AtomicCall &c) noexcept
 	Cntr *cntr = fetch ? ep->cntr_read : ep->cntr_write;
 	RdmPeer *peer;
 	Conn *conn = nullptr;
-	if (int rc = rdm_tx_conn(ep, m->addr, {m->context, comp_flags, 0, report, cntr}, peer, conn))
-		[[unlikely]]
+	if (int rc = rdm_tx_conn(ep, m->addr, {m->context, comp_flags, 0, report, cntr}, c.flags & FI_MORE,
+				 peer, conn)) [[unlikely]]
 		return rc > 0 ? 0 : rc;
 	if (conn->peer_flags_pending) [[unlikely]]
 		return -FI_EAGAIN;
@@ -370,6 +392,11 @@ ssize_t rdm_atomic(RdmEp *ep, const AtomicCall &c) noexcept
 		return rc;
 	(void)op.release(); // the answer or the device completion ends it
 	return 0;
+}
+
+ssize_t rdm_atomic(RdmEp *ep, const AtomicCall &c) noexcept
+{
+	return rdm_more_on_error(ep, atomic_long(ep, c));
 }
 
 // The entry points, each building an AtomicCall.

@@ -345,7 +345,7 @@ int rdm_conn_ready(RdmPeer *peer, Conn *&conn) noexcept
 	return -FI_EAGAIN;
 }
 
-int rdm_tx_conn(RdmEp *ep, fi_addr_t dest, const RdmTxReport &op, RdmPeer *&peer,
+int rdm_tx_conn(RdmEp *ep, fi_addr_t dest, const RdmTxReport &op, bool more, RdmPeer *&peer,
 		Conn *&conn) noexcept
 {
 	if (!ep->enabled) [[unlikely]] {
@@ -357,12 +357,14 @@ int rdm_tx_conn(RdmEp *ep, fi_addr_t dest, const RdmTxReport &op, RdmPeer *&peer
 		int err = 0;
 		peer = rdm_peer_of(ep, dest, err);
 		if (!peer) {
+			rdm_more_flush(ep);
 			if (err == FI_ENOMEM)
 				return -FI_ENOMEM;
 			rdm_report_tx(ep, op.context, op.comp_flags, op.len, op.report, op.cntr, err, 0);
 			return 1;
 		}
 	}
+	rdm_more_switch(ep, peer, more);
 	if (int rc = rdm_conn_ready(peer, conn)) [[unlikely]] {
 		if (rc != -FI_EAGAIN)
 			return rc;
@@ -534,8 +536,22 @@ void rdm_conn_established(RdmPeer *peer, Conn *c) noexcept
 	c->state.store(EpState::Connected, std::memory_order_release);
 }
 
+void rdm_more_flush(RdmEp *ep) noexcept
+{
+	RdmPeer *held = ep->more_peer.exchange(nullptr, std::memory_order_relaxed);
+	if (held && held->conn && held->conn->more_held)
+		flush_more(held->conn.get());
+}
+
+void rdm_more_flush_unlocked(RdmEp *ep) noexcept
+{
+	std::lock_guard guard(ep->lock);
+	rdm_more_flush(ep);
+}
+
 void rdm_close_peers(RdmEp *ep) noexcept
 {
+	ep->more_peer.store(nullptr, std::memory_order_relaxed);
 	for (auto &[addr, peer] : ep->peers) {
 		if (peer->conn)
 			rdm_conn_failed(peer.get(), peer->conn.get(), FI_ECANCELED);

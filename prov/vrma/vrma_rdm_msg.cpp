@@ -85,10 +85,11 @@ int take_tx_buf(RdmEp *ep)
 
 // Posts one send of `len` bytes at `src` (header included) on conn: inline
 // when it fits, else through a send buffer. `extra` is payload appended
-// after src (inline only: iov pieces), for the eager fast path.
+// after src (inline only: iov pieces), for the eager fast path. `fence`
+// is added to the request's send_flags (IBV_SEND_FENCE, or 0).
 ssize_t post_copy(RdmEp *ep, Conn *conn, const uint8_t *src, size_t len, const iovec *extra,
 		  size_t nextra, size_t extra_len, void *context, uint64_t comp_flags,
-		  size_t op_len, bool report, Cntr *cntr, bool more, RdmTx kind)
+		  size_t op_len, bool report, Cntr *cntr, bool more, RdmTx kind, unsigned fence = 0)
 {
 	if (!rdm_tx_room(ep, 1))
 		return -FI_EAGAIN;
@@ -104,7 +105,7 @@ ssize_t post_copy(RdmEp *ep, Conn *conn, const uint8_t *src, size_t len, const i
 				sge[n++] = {reinterpret_cast<uintptr_t>(extra[i].iov_base),
 					    static_cast<uint32_t>(extra[i].iov_len), 0};
 		wr.num_sge = n;
-		wr.send_flags = IBV_SEND_INLINE;
+		wr.send_flags = IBV_SEND_INLINE | fence;
 		rc = post_send_one(conn, wr, context, comp_flags, op_len, report, cntr, more,
 				   rdm_aux(kind, 0));
 	} else {
@@ -120,7 +121,7 @@ ssize_t post_copy(RdmEp *ep, Conn *conn, const uint8_t *src, size_t len, const i
 		}
 		sge[0] = {reinterpret_cast<uintptr_t>(b), static_cast<uint32_t>(off), ep->tx_mr->lkey};
 		wr.num_sge = 1;
-		wr.send_flags = 0;
+		wr.send_flags = fence;
 		rc = post_send_one(conn, wr, context, comp_flags, op_len, report, cntr, more,
 				   rdm_aux(kind, static_cast<uint32_t>(idx) + 1));
 		if (rc)
@@ -357,10 +358,11 @@ bool start_rndv(RdmEp *ep, RdmRecv *r, RdmPeer *peer, const rdm::RdmHeader &h,
 
 } // namespace
 
-ssize_t rdm_post_send_copy(RdmEp *ep, Conn *conn, const uint8_t *src, size_t len) noexcept
+ssize_t rdm_post_send_copy(RdmEp *ep, Conn *conn, const uint8_t *src, size_t len, bool more,
+			   bool fence) noexcept
 {
-	return post_copy(ep, conn, src, len, nullptr, 0, 0, nullptr, 0, 0, false, nullptr, false,
-			 RdmTx::Internal);
+	return post_copy(ep, conn, src, len, nullptr, 0, 0, nullptr, 0, 0, false, nullptr, more,
+			 RdmTx::Internal, fence ? IBV_SEND_FENCE : 0);
 }
 
 void rdm_send_answer(RdmEp *ep, RdmPeer *peer, const uint8_t *hdr, const uint8_t *body,
@@ -520,8 +522,8 @@ bool post_reads(RdmEp *ep, RdmRxOp *op)
 
 // --- sends ------------------------------------------------------------------
 
-ssize_t rdm_send(RdmEp *ep, const iovec *iov, size_t count, fi_addr_t dest, uint64_t tag,
-		 uint64_t data, uint64_t flags, void *context, bool tagged, bool inject_call)
+ssize_t send_long(RdmEp *ep, const iovec *iov, size_t count, fi_addr_t dest, uint64_t tag,
+		  uint64_t data, uint64_t flags, void *context, bool tagged, bool inject_call)
 {
 	if (ssize_t rc = check_op_flags(flags, kSendFlags, "RDM send"))
 		return rc;
@@ -544,8 +546,8 @@ ssize_t rdm_send(RdmEp *ep, const iovec *iov, size_t count, fi_addr_t dest, uint
 	std::lock_guard guard(ep->lock);
 	RdmPeer *peer;
 	Conn *conn = nullptr;
-	if (int rc = rdm_tx_conn(ep, dest, {context, comp_flags, total, report, ep->cntr_send}, peer,
-				 conn)) [[unlikely]]
+	if (int rc = rdm_tx_conn(ep, dest, {context, comp_flags, total, report, ep->cntr_send},
+				 flags & FI_MORE, peer, conn)) [[unlikely]]
 		return rc > 0 ? 0 : rc;
 	if (!ep->answer_backlog.empty() || !ep->read_backlog.empty()) [[unlikely]]
 		rdm_progress_locked(ep);
@@ -608,6 +610,15 @@ ssize_t rdm_send(RdmEp *ep, const iovec *iov, size_t count, fi_addr_t dest, uint
 	return rc;
 }
 
+// Every send that does not take the fast path; an error posts what FI_MORE
+// held back first (rdm_more_on_error).
+ssize_t rdm_send(RdmEp *ep, const iovec *iov, size_t count, fi_addr_t dest, uint64_t tag,
+		 uint64_t data, uint64_t flags, void *context, bool tagged, bool inject_call)
+{
+	return rdm_more_on_error(ep, send_long(ep, iov, count, dest, tag, data, flags, context, tagged,
+					       inject_call));
+}
+
 // The data path's common send, as send_one is for MSG endpoints: one
 // buffer whose header and payload fit inline, to a peer already connected,
 // with no flag but kFastSendFlags and nothing waiting in the backlogs.
@@ -630,7 +641,8 @@ constexpr uint64_t kFastSendFlags = FI_COMPLETION | FI_INJECT | FI_INJECT_COMPLE
 		Conn *conn = peer ? peer->conn.get() : nullptr;
 		if (conn && conn->state.load(std::memory_order_relaxed) == EpState::Connected &&
 		    len + kHdr <= conn->inline_size && ep->tx_wrs < ep->tx_credit &&
-		    ep->answer_backlog.empty() && ep->read_backlog.empty()) [[likely]] {
+		    ep->answer_backlog.empty() && ep->read_backlog.empty() &&
+		    rdm_more_clear(ep, peer)) [[likely]] {
 			rdm::RdmHeader h = app_header(tagged, tag, data, flags, len);
 			h.type = tagged ? rdm::MsgType::EagerTagged : rdm::MsgType::Eager;
 			h.flags |= rdm::kFlagLastPiece;
@@ -647,8 +659,10 @@ constexpr uint64_t kFastSendFlags = FI_COMPLETION | FI_INJECT | FI_INJECT_COMPLE
 							 FI_SEND | (tagged ? FI_TAGGED : FI_MSG), len,
 							 report, ep->cntr_send, false,
 							 rdm_aux(RdmTx::App, 0));
-			if (!rc)
+			if (!rc) [[likely]]
 				ep->tx_wrs++; // its slot's retirement takes it back
+			else if (ep->more_peer.load(std::memory_order_relaxed))
+				rdm_more_flush(ep);
 			return rc;
 		}
 	}

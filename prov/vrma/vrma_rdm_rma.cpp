@@ -115,9 +115,9 @@ ssize_t rdm_rma_check(RdmEp *ep, bool is_read, const iovec *iov, size_t count,
 	return md && (!is_read || md->local_write.load(std::memory_order_relaxed)) && md->covers(buf, len);
 }
 
-ssize_t rdm_rma(RdmEp *ep, ibv_wr_opcode opcode, const iovec *iov, void *const *desc,
-		size_t count, fi_addr_t dest, const fi_rma_iov *rma_iov, size_t rma_count,
-		uint64_t data, uint64_t flags, void *context, bool inject_call)
+ssize_t rma_long(RdmEp *ep, ibv_wr_opcode opcode, const iovec *iov, void *const *desc,
+		 size_t count, fi_addr_t dest, const fi_rma_iov *rma_iov, size_t rma_count,
+		 uint64_t data, uint64_t flags, void *context, bool inject_call)
 {
 	const bool is_read = opcode == IBV_WR_RDMA_READ;
 	const bool inject = inject_call || (flags & FI_INJECT);
@@ -131,8 +131,8 @@ ssize_t rdm_rma(RdmEp *ep, ibv_wr_opcode opcode, const iovec *iov, void *const *
 	Cntr *cntr = is_read ? ep->cntr_read : ep->cntr_write;
 	RdmPeer *peer;
 	Conn *conn = nullptr;
-	if (int rc = rdm_tx_conn(ep, dest, {context, comp_flags, total, report, cntr}, peer, conn))
-		[[unlikely]]
+	if (int rc = rdm_tx_conn(ep, dest, {context, comp_flags, total, report, cntr}, flags & FI_MORE,
+				 peer, conn)) [[unlikely]]
 		return rc > 0 ? 0 : rc;
 	if (conn->peer_flags_pending) [[unlikely]]
 		return -FI_EAGAIN; // the CM thread handles the ESTABLISHED event soon
@@ -274,6 +274,16 @@ ssize_t rdm_rma(RdmEp *ep, ibv_wr_opcode opcode, const iovec *iov, void *const *
 	return 0;
 }
 
+// Every RMA that does not take the fast path; an error posts what FI_MORE
+// held back first (rdm_more_on_error).
+ssize_t rdm_rma(RdmEp *ep, ibv_wr_opcode opcode, const iovec *iov, void *const *desc,
+		size_t count, fi_addr_t dest, const fi_rma_iov *rma_iov, size_t rma_count,
+		uint64_t data, uint64_t flags, void *context, bool inject_call)
+{
+	return rdm_more_on_error(ep, rma_long(ep, opcode, iov, desc, count, dest, rma_iov, rma_count,
+					      data, flags, context, inject_call));
+}
+
 // The common case, as rma_one is for MSG endpoints: one local buffer that
 // is copied inline or has a desc, one remote segment that one request
 // carries, a connected peer that counts no events, no flag that adds
@@ -309,7 +319,7 @@ constexpr uint64_t kFastRmaFlags = FI_COMPLETION | FI_INJECT | FI_INJECT_COMPLET
 		    (copied || (!inject && rdm_desc_usable(static_cast<const MrDesc *>(desc), is_read, buf, len))) &&
 		    len <= conn->max_wr_bytes &&
 		    !peer_has(*conn, wire::kCmFlagRmaEvents) && !conn->peer_flags_pending && ep->tx_wrs < ep->tx_credit &&
-		    ep->answer_backlog.empty() && ep->read_backlog.empty()) [[likely]] {
+		    ep->answer_backlog.empty() && ep->read_backlog.empty() && rdm_more_clear(ep, peer)) [[likely]] {
 			ibv_sge sge;
 			ibv_send_wr wr;
 			fill_one_wr(wr, sge, opcode, opcode, buf, len, copied ? nullptr : desc, copied,
@@ -319,8 +329,10 @@ constexpr uint64_t kFastRmaFlags = FI_COMPLETION | FI_INJECT | FI_INJECT_COMPLET
 							 !inject_call && tx_reports(ep, flags),
 							 is_read ? ep->cntr_read : ep->cntr_write, false,
 							 rdm_aux(RdmTx::App, 0));
-			if (!rc)
+			if (!rc) [[likely]]
 				ep->tx_wrs++;
+			else if (ep->more_peer.load(std::memory_order_relaxed))
+				rdm_more_flush(ep);
 			return rc;
 		}
 	}

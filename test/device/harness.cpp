@@ -333,9 +333,9 @@ void MemlockLimit::restore()
 	ck_assert_msg(setrlimit(RLIMIT_MEMLOCK, &saved_) == 0, "restoring RLIMIT_MEMLOCK: %s", strerror(errno));
 }
 
-Region::Region(Env &env, size_t len, uint64_t access) : buf(len ? len : 1)
+Region::Region(Env &env, size_t len, uint64_t access, uint64_t flags) : buf(len ? len : 1)
 {
-	ck_assert_int_eq(fi_mr_reg(env.domain, buf.data(), buf.size(), access, 0, 0, 0, &mr, nullptr), 0);
+	ck_assert_int_eq(fi_mr_reg(env.domain, buf.data(), buf.size(), access, 0, 0, flags, &mr, nullptr), 0);
 }
 
 Region::~Region()
@@ -375,7 +375,7 @@ fi_vrma_commit_stats vrma_commit_stats(fid_domain *domain)
 	return s;
 }
 
-FileMapping::FileMapping(fid_domain *domain, size_t n, uint64_t access) : len(n)
+FileMapping::FileMapping(fid_domain *domain, size_t n, uint64_t access, uint64_t flags) : len(n)
 {
 	const char *dir = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
 	path = std::string(dir) + "/vrma-file-XXXXXX";
@@ -385,7 +385,7 @@ FileMapping::FileMapping(fid_domain *domain, size_t n, uint64_t access) : len(n)
 	void *m = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	ck_assert_ptr_ne(m, MAP_FAILED);
 	p = static_cast<uint8_t *>(m);
-	ck_assert_int_eq(fi_mr_reg(domain, p, len, access, 0, 0, 0, &mr, nullptr), 0);
+	ck_assert_int_eq(fi_mr_reg(domain, p, len, access, 0, 0, flags, &mr, nullptr), 0);
 }
 
 FileMapping::~FileMapping()

@@ -164,7 +164,7 @@ ssize_t wait_eq(fid_eq *eq, uint32_t *event, void *buf, size_t len, int timeout_
 struct Region {
 	std::vector<uint8_t> buf;
 	fid_mr *mr = nullptr;
-	Region(Env &env, size_t len, uint64_t access);
+	Region(Env &env, size_t len, uint64_t access, uint64_t flags = 0); // flags: fi_mr_reg's
 	~Region();
 	void *desc() const { return fi_mr_desc(mr); }
 	uint64_t key() const { return fi_mr_key(mr); }
@@ -205,16 +205,17 @@ fi_vrma_domain_ops *vrma_domain_ops(fid_domain *domain);
 // The domain's commit-service counters.
 fi_vrma_commit_stats vrma_commit_stats(fid_domain *domain);
 
-// A file of n bytes mapped MAP_SHARED and registered with `access` (the
-// guest's /tmp is tmpfs: msync is what makes such memory durable, and the
-// commit counters tell msync from a cache write-back).
+// A file of n bytes mapped MAP_SHARED and registered with `access` and
+// fi_mr_reg's `flags` (the guest's /tmp is tmpfs: msync is what makes such
+// memory durable, and the commit counters tell msync from a cache
+// write-back).
 struct FileMapping {
 	std::string path;
 	int fd = -1;
 	uint8_t *p = nullptr;
 	size_t len;
 	fid_mr *mr = nullptr;
-	FileMapping(fid_domain *domain, size_t n, uint64_t access);
+	FileMapping(fid_domain *domain, size_t n, uint64_t access, uint64_t flags = 0);
 	~FileMapping();
 	FileMapping(const FileMapping &) = delete;
 	FileMapping &operator=(const FileMapping &) = delete;
@@ -244,5 +245,6 @@ Suite *rdm_suite();
 Suite *rdm_rma_suite();
 Suite *rdm_atomic_suite();
 Suite *rdm_on_demand_suite();
+Suite *rdm_atomic_flags_suite();
 Suite *av_suite();
 Suite *msg_auto_suite();

@@ -446,6 +446,16 @@ void rdm_reset()
 	registry().clear();
 }
 
+void rdm_add_tcase(Suite *s, const char *name, int timeout, std::initializer_list<const TTest *> tests)
+{
+	TCase *tc = tcase_create(name);
+	tcase_set_timeout(tc, timeout);
+	tcase_add_checked_fixture(tc, rdm_reset, nullptr);
+	for (const TTest *t : tests)
+		tcase_add_test(tc, t);
+	suite_add_tcase(s, tc);
+}
+
 void fill_pattern(void *p, size_t n, uint32_t seed, size_t from)
 {
 	auto *b = static_cast<uint8_t *>(p);

@@ -178,6 +178,9 @@ void expect_cntr(fid_cntr *c, uint64_t value, const char *what = "");
 // Forgets every registered node (a checked fixture: a test that failed in a
 // CK_FORK=no run leaves its nodes registered).
 void rdm_reset();
+// Adds a tcase of these tests to s, with `timeout` seconds and rdm_reset
+// as its checked fixture.
+void rdm_add_tcase(Suite *s, const char *name, int timeout, std::initializer_list<const TTest *> tests);
 
 // Data patterns: seed s at offset i. Two seeds that differ by 1..255 mod 256
 // differ at every byte.

@@ -146,6 +146,62 @@ START_TEST(commit_through_target_into_file)
 }
 END_TEST
 
+// Regions registered with FI_RMA_PMEM (their backing found at
+// registration): a commit into a file mapping is made durable with msync,
+// one into anonymous memory (accepted, with a warning that it does not
+// survive a crash) with a cache write-back; each completes once persisted,
+// its bytes in place. An unknown flag, beside FI_RMA_PMEM or alone, is
+// refused.
+START_TEST(commit_into_pmem_regions)
+{
+	PmemEnv env;
+	Pair p(env);
+	Region local(env, 65536, FI_WRITE);
+	FileMapping file(env.domain, 65536, FI_REMOTE_WRITE, FI_RMA_PMEM);
+	Region anon(env, 65536, FI_REMOTE_WRITE, FI_RMA_PMEM);
+	local.fill(41);
+	int ctx;
+	fi_vrma_commit_stats before = stats(env);
+	OneRma to_file(local.buf.data(), 20000, local.desc(), file.addr(4096), file.key(), &ctx);
+	ck_assert_int_eq(fi_writemsg(p.client.ep, &to_file.msg, FI_COMMIT_COMPLETE | FI_COMPLETION), 0);
+	fi_cq_data_entry e = expect_completion(p.client.cq, &ctx, FI_RMA | FI_WRITE);
+	ck_assert_uint_eq(e.len, 20000);
+	fi_vrma_commit_stats now = stats(env);
+	ck_assert_uint_eq(now.requests, before.requests + 1);
+	ck_assert_uint_eq(now.msync_calls, before.msync_calls + 1);
+	ck_assert_uint_eq(now.cache_flushes, before.cache_flushes);
+	ck_assert_uint_eq(now.failures, before.failures);
+	std::vector<uint8_t> got = file.file_bytes(4096, 20000);
+	ck_assert_msg(memcmp(got.data(), local.buf.data(), 20000) == 0, "the file differs");
+
+	local.fill(42);
+	before = now;
+	OneRma to_anon(local.buf.data(), 30000, local.desc(), anon.addr(), anon.key(), &ctx);
+	ck_assert_int_eq(fi_writemsg(p.client.ep, &to_anon.msg, FI_COMMIT_COMPLETE | FI_COMPLETION), 0);
+	e = expect_completion(p.client.cq, &ctx, FI_RMA | FI_WRITE);
+	ck_assert_uint_eq(e.len, 30000);
+	now = stats(env);
+	ck_assert_uint_eq(now.requests, before.requests + 1);
+	ck_assert_uint_eq(now.msync_calls, before.msync_calls);
+	ck_assert_uint_eq(now.cache_flushes, before.cache_flushes + 1);
+	ck_assert_uint_eq(now.failures, before.failures);
+	ck_assert(anon.check(42, 30000));
+	ck_assert_uint_eq(anon.buf[30000], 0);
+
+	std::vector<uint8_t> buf(64);
+	fid_mr *mr = nullptr;
+	ck_assert_int_eq(fi_mr_reg(env.domain, buf.data(), buf.size(), FI_REMOTE_WRITE, 0, 0, FI_RMA_PMEM | FI_FENCE,
+				   &mr, nullptr),
+			 -FI_EBADFLAGS);
+	ck_assert_int_eq(fi_mr_reg(env.domain, buf.data(), buf.size(), FI_REMOTE_WRITE, 0, 0, FI_MULTI_RECV, &mr,
+				   nullptr),
+			 -FI_EBADFLAGS);
+	ck_assert_ptr_null(mr);
+	expect_no_completion(p.server.cq);
+	expect_no_completion(p.client.cq, 50);
+}
+END_TEST
+
 START_TEST(commit_many_in_flight_anonymous)
 {
 	// Default op_flags: every write is committed; more than the 64 commits
@@ -379,6 +435,7 @@ Suite *pmem_suite()
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, getinfo_offers_pmem_when_asked);
 	tcase_add_test(tc, commit_through_target_into_file);
+	tcase_add_test(tc, commit_into_pmem_regions);
 	tcase_add_test(tc, commit_many_in_flight_anonymous);
 	tcase_add_test(tc, commit_with_cq_data_and_fence);
 	tcase_add_test(tc, commit_by_read_back_when_declared);

@@ -272,11 +272,6 @@ fid_cq *open_rdm_cq(RdmEnv &env)
 	return cq;
 }
 
-void setup()
-{
-	rdm_reset();
-}
-
 } // namespace
 
 // ---------------------------------------------------------------------------
@@ -2660,12 +2655,7 @@ Suite *rdm_suite()
 {
 	Suite *s = suite_create("rdm");
 	auto add = [&](const char *name, int timeout, std::initializer_list<const TTest *> tests) {
-		TCase *tc = tcase_create(name);
-		tcase_set_timeout(tc, timeout);
-		tcase_add_checked_fixture(tc, setup, nullptr);
-		for (const TTest *t : tests)
-			tcase_add_test(tc, t);
-		suite_add_tcase(s, tc);
+		rdm_add_tcase(s, name, timeout, tests);
 	};
 	add("rdm_basic", 60, {rdm_getinfo_native, rdm_open_bind_enable_close, rdm_enable_without_av, rdm_several_endpoints,
 			       rdm_failed_enable_leaves_nothing});

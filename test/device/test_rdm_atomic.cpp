@@ -11,11 +11,8 @@
 //    CQ data;
 //  - FI_VRMA_RDM_NATIVE_ATOMICS=1: 64-bit sum, read and compare-and-swap by
 //    the device, and only those offered on 64-bit integers.
-#include "rdm_harness.h"
+#include "rdm_atomic_harness.h"
 #include "../atomic_reference.h"
-
-#include <rdma/fi_atomic.h>
-#include <rdma/fi_rma.h>
 
 #include <algorithm>
 #include <functional>
@@ -28,90 +25,11 @@
 
 using namespace vt;
 using namespace atomic_ref;
+using namespace atomic_test;
 
 namespace {
 
-enum class Kind { Plain, Fetch, Compare };
-constexpr Kind kKinds[] = {Kind::Plain, Kind::Fetch, Kind::Compare};
-constexpr uint64_t kAtomicCaps = kRdmCaps | FI_ATOMIC | FI_RMA | FI_READ | FI_WRITE |
-				 FI_REMOTE_READ | FI_REMOTE_WRITE;
-constexpr uint64_t kRemote = FI_REMOTE_READ | FI_REMOTE_WRITE;
-
-const char *kind_name(Kind k)
-{
-	return k == Kind::Plain ? "fi_atomic" : k == Kind::Fetch ? "fi_fetch_atomic" : "fi_compare_atomic";
-}
-
-constexpr int kBasicMr = FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
-
-struct Hints {
-	fi_info *h;
-	explicit Hints(int mr_mode, uint64_t extra_caps) : h(rdm_hints(kAtomicCaps | extra_caps))
-	{
-		h->domain_attr->mr_mode = mr_mode;
-	}
-	~Hints() { fi_freeinfo(h); }
-};
-
-struct AtomicEnv : private Hints, RdmEnv {
-	explicit AtomicEnv(int mr_mode = kBasicMr, uint64_t extra_caps = 0)
-		: Hints(mr_mode, extra_caps), RdmEnv(h)
-	{
-		ck_assert_msg(info->caps & FI_ATOMIC, "caps 0x%" PRIx64 " lack FI_ATOMIC", info->caps);
-	}
-};
-
-// A registered target region of `bytes`, 0xcc everywhere.
-struct Region {
-	std::vector<uint8_t> mem;
-	fid_mr *mr = nullptr;
-	Region(RdmEnv &env, size_t bytes, uint64_t access = kRemote, uint64_t key = 0) : mem(bytes, 0xcc)
-	{
-		const int rc = fi_mr_reg(env.domain, mem.data(), bytes, access, 0, key, 0, &mr, nullptr);
-		ck_assert_msg(rc == 0, "fi_mr_reg: %d (%s)", rc, fi_strerror(-rc));
-	}
-	~Region()
-	{
-		if (mr)
-			fi_close(&mr->fid);
-	}
-	uint64_t key() const { return fi_mr_key(mr); }
-	uint64_t addr(size_t off) const { return reinterpret_cast<uintptr_t>(mem.data()) + off; }
-};
-
-void expect_rc(ssize_t rc, ssize_t want, const char *what)
-{
-	ck_assert_msg(rc == want, "%s: %zd (%s), expected %zd (%s)", what, rc, fi_strerror(static_cast<int>(-rc)),
-		      want, fi_strerror(static_cast<int>(-want)));
-}
-
-int valid(fid_ep *ep, Kind k, int dt, int op, size_t *count)
-{
-	const auto d = static_cast<fi_datatype>(dt);
-	const auto o = static_cast<fi_op>(op);
-	return k == Kind::Plain ? fi_atomicvalid(ep, d, o, count)
-	       : k == Kind::Fetch ? fi_fetch_atomicvalid(ep, d, o, count)
-				  : fi_compare_atomicvalid(ep, d, o, count);
-}
-
-// Posts one atomic of `count` elements at remote byte offset off.
-ssize_t post_atomic(RdmNode &a, fi_addr_t to, const Region &r, size_t off, Kind k, int dt, int op,
-		    const void *x, const void *c, void *res, size_t count, void *ctx)
-{
-	const auto d = static_cast<fi_datatype>(dt);
-	const auto o = static_cast<fi_op>(op);
-	switch (k) {
-	case Kind::Plain:
-		return fi_atomic(a.ep, x, count, nullptr, to, r.addr(off), r.key(), d, o, ctx);
-	case Kind::Fetch:
-		return fi_fetch_atomic(a.ep, op == FI_ATOMIC_READ ? nullptr : x, count, nullptr, res, nullptr, to,
-				       r.addr(off), r.key(), d, o, ctx);
-	case Kind::Compare:
-		return fi_compare_atomic(a.ep, x, count, nullptr, c, nullptr, res, nullptr, to, r.addr(off),
-					 r.key(), d, o, ctx);
-	}
-	return -FI_EINVAL;
-}
+using atomic_test::Region; // not the MSG harness's vt::Region
 
 // ---------------------------------------------------------------------------
 
@@ -597,9 +515,8 @@ END_TEST
 
 START_TEST(rdm_atomic_native_cq_data)
 {
-	if (!in_fresh_process("rdm_atomic_native_cq_data"))
+	if (!with_native_atomics("rdm_atomic_native_cq_data"))
 		return;
-	setenv("FI_VRMA_RDM_NATIVE_ATOMICS", "1", 1);
 	check_atomic_cq_data(true);
 }
 END_TEST
@@ -699,9 +616,8 @@ END_TEST
 
 START_TEST(rdm_atomic_native)
 {
-	if (!in_fresh_process("rdm_atomic_native"))
+	if (!with_native_atomics("rdm_atomic_native"))
 		return;
-	setenv("FI_VRMA_RDM_NATIVE_ATOMICS", "1", 1);
 	AtomicEnv ea, eb;
 	RdmNode a1(ea), a2(ea), b(eb);
 	connect_all({&a1, &a2, &b});
@@ -764,17 +680,11 @@ END_TEST
 
 START_TEST(rdm_atomic_native_events)
 {
-	if (!in_fresh_process("rdm_atomic_native_events"))
+	if (!with_native_atomics("rdm_atomic_native_events"))
 		return;
-	setenv("FI_VRMA_RDM_NATIVE_ATOMICS", "1", 1);
 	check_atomic_events(true);
 }
 END_TEST
-
-void setup()
-{
-	rdm_reset();
-}
 
 } // namespace
 
@@ -782,12 +692,7 @@ Suite *rdm_atomic_suite()
 {
 	Suite *s = suite_create("rdm_atomic");
 	auto add = [&](const char *name, int timeout, std::initializer_list<const TTest *> tests) {
-		TCase *tc = tcase_create(name);
-		tcase_set_timeout(tc, timeout);
-		tcase_add_checked_fixture(tc, setup, nullptr);
-		for (const TTest *t : tests)
-			tcase_add_test(tc, t);
-		suite_add_tcase(s, tc);
+		rdm_add_tcase(s, name, timeout, tests);
 	};
 	add("rdm_atomic_ops", 240, {rdm_atomic_valid, rdm_atomic_every_op, rdm_atomic_vectors_and_inject});
 	add("rdm_atomic_concurrent", 180, {rdm_atomic_two_initiators});

@@ -346,11 +346,6 @@ Completion expect_remote_data(RdmNode &t, uint64_t data, size_t len, fi_addr_t s
 	return c;
 }
 
-void setup()
-{
-	rdm_reset();
-}
-
 } // namespace
 
 // ---------------------------------------------------------------------------
@@ -2047,6 +2042,52 @@ END_TEST
 // target lacks (one FI_EACCES error entry, then the next commit works), and
 // a commit whose target goes away before it answers: one error entry,
 // nothing lost.
+// Regions registered with FI_RMA_PMEM (their backing found at
+// registration): a commit into a file mapping is made durable with msync,
+// one into anonymous memory (accepted with a warning that it does not
+// survive a crash) with a cache write-back; both complete once persisted,
+// the bytes in place and nothing around them touched. An unknown flag
+// beside FI_RMA_PMEM is refused.
+START_TEST(rdm_rma_commit_pmem_regions)
+{
+	PmemEnv env;
+	RdmNode a(env), b(env);
+	connect_all({&a, &b});
+	const fi_addr_t to = a.addr_of(b);
+	FileMapping f(env.domain, 64 * KiB, kRemoteAccess, FI_RMA_PMEM);
+	Mem anon(16 * KiB), src(16 * KiB);
+	anon.reg(env, kRemoteAccess, FI_RMA_PMEM);
+	fi_context ctx;
+	fill_pattern(src.p, 12000, 11);
+	iovec iov{src.p, 12000};
+	fi_rma_iov rma{f.addr(1000), 12000, f.key()};
+	fi_msg_rma m = rma_msg(&iov, 1, &rma, 1, to, &ctx);
+	fi_vrma_commit_stats before = commit_stats(env);
+	post([&] { return fi_writemsg(a.ep, &m, FI_COMMIT_COMPLETE | FI_COMPLETION); }, "commit into an FI_RMA_PMEM file");
+	expect_ok(a, &ctx, kWriteDone, "commit into an FI_RMA_PMEM file");
+	expect_delta(delta(before, commit_stats(env)), {1, 1, 12000, 1, 0, 0}, "commit into an FI_RMA_PMEM file");
+	expect_file(f, 1000, 12000, 11, "commit into an FI_RMA_PMEM file");
+
+	fill_pattern(src.p, 16 * KiB, 12);
+	iov.iov_len = 10000;
+	rma = {anon.addr(4096), 10000, anon.key()};
+	before = commit_stats(env);
+	post([&] { return fi_writemsg(a.ep, &m, FI_COMMIT_COMPLETE | FI_COMPLETION); },
+	     "commit into FI_RMA_PMEM anonymous memory");
+	expect_ok(a, &ctx, kWriteDone, "commit into FI_RMA_PMEM anonymous memory");
+	expect_delta(delta(before, commit_stats(env)), {1, 1, 10000, 0, 1, 0}, "commit into FI_RMA_PMEM anonymous memory");
+	anon.expect(4096, 10000, 12);
+	anon.check("commit into FI_RMA_PMEM anonymous memory");
+
+	Mem refused(64);
+	expect_rc(fi_mr_reg(env.domain, refused.p, 64, kRemoteAccess, 0, 0, FI_RMA_PMEM | FI_MORE, &refused.mr, nullptr),
+		  -FI_EBADFLAGS, "fi_mr_reg with FI_RMA_PMEM and an unknown flag");
+	ck_assert_ptr_null(refused.mr);
+	expect_none(a, 100, "the initiator");
+	expect_none(b, 50, "the target");
+}
+END_TEST
+
 START_TEST(rdm_rma_commit_errors)
 {
 	PmemEnv env;
@@ -2100,12 +2141,7 @@ Suite *rdm_rma_suite()
 {
 	Suite *s = suite_create("rdm_rma");
 	auto add = [&](const char *name, int timeout, std::initializer_list<const TTest *> tests) {
-		TCase *tc = tcase_create(name);
-		tcase_set_timeout(tc, timeout);
-		tcase_add_checked_fixture(tc, setup, nullptr);
-		for (const TTest *t : tests)
-			tcase_add_test(tc, t);
-		suite_add_tcase(s, tc);
+		rdm_add_tcase(s, name, timeout, tests);
 	};
 	add("rdm_rma_basic", 30, {rdm_rma_getinfo});
 	add("rdm_rma_data", 180,
@@ -2114,6 +2150,7 @@ Suite *rdm_rma_suite()
 	add("rdm_rma_events", 90, {rdm_rma_events_two_peers});
 	add("rdm_rma_errors", 120, {rdm_rma_remote_errors, rdm_rma_bad_input, rdm_rma_desc_not_covering});
 	add("rdm_rma_keys", 120, {rdm_rma_scalable_keys, rdm_rma_scalable_key_reregistered, rdm_rma_scalable_keys_mismatch});
-	add("rdm_rma_commit", 120, {rdm_rma_commit_getinfo, rdm_rma_commit_data, rdm_rma_commit_waits, rdm_rma_commit_errors});
+	add("rdm_rma_commit", 120, {rdm_rma_commit_getinfo, rdm_rma_commit_data, rdm_rma_commit_waits,
+				    rdm_rma_commit_pmem_regions, rdm_rma_commit_errors});
 	return s;
 }
