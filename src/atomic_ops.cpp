@@ -19,20 +19,38 @@ namespace {
 template <typename T> struct IsComplex : std::false_type {};
 template <typename T> struct IsComplex<std::complex<T>> : std::true_type {};
 template <typename T> constexpr bool kComplex = IsComplex<T>::value;
-template <typename T> constexpr bool kInteger = std::is_integral_v<T>;
+
+// The 128-bit integers are named explicitly: under -std=c++20 (no GNU
+// extensions) the standard traits do not count them as integral types, so
+// std::is_integral_v and std::make_unsigned_t reject them.
+using int128 = __int128;
+using uint128 = unsigned __int128;
+template <typename T>
+constexpr bool kInteger =
+	std::is_integral_v<T> || std::is_same_v<T, int128> || std::is_same_v<T, uint128>;
+template <typename T> struct Unsigned {
+	using type = std::make_unsigned_t<T>;
+};
+template <> struct Unsigned<int128> {
+	using type = uint128;
+};
+template <> struct Unsigned<uint128> {
+	using type = uint128;
+};
 
 static_assert(std::is_trivially_copyable_v<std::complex<long double>> &&
 		      sizeof(std::complex<long double>) == 2 * sizeof(long double),
 	      "std::complex is laid out as C's _Complex: real, then imaginary");
 
 // The host type of each datatype, in enum fi_datatype's order (FI_INT8 = 0 ..
-// FI_LONG_DOUBLE_COMPLEX = 13).
+// FI_LONG_DOUBLE_COMPLEX = 13, FI_INT128 = 14, FI_UINT128 = 15).
 using Types = std::tuple<int8_t, uint8_t, int16_t, uint16_t, int32_t, uint32_t, int64_t, uint64_t,
 			 float, double, std::complex<float>, std::complex<double>, long double,
-			 std::complex<long double>>;
-static_assert(std::tuple_size_v<Types> == FI_DATATYPE_LAST && FI_INT8 == 0 && FI_FLOAT == 8 &&
-		      FI_FLOAT_COMPLEX == 10 && FI_LONG_DOUBLE == 12,
+			 std::complex<long double>, int128, uint128>;
+static_assert(std::tuple_size_v<Types> == FI_UINT128 + 1 && FI_INT8 == 0 && FI_FLOAT == 8 &&
+		      FI_FLOAT_COMPLEX == 10 && FI_LONG_DOUBLE == 12 && FI_INT128 == 14,
 	      "Types follows enum fi_datatype");
+static_assert(sizeof(int128) == 16 && sizeof(uint128) == 16, "FI_INT128 and FI_UINT128 are 16 bytes");
 
 // Calls f(std::type_identity<T>{}) with the datatype's host type T; none for
 // an unknown datatype.
@@ -77,7 +95,7 @@ template <typename T> void store(unsigned char *p, const T &v) noexcept
 // Integers wrap: arithmetic in an unsigned type, at least unsigned int (a
 // narrower one would be promoted to int, which can overflow).
 template <typename T>
-using Wide = std::conditional_t<(sizeof(T) < sizeof(unsigned)), unsigned, std::make_unsigned_t<T>>;
+using Wide = std::conditional_t<(sizeof(T) < sizeof(unsigned)), unsigned, typename Unsigned<T>::type>;
 
 template <typename T> T sum(const T &a, const T &b) noexcept
 {

@@ -16,7 +16,8 @@
 //   FI_CSWAP_LE   if (c <= t) t = x          FI_CSWAP_LT   if (c <  t) t = x
 //   FI_CSWAP_GE   if (c >= t) t = x          FI_CSWAP_GT   if (c >  t) t = x
 //   FI_MSWAP      t = (x & c) | (t & ~c)
-// Integer SUM and PROD wrap (two's complement), signed types included. A
+// Integer SUM and PROD wrap (two's complement), signed types included (the
+// 128-bit ones too: modulo 2^128). A
 // logical op's result is 1 or 0 in the element's type; a complex value is true
 // when either part is non-zero, and a logical result is (1 or 0) + 0i.
 // Complex values are equal when both parts are.
@@ -28,20 +29,24 @@
 //
 // Which datatypes each op is defined on (valid()), as in libfabric's own
 // software atomics (prov/util/src/util_atomic.c: its write, read-write and
-// swap handler tables, built without compiler memory-model atomics):
-//   integers (FI_INT8 .. FI_UINT64): every op
+// swap handler tables):
+//   integers (FI_INT8 .. FI_UINT64, FI_INT128, FI_UINT128): every op
 //   FI_FLOAT, FI_DOUBLE, FI_LONG_DOUBLE: all but BOR, BAND, BXOR, MSWAP
 //   FI_FLOAT_COMPLEX, FI_DOUBLE_COMPLEX, FI_LONG_DOUBLE_COMPLEX: SUM, PROD,
 //     LOR, LAND, LXOR, ATOMIC_READ, ATOMIC_WRITE, CSWAP, CSWAP_NE (no order:
 //     no MIN, MAX, CSWAP_LE/LT/GE/GT; no bits: no BOR, BAND, BXOR, MSWAP)
-// (libfabric built with __atomic builtins further drops the types wider than
-// 8 bytes, which it cannot update lock-free; here the caller provides mutual
-// exclusion, so every width is done.) FI_INT128, FI_UINT128 and anything past
-// FI_LONG_DOUBLE_COMPLEX are unknown: size 0, never valid.
+// libfabric gives FI_INT128 and FI_UINT128 the entries of the other integers
+// in every table, but fills them only where the compiler has lock-free
+// 128-bit __atomic builtins (NULL otherwise); built with __atomic builtins it
+// drops the other types wider than 8 bytes, which it cannot update lock-free.
+// Here the caller provides mutual exclusion, so every width is done. Anything
+// past FI_UINT128 is unknown: size 0, never valid.
 //
 // Representations are the host's: float, double, long double, and
 // std::complex of each (layout-compatible with C's _Complex: real, then
-// imaginary). Every element access is a memcpy, so no array need be aligned.
+// imaginary); FI_INT128 and FI_UINT128 are the compiler's __int128 and
+// unsigned __int128 (16 bytes, two's complement, the host's byte order).
+// Every element access is a memcpy, so no array need be aligned.
 // A long double written here has its padding bytes zeroed (x87's 80-bit format
 // fills 10 of its 16 bytes), so no stale host bytes reach a peer that fetches it.
 #pragma once
@@ -61,7 +66,8 @@ enum class Kind : uint8_t {
 
 inline constexpr bool is_integer(int datatype) noexcept
 {
-	return datatype >= FI_INT8 && datatype <= FI_UINT64;
+	return (datatype >= FI_INT8 && datatype <= FI_UINT64) || datatype == FI_INT128 ||
+	       datatype == FI_UINT128;
 }
 inline constexpr bool is_complex(int datatype) noexcept
 {

@@ -270,23 +270,23 @@ size_t run_table(int mr_mode, bool native, std::initializer_list<int> only = {})
 
 START_TEST(rdm_atomic_flags_emulated)
 {
-	ck_assert_uint_eq(run_table(kBasicMr, false), 354);
+	ck_assert_uint_eq(run_table(kBasicMr, false), 414);
 }
 END_TEST
 
 START_TEST(rdm_atomic_flags_emulated_scalable)
 {
-	ck_assert_uint_eq(run_table(0, false), 354);
+	ck_assert_uint_eq(run_table(0, false), 414);
 }
 END_TEST
 
-// 64-bit sum, read and compare-and-swap by the device; FI_INT32 beside
-// them stays emulated on the same connection.
+// 64-bit sum, read and compare-and-swap by the device; FI_INT32 and
+// FI_UINT128 beside them stay emulated on the same connection.
 START_TEST(rdm_atomic_flags_native)
 {
 	if (!with_native_atomics("rdm_atomic_flags_native"))
 		return;
-	ck_assert_uint_eq(run_table(kBasicMr, true, {FI_INT32, FI_INT64, FI_UINT64}), 30 + 8);
+	ck_assert_uint_eq(run_table(kBasicMr, true, {FI_INT32, FI_INT64, FI_UINT64, FI_UINT128}), 30 + 8 + 30);
 }
 END_TEST
 
@@ -294,7 +294,7 @@ START_TEST(rdm_atomic_flags_native_scalable)
 {
 	if (!with_native_atomics("rdm_atomic_flags_native_scalable"))
 		return;
-	ck_assert_uint_eq(run_table(0, true, {FI_INT32, FI_INT64, FI_UINT64}), 30 + 8);
+	ck_assert_uint_eq(run_table(0, true, {FI_INT32, FI_INT64, FI_UINT64, FI_UINT128}), 30 + 8 + 30);
 }
 END_TEST
 

@@ -184,16 +184,22 @@ START_TEST(datatype_sizes)
 		ck_assert_uint_eq(datatype_size(dt), sizeof zero);
 		known++;
 	});
-	ck_assert_uint_eq(known, FI_DATATYPE_LAST);
+	ck_assert_uint_eq(known, kDatatypes);
+	ck_assert_uint_eq(known, 16);
 	ck_assert_uint_eq(datatype_size(FI_INT8), 1);
 	ck_assert_uint_eq(datatype_size(FI_UINT64), 8);
 	ck_assert_uint_eq(datatype_size(FI_FLOAT_COMPLEX), 8);
 	ck_assert_uint_eq(datatype_size(FI_DOUBLE_COMPLEX), 16);
 	ck_assert_uint_eq(datatype_size(FI_LONG_DOUBLE_COMPLEX), 2 * sizeof(long double));
-	for (int dt : {-1, int(FI_DATATYPE_LAST), int(FI_UINT128), 255, int(FI_VOID)})
+	ck_assert_uint_eq(datatype_size(FI_INT128), 16);
+	ck_assert_uint_eq(datatype_size(FI_UINT128), 16);
+	for (int dt : {-1, int(FI_UINT128) + 1, 255, int(FI_VOID)})
 		ck_assert_uint_eq(datatype_size(dt), 0);
 	ck_assert(is_integer(FI_INT8) && is_integer(FI_UINT64) && !is_integer(FI_FLOAT));
+	ck_assert(is_integer(FI_INT128) && is_integer(FI_UINT128) && !is_integer(FI_UINT128 + 1));
+	ck_assert(!is_integer(FI_LONG_DOUBLE_COMPLEX) && !is_integer(-1));
 	ck_assert(is_complex(FI_LONG_DOUBLE_COMPLEX) && !is_complex(FI_LONG_DOUBLE));
+	ck_assert(!is_complex(FI_INT128));
 }
 END_TEST
 
@@ -209,10 +215,18 @@ START_TEST(validity_table)
 		valid_count += v;
 	});
 	TALLY_DONE(tally);
-	// Plain 130 (MIN, MAX on 11 types; SUM, PROD, LOR, LAND, LXOR, WRITE
-	// on 14; BOR, BAND, BXOR on 8), Fetch those and READ's 14, Compare 80
-	// (CSWAP, CSWAP_NE on 14; the four orders on 11; MSWAP on 8).
-	ck_assert_uint_eq(valid_count, 130 + 144 + 80);
+	// Plain 152 (MIN, MAX on 13 types; SUM, PROD, LOR, LAND, LXOR, WRITE
+	// on 16; BOR, BAND, BXOR on 10), Fetch those and READ's 16, Compare 94
+	// (CSWAP, CSWAP_NE on 16; the four orders on 13; MSWAP on 10).
+	ck_assert_uint_eq(valid_count, 152 + 168 + 94);
+	// Every op on the 128-bit integers, in every kind that takes it.
+	for (Kind kind : kKinds)
+		for (int op = 0; op < FI_ATOMIC_OP_LAST; op++)
+			for (int dt : {int(FI_INT128), int(FI_UINT128)})
+				ck_assert(valid(kind, op, dt) == kind_takes(kind, op));
+	for (Kind kind : kKinds)
+		for (int op = 0; op < FI_ATOMIC_OP_LAST; op++)
+			ck_assert(!valid(kind, op, FI_UINT128 + 1));
 	ck_assert(!valid(static_cast<Kind>(3), FI_SUM, FI_INT32));
 	ck_assert(!kind_takes(Kind::Plain, FI_ATOMIC_READ));
 	ck_assert(kind_takes(Kind::Fetch, FI_ATOMIC_READ));
@@ -229,7 +243,7 @@ START_TEST(apply_matches_reference)
 		check_apply<decltype(zero)>(tally, kind, op, dt);
 	});
 	TALLY_DONE(tally);
-	ck_assert_uint_eq(combinations, 130 + 144 + 80);
+	ck_assert_uint_eq(combinations, 152 + 168 + 94);
 }
 END_TEST
 
@@ -310,6 +324,75 @@ START_TEST(worked_examples)
 	ck_assert(combine(FI_MIN, FI_INT32, &t, &x, nullptr, &n) && n == 1);
 	ck_assert(combine(FI_SUM, FI_INT32, &t, &c, nullptr, &n) && n == 9);
 	ck_assert(combine(FI_ATOMIC_WRITE, FI_INT32, &t, &t, nullptr, &n) && n == 5);
+}
+END_TEST
+
+// The 128-bit integers worked out by hand: carries and wraps across the two
+// halves, signed and unsigned order, bits in both halves.
+START_TEST(int128_worked_examples)
+{
+	auto one = [](int op, int dt, auto t, auto x, auto c) {
+		decltype(t) n = t;
+		combine(op, dt, &t, &x, &c, &n);
+		return n;
+	};
+	const uint64_t all = ~0ULL, top = 1ULL << 63;
+	auto u = [](uint64_t lo, uint64_t hi) { return join<uint128>(lo, hi); };
+	auto s = [](uint64_t lo, uint64_t hi) { return join<int128>(lo, hi); };
+	const int128 zs = 0;
+	const uint128 zu = 0;
+	// SUM: the carry out of the low half, the wrap at 2^128 and at the
+	// signed extremes.
+	ck_assert(one(FI_SUM, FI_UINT128, u(all, 0), u(1, 0), zu) == u(0, 1));
+	ck_assert(one(FI_SUM, FI_UINT128, u(all, all), u(2, 0), zu) == u(1, 0));
+	ck_assert(one(FI_SUM, FI_INT128, s(all, top - 1), s(1, 0), zs) == s(0, top)); // max + 1
+	ck_assert(one(FI_SUM, FI_INT128, s(0, top), s(all, all), zs) == s(all, top - 1)); // min - 1
+	// PROD: the low half's product into the high half, the wrap.
+	ck_assert(one(FI_PROD, FI_UINT128, u(0, 1), u(0, 1), zu) == u(0, 0)); // 2^64 * 2^64
+	ck_assert(one(FI_PROD, FI_UINT128, u(all, 0), u(all, 0), zu) == u(1, all - 1));
+	ck_assert(one(FI_PROD, FI_UINT128, u(0x100000000ULL, 0), u(0x100000000ULL, 0), zu) == u(0, 1));
+	ck_assert(one(FI_PROD, FI_INT128, s(0, top), s(all, all), zs) == s(0, top)); // min * -1
+	ck_assert(one(FI_PROD, FI_INT128, s(0, all), s(2, 0), zs) == s(0, all - 1)); // -2^64 * 2
+	ck_assert(one(FI_PROD, FI_INT128, s(all, all), s(all, all), zs) == s(1, 0)); // -1 * -1
+	// Order: the same bits, signed and unsigned; the high half first.
+	ck_assert(one(FI_MIN, FI_INT128, s(all, all), s(1, 0), zs) == s(all, all)); // -1 < 1
+	ck_assert(one(FI_MIN, FI_UINT128, u(all, all), u(1, 0), zu) == u(1, 0));
+	ck_assert(one(FI_MAX, FI_INT128, s(all, 0), s(0, 1), zs) == s(0, 1)); // 2^64 - 1 < 2^64
+	ck_assert(one(FI_MAX, FI_INT128, s(0, 1), s(0, top), zs) == s(0, 1)); // min loses
+	ck_assert(one(FI_MAX, FI_UINT128, u(0, 1), u(0, top), zu) == u(0, top));
+	ck_assert(one(FI_CSWAP_GT, FI_INT128, s(5, 1), s(7, 7), s(4, 2)) == s(7, 7));
+	ck_assert(one(FI_CSWAP_GT, FI_INT128, s(5, 1), s(7, 7), s(6, 0)) == s(5, 1));
+	ck_assert(one(FI_CSWAP_LT, FI_INT128, s(0, 0), s(7, 7), s(0, all)) == s(7, 7)); // -2^64 < 0
+	ck_assert(one(FI_CSWAP_LT, FI_UINT128, u(0, 0), u(7, 7), u(0, all)) == u(0, 0));
+	ck_assert(one(FI_CSWAP_GE, FI_UINT128, u(9, 3), u(1, 1), u(9, 3)) == u(1, 1));
+	ck_assert(one(FI_CSWAP_LE, FI_INT128, s(9, 3), s(1, 1), s(all, 2)) == s(1, 1));
+	// Equality needs both halves.
+	ck_assert(one(FI_CSWAP, FI_UINT128, u(5, 1), u(7, 7), u(5, 2)) == u(5, 1));
+	ck_assert(one(FI_CSWAP, FI_UINT128, u(5, 1), u(7, 7), u(5, 1)) == u(7, 7));
+	ck_assert(one(FI_CSWAP_NE, FI_INT128, s(5, 1), s(7, 7), s(6, 1)) == s(7, 7));
+	// Bits in both halves.
+	ck_assert(one(FI_MSWAP, FI_UINT128, u(0xf0f0f0f0f0f0f0f0ULL, 0xf0f0f0f0f0f0f0f0ULL), u(all, all),
+		      u(0x0f, all)) == u(0xf0f0f0f0f0f0f0ffULL, all));
+	ck_assert(one(FI_BXOR, FI_INT128, s(0xff00, 0xff00), s(0x0ff0, top), zs) == s(0xf0f0, top | 0xff00));
+	ck_assert(one(FI_BAND, FI_UINT128, u(0xff, 0xf0), u(0x0f, 0x3c), zu) == u(0x0f, 0x30));
+	ck_assert(one(FI_BOR, FI_INT128, s(1, 0), s(0, top), zs) == s(1, top));
+	// Logical: a value non-zero in its high half alone is true.
+	ck_assert(one(FI_LXOR, FI_UINT128, u(0, 0), u(0, top), zu) == u(1, 0));
+	ck_assert(one(FI_LAND, FI_INT128, s(0, 1), s(0, top), zs) == s(1, 0));
+	ck_assert(one(FI_LOR, FI_INT128, s(0, 0), s(0, 0), zs) == s(0, 0));
+	ck_assert(one(FI_ATOMIC_WRITE, FI_UINT128, u(1, 2), u(3, 4), zu) == u(3, 4));
+
+	// An array of them, unaligned: each element 16 bytes, fetched old
+	// values included.
+	uint8_t target[1 + 3 * 16], operand[3 + 3 * 16], result[5 + 3 * 16];
+	const uint128 t[3] = {u(all, 0), u(1, 1), u(0, all)}, x[3] = {u(1, 0), u(all, all), u(0, 1)};
+	memcpy(target + 1, t, sizeof t);
+	memcpy(operand + 3, x, sizeof x);
+	ck_assert_int_eq(apply(Kind::Fetch, FI_SUM, FI_UINT128, target + 1, operand + 3, nullptr, result + 5, 3),
+			 0);
+	const uint128 want[3] = {u(0, 1), u(0, 1), u(0, 0)};
+	ck_assert_int_eq(memcmp(target + 1, want, sizeof want), 0);
+	ck_assert_int_eq(memcmp(result + 5, t, sizeof t), 0);
 }
 END_TEST
 
@@ -437,6 +520,7 @@ Suite *atomic_ops_suite()
 	tcase_add_test(tc, apply_matches_reference);
 	tcase_add_test(tc, combine_matches_apply);
 	tcase_add_test(tc, worked_examples);
+	tcase_add_test(tc, int128_worked_examples);
 	tcase_add_test(tc, invalid_calls_touch_nothing);
 	tcase_add_test(tc, long_double_padding_zeroed);
 	suite_add_tcase(s, tc);

@@ -700,6 +700,8 @@ START_TEST(atomic_request_round_trip)
 		{Kind::Compare, FI_CSWAP, FI_INT64, {1}},
 		{Kind::Compare, FI_MSWAP, FI_UINT8, {1, 3, 5, 7}},
 		{Kind::Compare, FI_CSWAP_NE, FI_DOUBLE_COMPLEX, {2}},
+		{Kind::Plain, FI_PROD, FI_INT128, {2, 1}},
+		{Kind::Compare, FI_CSWAP_GT, FI_UINT128, {3}},
 	};
 	for (const AtomicCase &c : cases) {
 		const BuiltRequest b = build_request(c);
@@ -777,6 +779,8 @@ START_TEST(atomic_request_round_trip)
 	// atomic_request_bytes: no overflow, however many elements.
 	ck_assert_uint_eq(atomic_request_bytes(Kind::Compare, FI_CSWAP, FI_UINT64, 1, 3),
 			  kRdmHeaderBytes + 8 + 24 + 2 * 3 * 8);
+	ck_assert_uint_eq(atomic_request_bytes(Kind::Compare, FI_MSWAP, FI_INT128, 1, 3),
+			  kRdmHeaderBytes + 8 + 24 + 2 * 3 * 16);
 	const size_t read_all = atomic_request_bytes(Kind::Fetch, FI_ATOMIC_READ, FI_UINT64, 4,
 						     UINT64_MAX);
 	ck_assert_uint_eq(read_all, atomic_request_head_bytes(4));
@@ -811,10 +815,13 @@ START_TEST(malformed_atomic_requests_refused)
 	ck_assert(!decodes_request(good.data(), len - 4)); // one compare element short
 	ck_assert(!decodes_request(good.data(), len + 8));  // two elements too many
 	// Combinations valid() refuses. The same-sized datatype FI_INT32 is
-	// fine; FI_FLOAT has no bits to mask.
+	// fine; FI_FLOAT has no bits to mask; nothing is past FI_UINT128.
+	// FI_INT128 takes MSWAP, but its 16-byte elements do not fill the
+	// arrays' bytes.
 	ck_assert(with(body + 1, FI_INT32));
 	ck_assert(!with(body + 1, FI_FLOAT));
 	ck_assert(!with(body + 1, FI_INT128));
+	ck_assert(!with(body + 1, FI_UINT128 + 1));
 	ck_assert(!with(body + 1, 0xff));
 	ck_assert(!with(body + 2, uint8_t(Kind::Fetch)));
 	ck_assert(!with(body + 2, 3)); // no such kind
