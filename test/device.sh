@@ -30,6 +30,13 @@ case $ft in
 "fabtests: skipped"*) export VRMA_FABTESTS_SKIPPED="$ft" ;;
 *) export VRMA_FABTESTS_BIN="$ft" ;;
 esac
+# tests-sos (Sandia OpenSHMEM's suite) likewise: util/vrma-sos builds SOS
+# once per build into its cache, the same boot runs its make check.
+sos=$("$srcdir/util/vrma-sos" build) || { echo "FAIL: building SOS (util/vrma-sos build)"; exit 1; }
+case $sos in
+"sos: skipped"*) export VRMA_SOS_SKIPPED="$sos" ;;
+*) export VRMA_SOS_DIR="$sos" ;;
+esac
 # The MPI test program, built with Open MPI's mpicc when it is installed.
 if command -v mpicc >/dev/null 2>&1; then
 	mkdir -p "$builddir/test/mpi"

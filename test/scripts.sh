@@ -44,7 +44,7 @@ errors() { grep -c ': error: ' "$1"; }
 syntax() {
 	local f ok=0
 	for f in "$util"/vrma-vm "$util"/vrma-test "$util"/vrma-quickstart "$util"/install-deps \
-		"$util"/vrma-fabtests "$util"/vrma-compare "$util"/vrma-fresh-check; do
+		"$util"/vrma-fabtests "$util"/vrma-sos "$util"/vrma-list "$util"/vrma-compare "$util"/vrma-fresh-check; do
 		bash -n "$f" || ok=1
 		grep -q 'vrma-lib.sh' "$f" || { echo "  $f does not source vrma-lib.sh"; ok=1; }
 	done
@@ -135,24 +135,41 @@ lib_exit() {
 }
 check "vrma_exit passes a status without a line" lib_exit
 
-# The fabtests list parses: every pattern has a reason line above it.
+# The lists parse: every pattern has a reason line above it.
 list_ok() {
-	awk '/^#/ {r = $0; next} NF {if (r == "") {print "  no reason for: " $0; bad = 1} r = ""; next} {r = ""}
-		END {exit bad}' "$srcdir/test/fabtests/vrma.list"
+	awk '/^#/ {r = $0; next} NF {if (r == "") {print "  no reason for: " FILENAME ": " $0; bad = 1} r = ""; next} {r = ""}
+		END {exit bad}' "$srcdir/test/fabtests/vrma.list" "$srcdir/test/sos/vrma.list"
 }
-check "test/fabtests/vrma.list gives a reason for every pattern" list_ok
+check "test/fabtests/vrma.list and test/sos/vrma.list give a reason for every pattern" list_ok
 
 # A reason is the whole comment block above a pattern, read from its first
 # line: "n/a:" there excludes the test however many lines follow.
 list_na() {
 	printf '# header\n\n# n/a: first line\n# second line\n^skipped\n\n# fails: one\n# n/a: not first\n^runs\n' \
 		>"$tmp/l.list"
-	printf '%s\n' "$(sed -n '/^list_tool() {/,/^}/p' "$util/vrma-fabtests")" 'list_tool excluded "$1"' \
-		>"$tmp/l.sh"
-	run "$tmp/l" bash "$tmp/l.sh" "$tmp/l.list"
+	run "$tmp/l" "$util/vrma-list" excluded "$tmp/l.list"
 	[[ $rc -eq 0 ]] && [[ $(cat "$tmp/l.out") == "^skipped" ]] || show "$tmp/l"
 }
-check "a multi-line fabtests reason starting with n/a: excludes its test" list_na
+check "a multi-line list reason starting with n/a: excludes its test" list_na
+
+# The judge: a known failure, an unlisted failure, a listed test that
+# passes, an entry that matches nothing; one summary line per group.
+list_check() {
+	printf '# n/a: does not apply\n^g1 skipped\n\n# fails: known\n^g1 known\n\n# fails: fixed\n^g2 fixed\n\n# stale\n^nothing\n' \
+		>"$tmp/j.list"
+	printf 'g1\tg1 ok\tpass\t3\ng1\tg1 known\tfail\t7\ng1\tg1 skipped\texcluded\ng2\tg2 new\tfail\ng2\tg2 fixed\tpass\ng2\tg2 other\tskip\n' \
+		>"$tmp/j.tsv"
+	run "$tmp/j" "$util/vrma-list" check "$tmp/j.list" "$tmp/j.tsv" "pass fail skip excluded"
+	[[ $rc -eq 1 ]] &&
+		grep -qx 'known failure: g1 g1 known (fails: known)' "$tmp/j.out" &&
+		grep -qx 'FAIL: g2 g2 new: failed, and it is not listed' "$tmp/j.out" &&
+		grep -q '^FAIL: g2 g2 fixed: listed as failing (fails: fixed) but pass: take it off' "$tmp/j.out" &&
+		grep -q "^FAIL: $tmp/j.list: entry '^nothing' (stale) matches no test" "$tmp/j.out" &&
+		grep -qx 'g1 slowest: g1 known 7 s, g1 ok 3 s' "$tmp/j.out" &&
+		grep -qx 'g1: 1 pass, 1 fail, 0 skip, 1 excluded; 0 unexpected' "$tmp/j.out" &&
+		grep -qx 'g2: 1 pass, 1 fail, 1 skip, 0 excluded; 2 unexpected' "$tmp/j.out" || show "$tmp/j"
+}
+check "vrma-list check judges results against a list (one summary per group)" list_check
 
 # Without the tarball, fabtests are skipped with one line.
 ft_skip() {
@@ -160,6 +177,13 @@ ft_skip() {
 	[[ $rc -eq 0 ]] && [[ $(cat "$tmp/s.out") == "fabtests: skipped: $tmp/none.tar.gz not found"* ]] || show "$tmp/s"
 }
 check "vrma-fabtests without the tarball says it skips, in one line" ft_skip
+
+# Without the tarball, tests-sos are skipped with one line.
+sos_skip() {
+	run "$tmp/o" env -u VRMA_SOS VRMA_SOS_TARBALL="$tmp/none.tar.gz" "$util/vrma-sos" build
+	[[ $rc -eq 0 ]] && [[ $(cat "$tmp/o.out") == "sos: skipped: $tmp/none.tar.gz not found"* ]] || show "$tmp/o"
+}
+check "vrma-sos without the tarball says it skips, in one line" sos_skip
 
 # A source tree where the test VM mounts its own tmpfs: one line, before
 # anything is built or booted (on a host without an RDMA device).

@@ -305,8 +305,9 @@ ssize_t atomic_long(RdmEp *ep, const AtomicCall &c) noexcept
 		return -FI_EOPNOTSUPP;
 	}
 	size_t total = 0, n = 0;
-	if ((m->op != FI_ATOMIC_READ && !ioc_total(m->msg_iov, m->iov_count, "operand", total)) ||
-	    (m->op == FI_ATOMIC_READ && !ioc_total(m->msg_iov, m->iov_count, "operand", n)))
+	// FI_ATOMIC_READ ignores the operand (fi_atomic(3): "ignored and may
+	// be NULL"): SOS's shmem_atomic_fetch passes {NULL, 1}.
+	if (m->op != FI_ATOMIC_READ && !ioc_total(m->msg_iov, m->iov_count, "operand", total))
 		return -FI_EINVAL;
 	if (!m->rma_iov || m->rma_iov_count == 0 || m->rma_iov_count > rdm::kMaxAtomicSegments) {
 		VRMA_WARN(FI_LOG_EP_DATA, "RDM atomic: %zu remote segments; rma_iov_limit for atomics is %zu\n",

@@ -86,19 +86,24 @@ bench "tagged lat (rdm)" -p vrma -e rdm -m lat -S 8,65536 -I 200
 bench "send bw (rdm) --verify-all" -p vrma -e rdm -o send -m bw -S 4096,1m -I 40 --verify-all
 bench "send lat (msg)" -p vrma -e msg -o send -m lat -S 8,4096 -I 200
 
-# 5. fabtests (unit, functional, short) against -p vrma, judged by
-# test/fabtests/vrma.list; device.sh built them on the host. FI_EP_RDM tests
-# run on vrma's own RDM endpoint (the RMA and atomic ones report "notrun"
-# until it offers FI_RMA and FI_ATOMIC, issue 12).
-if [ -n "${VRMA_FABTESTS_BIN:-}" ]; then
-	if "${VRMA_SRCDIR:-$builddir/..}/util/vrma-fabtests" run --out "$builddir/test/fabtests-run"; then
-		pass "fabtests against -p vrma (test/fabtests/vrma.list)"
-	else
-		fail "fabtests against -p vrma (test/fabtests/vrma.list)"
+# Upstream suites device.sh built on the host: run and judged by their
+# util/ script, or the one line saying why they were skipped.
+# upstream NAME BUILT SKIPPED COMMAND...
+upstream() {
+	name=$1 built=$2 skipped=$3
+	shift 3
+	if [ -n "$built" ]; then
+		if "$@"; then pass "$name"; else fail "$name"; fi
+	elif [ -n "$skipped" ]; then
+		echo "$skipped"
 	fi
-elif [ -n "${VRMA_FABTESTS_SKIPPED:-}" ]; then
-	echo "$VRMA_FABTESTS_SKIPPED"
-fi
+}
+util=${VRMA_SRCDIR:-$builddir/..}/util
+
+# 5. fabtests (unit, functional, short) against -p vrma, judged by
+# test/fabtests/vrma.list.
+upstream "fabtests against -p vrma (test/fabtests/vrma.list)" "${VRMA_FABTESTS_BIN:-}" \
+	"${VRMA_FABTESTS_SKIPPED:-}" "$util/vrma-fabtests" run --out "$builddir/test/fabtests-run"
 
 # 6. Memory: fi_rdm_atomic registers a result and a compare buffer as large
 # as its message buffers (1 GiB each here) and touches a few bytes of
@@ -136,7 +141,13 @@ if [ -n "${VRMA_FABTESTS_BIN:-}" ]; then
 	fi
 fi
 
-# 7. The project's MPI program over the native RDM endpoint (Open MPI's
+# 7. tests-sos, Sandia OpenSHMEM 1.5.3's own make check, over vrma's RDM
+# endpoint (SHMEM_OFI_PROVIDER=vrma) in each SOS build, judged by
+# test/sos/vrma.list.
+upstream "tests-sos over vrma (test/sos/vrma.list)" "${VRMA_SOS_DIR:-}" "${VRMA_SOS_SKIPPED:-}" \
+	"$util/vrma-sos" run --out "$builddir/test/sos-run"
+
+# 8. The project's MPI program over the native RDM endpoint (Open MPI's
 # pml cm / mtl ofi), 2 and 4 ranks; device.sh built it on the host.
 mpi_test=$builddir/test/mpi/vrma_mpi_test
 if [ -x "$mpi_test" ]; then

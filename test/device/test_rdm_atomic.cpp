@@ -682,6 +682,58 @@ START_TEST(rdm_atomic_native)
 }
 END_TEST
 
+// SOS's shmem_atomic_fetch: fi_fetch_atomicmsg of FI_ATOMIC_READ whose
+// operand is {NULL, 1} (fi_atomic(3): ignored, may be NULL), with FI_INJECT
+// and no completion requested (the FI_READ counter counts it), on 32- and
+// 64-bit words; the target is unchanged. `native`: the 64-bit one goes to
+// the device.
+void check_atomic_read_null_operand(bool native)
+{
+	AtomicEnv ea, eb;
+	RdmNodeOptions opt;
+	opt.read_cntr = true;
+	opt.cq_bind_flags = FI_SELECTIVE_COMPLETION;
+	RdmNode a(ea, opt), b(eb);
+	connect_all({&a, &b});
+	Region r(eb, 64);
+	const int64_t v64 = -0x123456789abcLL;
+	const int32_t v32 = 0x7eadbeef;
+	memcpy(r.mem.data() + 8, &v64, 8);
+	memcpy(r.mem.data() + 20, &v32, 4);
+	const std::vector<uint8_t> before = r.mem;
+	int64_t old64 = 0;
+	int32_t old32 = 0;
+	const fi_ioc none{nullptr, 1};
+	fi_ioc res64{&old64, 1}, res32{&old32, 1};
+	const fi_rma_ioc at64{r.addr(8), 1, r.key()}, at32{r.addr(20), 1, r.key()};
+	const fi_msg_atomic m64{&none, nullptr, 1, a.addr_of(b), &at64, 1, FI_INT64, FI_ATOMIC_READ, nullptr, 0};
+	const fi_msg_atomic m32{&none, nullptr, 1, a.addr_of(b), &at32, 1, FI_INT32, FI_ATOMIC_READ, nullptr, 0};
+	post([&] { return fi_fetch_atomicmsg(a.ep, &m64, &res64, nullptr, 1, FI_INJECT); },
+	     "ATOMIC_READ INT64, operand {NULL, 1}, FI_INJECT");
+	post([&] { return fi_fetch_atomicmsg(a.ep, &m32, &res32, nullptr, 1, FI_INJECT); },
+	     "ATOMIC_READ INT32, operand {NULL, 1}, FI_INJECT");
+	expect_cntr(a.read_cntr, 2, native ? "FI_READ counter (native)" : "FI_READ counter");
+	ck_assert_msg(old64 == v64, "INT64 read 0x%" PRIx64, static_cast<uint64_t>(old64));
+	ck_assert_msg(old32 == v32, "INT32 read 0x%x", static_cast<unsigned>(old32));
+	ck_assert_int_eq(memcmp(r.mem.data(), before.data(), 64), 0);
+	expect_none(a, 100, "fetch atomics without FI_COMPLETION (selective completion)");
+}
+
+START_TEST(rdm_atomic_read_null_operand)
+{
+	check_atomic_read_null_operand(false);
+}
+END_TEST
+
+START_TEST(rdm_atomic_native_read_null_operand)
+{
+	if (!in_fresh_process("rdm_atomic_native_read_null_operand"))
+		return;
+	setenv("FI_VRMA_RDM_NATIVE_ATOMICS", "1", 1);
+	check_atomic_read_null_operand(true);
+}
+END_TEST
+
 START_TEST(rdm_atomic_native_events)
 {
 	if (!with_native_atomics("rdm_atomic_native_events"))
@@ -698,10 +750,12 @@ Suite *rdm_atomic_suite()
 	auto add = [&](const char *name, int timeout, std::initializer_list<const TTest *> tests) {
 		rdm_add_tcase(s, name, timeout, tests);
 	};
-	add("rdm_atomic_ops", 240, {rdm_atomic_valid, rdm_atomic_every_op, rdm_atomic_vectors_and_inject});
+	add("rdm_atomic_ops", 240,
+	    {rdm_atomic_valid, rdm_atomic_every_op, rdm_atomic_vectors_and_inject, rdm_atomic_read_null_operand});
 	add("rdm_atomic_concurrent", 180, {rdm_atomic_two_initiators});
 	add("rdm_atomic_errors", 120,
 	    {rdm_atomic_errors, rdm_atomic_scalable_keys, rdm_atomic_events, rdm_atomic_fence, rdm_atomic_cq_data});
-	add("rdm_atomic_native", 120, {rdm_atomic_native, rdm_atomic_native_events, rdm_atomic_native_cq_data});
+	add("rdm_atomic_native", 120,
+	    {rdm_atomic_native, rdm_atomic_native_events, rdm_atomic_native_cq_data, rdm_atomic_native_read_null_operand});
 	return s;
 }
