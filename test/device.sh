@@ -32,7 +32,7 @@ case $ft in
 esac
 # tests-sos (Sandia OpenSHMEM's suite) likewise: util/vrma-sos builds SOS
 # once per build into its cache, the same boot runs its make check.
-sos=$("$srcdir/util/vrma-sos" build) || { echo "FAIL: building SOS (util/vrma-sos build)"; exit 1; }
+sos=$("$srcdir/util/vrma-sos" build --set ci) || { echo "FAIL: building SOS (util/vrma-sos build)"; exit 1; }
 case $sos in
 "sos: skipped"*) export VRMA_SOS_SKIPPED="$sos" ;;
 *) export VRMA_SOS_DIR="$sos" ;;
@@ -61,4 +61,4 @@ cp "$srcdir/test/device/run-in-vm.sh" test/run-in-vm.sh
 # window of their largest size): two processes need over 2 GiB of guest
 # memory. fi_rdm_atomic registers two more such buffers it barely touches,
 # which vrma registers on demand (not pinned): 4 GiB hold the suite.
-exec "$srcdir/util/vrma-vm" --timeout "${VRMA_VM_TIMEOUT:-2400}" --mem "${VRMA_VM_MEM:-4096}" -- sh test/run-in-vm.sh
+exec "$srcdir/util/vrma-vm" --timeout "${VRMA_VM_TIMEOUT:-3600}" --mem "${VRMA_VM_MEM:-4096}" -- sh test/run-in-vm.sh

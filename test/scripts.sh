@@ -155,21 +155,21 @@ check "a multi-line list reason starting with n/a: excludes its test" list_na
 # The judge: a known failure, an unlisted failure, a listed test that
 # passes, an entry that matches nothing; one summary line per group.
 list_check() {
-	printf '# n/a: does not apply\n^g1 skipped\n\n# fails: known\n^g1 known\n\n# fails: fixed\n^g2 fixed\n\n# stale\n^nothing\n' \
+	printf '# n/a: does not apply\n^g1 skipped\n\n# fails: known\n^g1 known\n\n# fails: fixed\n^g2 fixed\n\n# stale\n^nothing\n\n# fails: not run here\n^g2 left out\n' \
 		>"$tmp/j.list"
-	printf 'g1\tg1 ok\tpass\t3\ng1\tg1 known\tfail\t7\ng1\tg1 skipped\texcluded\ng2\tg2 new\tfail\ng2\tg2 fixed\tpass\ng2\tg2 other\tskip\n' \
+	printf 'g1\tg1 ok\tpass\t3\ng1\tg1 known\tfail\t7\ng1\tg1 skipped\texcluded\ng2\tg2 new\tfail\ng2\tg2 fixed\tpass\ng2\tg2 other\tskip\ng2\tg2 left out\tunselected\n' \
 		>"$tmp/j.tsv"
-	run "$tmp/j" "$util/vrma-list" check "$tmp/j.list" "$tmp/j.tsv" "pass fail skip excluded"
-	[[ $rc -eq 1 ]] &&
+	run "$tmp/j" "$util/vrma-list" check "$tmp/j.list" "$tmp/j.tsv" "pass fail skip excluded unselected"
+	[[ $rc -eq 1 ]] && ! grep -q 'left out' "$tmp/j.out" &&
 		grep -qx 'known failure: g1 g1 known (fails: known)' "$tmp/j.out" &&
 		grep -qx 'FAIL: g2 g2 new: failed, and it is not listed' "$tmp/j.out" &&
 		grep -q '^FAIL: g2 g2 fixed: listed as failing (fails: fixed) but pass: take it off' "$tmp/j.out" &&
 		grep -q "^FAIL: $tmp/j.list: entry '^nothing' (stale) matches no test" "$tmp/j.out" &&
 		grep -qx 'g1 slowest: g1 known 7 s, g1 ok 3 s' "$tmp/j.out" &&
-		grep -qx 'g1: 1 pass, 1 fail, 0 skip, 1 excluded; 0 unexpected' "$tmp/j.out" &&
-		grep -qx 'g2: 1 pass, 1 fail, 1 skip, 0 excluded; 2 unexpected' "$tmp/j.out" || show "$tmp/j"
+		grep -qx 'g1: 1 pass, 1 fail, 0 skip, 1 excluded, 0 unselected; 0 unexpected' "$tmp/j.out" &&
+		grep -qx 'g2: 1 pass, 1 fail, 1 skip, 0 excluded, 1 unselected; 2 unexpected' "$tmp/j.out" || show "$tmp/j"
 }
-check "vrma-list check judges results against a list (one summary per group)" list_check
+check "vrma-list check judges results against a list (one summary per group; unselected tests counted, not judged)" list_check
 
 # Without the tarball, fabtests are skipped with one line.
 ft_skip() {
