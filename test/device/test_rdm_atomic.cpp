@@ -727,9 +727,8 @@ END_TEST
 
 START_TEST(rdm_atomic_native_read_null_operand)
 {
-	if (!in_fresh_process("rdm_atomic_native_read_null_operand"))
+	if (!with_native_atomics("rdm_atomic_native_read_null_operand"))
 		return;
-	setenv("FI_VRMA_RDM_NATIVE_ATOMICS", "1", 1);
 	check_atomic_read_null_operand(true);
 }
 END_TEST
