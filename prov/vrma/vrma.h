@@ -42,6 +42,7 @@
 #include "intrusive_fifo.h"
 #include "ring_queue.h"
 #include "slot_ring.h"
+#include "wait_gate.h"
 #include "vrma_errno.h"
 #include "vrma_mr_cache.h"
 #include "vrma_verbs.h"
@@ -548,6 +549,8 @@ struct Cntr final : fid_cntr {
 	// event_fd: the waiter may sleep on a completion channel that another
 	// thread's CQ wait has already drained, or on no channel at all.
 	std::atomic<int> waiters{0};
+	// Waiters beyond the one that sleeps on epoll_fd sleep here (cntr_wait).
+	WaitGate gate;
 	RdmHooks rdm; // RDM endpoints whose completions it counts
 };
 

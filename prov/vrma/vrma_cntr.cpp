@@ -6,7 +6,8 @@
 // bound endpoints (entries meant for the application stay queued for it), and
 // fi_cntr_wait blocks on those CQs' completion channels and on the counter's
 // own eventfd, which fi_cntr_add/set and every count made while a thread
-// waits write (count_completion in vrma.h).
+// waits write (count_completion in vrma.h). Of several waiting threads one
+// sleeps on those descriptors, the others on the counter's WaitGate.
 #include "vrma.h"
 
 #include <sys/epoll.h>
@@ -23,7 +24,7 @@ int update(Cntr *c, std::atomic<uint64_t> &count, uint64_t value, bool add)
 		count.fetch_add(value, std::memory_order_acq_rel);
 	else
 		count.store(value, std::memory_order_release);
-	eventfd_signal(c->event_fd.get());
+	cntr_wake(c);
 	return 0;
 }
 
@@ -95,13 +96,38 @@ private:
 	Cntr *c_;
 };
 
+// The counter's descriptor role (WaitGate) while a fi_cntr_wait holds it.
+class FdRole {
+public:
+	explicit FdRole(WaitGate &gate) noexcept : gate_(gate) {}
+	~FdRole()
+	{
+		if (held_)
+			gate_.leave_fd_role();
+	}
+	FdRole(const FdRole &) = delete;
+	FdRole &operator=(const FdRole &) = delete;
+	// Whether this wait holds the role, taking it when free.
+	bool hold() noexcept { return held_ || (held_ = gate_.take_fd_role()); }
+
+private:
+	WaitGate &gate_;
+	bool held_ = false;
+};
+
+// Threads may wait on one counter together (SOS with SHMEM_THREAD_MULTIPLE
+// does): one of them sleeps on the epoll set and alone clears event_fd, the
+// others on the counter's gate (see WaitGate for the lost wakeup this
+// avoids). Every count made while a thread waits notifies both.
 int cntr_wait(fid_cntr *f, uint64_t threshold, int timeout) noexcept
 {
 	Cntr *c = static_cast<Cntr *>(f);
 	const Deadline deadline(timeout);
 	const CntrWaiter registered(c);
+	FdRole role(c->gate);
 	const uint64_t errors_before = c->errors.load(std::memory_order_seq_cst);
 	for (;;) {
+		const uint32_t seen = c->gate.snapshot();
 		progress(c);
 		if (c->value.load(std::memory_order_seq_cst) >= threshold)
 			return 0;
@@ -109,6 +135,10 @@ int cntr_wait(fid_cntr *f, uint64_t threshold, int timeout) noexcept
 			return -FI_EAVAIL;
 		if (deadline.expired())
 			return -FI_ETIMEDOUT;
+		if (!role.hold()) {
+			c->gate.wait(seen, deadline.remaining_ms());
+			continue;
+		}
 		// Arm every feeding CQ; completions that slipped in before arming are
 		// counted by the next progress() instead of raising an event.
 		bool armed = true, blocking = true;
@@ -213,6 +243,7 @@ void cntr_detach_cq(Cntr *c, Cq *cq) noexcept
 void cntr_wake(Cntr *cntr) noexcept
 {
 	eventfd_signal(cntr->event_fd.get());
+	cntr->gate.notify();
 }
 
 int cntr_open(fid_domain *domain, fi_cntr_attr *attr, fid_cntr **cntr_out, void *context) noexcept

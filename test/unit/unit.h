@@ -23,3 +23,4 @@ Suite *fast_mutex_suite();
 Suite *key_table_suite();
 Suite *atomic_ops_suite();
 Suite *intrusive_fifo_suite();
+Suite *wait_gate_suite();

@@ -18,6 +18,7 @@ int main()
 	srunner_add_suite(sr, ring_queue_suite());
 	srunner_add_suite(sr, intrusive_fifo_suite());
 	srunner_add_suite(sr, fast_mutex_suite());
+	srunner_add_suite(sr, wait_gate_suite());
 	srunner_add_suite(sr, key_table_suite());
 	srunner_add_suite(sr, atomic_ops_suite());
 	srunner_run_all(sr, CK_NORMAL);

@@ -1,0 +1,92 @@
+// WaitGate: lets several threads block on one condition whose changes are
+// announced through a level-triggered descriptor (an eventfd in an epoll
+// set) without losing a wakeup.
+//
+// The hazard it removes: with two threads sleeping on the same eventfd, the
+// one that wakes first clears it; the other, still between its check of the
+// condition and its epoll_wait, then sleeps through the change it was
+// waiting for (fi_cntr_wait from many threads on one counter: Sandia
+// OpenSHMEM with SHMEM_THREAD_MULTIPLE hung that way).
+//
+// Contract: one thread at a time holds the descriptor role (take_fd_role):
+// it alone sleeps on the descriptors and clears the eventfd. The others
+// sleep on a generation word (a futex on Linux), which a notifier bumps
+// before it wakes them, so a change made after a thread's snapshot() never
+// goes unseen: wait() returns at once when the word moved. The holder gives
+// the role up when it stops waiting (leave_fd_role), which wakes the others
+// so that one takes it over. A notifier calls notify() after the change is
+// visible (the condition's own store first, seq_cst).
+#pragma once
+
+#include <atomic>
+#include <cerrno>
+#include <climits>
+#include <cstdint>
+#include <ctime>
+
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+namespace vrma {
+
+class WaitGate {
+public:
+	WaitGate() = default;
+	WaitGate(const WaitGate &) = delete;
+	WaitGate &operator=(const WaitGate &) = delete;
+
+	// Taken before the caller checks its condition.
+	uint32_t snapshot() const noexcept { return word_.load(std::memory_order_seq_cst); }
+
+	// Whether the caller now holds the descriptor role (it keeps it until
+	// leave_fd_role).
+	bool take_fd_role() noexcept
+	{
+		bool expected = false;
+		return fd_role_.compare_exchange_strong(expected, true, std::memory_order_acq_rel);
+	}
+
+	void leave_fd_role() noexcept
+	{
+		fd_role_.store(false, std::memory_order_release);
+		notify();
+	}
+
+	// Sleeps until the word differs from `seen`, a notify() wakes the
+	// caller, or timeout_ms passes (< 0: no limit). Spurious returns are
+	// allowed: callers check their condition again.
+	void wait(uint32_t seen, int timeout_ms) noexcept
+	{
+		sleepers_.fetch_add(1, std::memory_order_seq_cst);
+		timespec ts{timeout_ms / 1000, (timeout_ms % 1000) * 1000000L};
+		syscall(SYS_futex, word_addr(), FUTEX_WAIT_PRIVATE, seen, timeout_ms < 0 ? nullptr : &ts, nullptr,
+			0);
+		sleepers_.fetch_sub(1, std::memory_order_seq_cst);
+	}
+
+	// The condition changed: wakes every thread in wait().
+	void notify() noexcept
+	{
+		word_.fetch_add(1, std::memory_order_seq_cst);
+		if (sleepers_.load(std::memory_order_seq_cst) != 0)
+			syscall(SYS_futex, word_addr(), FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr, 0);
+	}
+
+private:
+	// The futex is the word itself.
+	static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t) &&
+			      std::atomic<uint32_t>::is_always_lock_free,
+		      "the futex word is an atomic uint32_t");
+	uint32_t *word_addr() noexcept { return reinterpret_cast<uint32_t *>(&word_); }
+
+	std::atomic<uint32_t> word_{0};
+	// Threads in wait(): notify() skips the wake call without them. A
+	// sleeper counts itself before the futex compares the word, and a
+	// notifier bumps the word before it reads the count (both seq_cst):
+	// either the futex sees the new word, or the notifier sees the sleeper.
+	std::atomic<int> sleepers_{0};
+	std::atomic<bool> fd_role_{false};
+};
+
+} // namespace vrma
