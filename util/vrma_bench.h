@@ -476,8 +476,10 @@ protected:
 		const ssize_t n = fi_cq_read(cq_.get(), entries, N);
 		if (n == -FI_EAGAIN)
 			return 0;
-		if (n == -FI_EAVAIL)
-			report();
+		if (n == -FI_EAVAIL) {
+			report(); // fails, or takes an error the caller expects
+			return 0;
+		}
 		if (n < 0)
 			fail_call("fi_cq_read", n);
 		return static_cast<size_t>(n);
