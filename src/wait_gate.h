@@ -8,14 +8,15 @@
 // waiting for (fi_cntr_wait from many threads on one counter: Sandia
 // OpenSHMEM with SHMEM_THREAD_MULTIPLE hung that way).
 //
-// Contract: one thread at a time holds the descriptor role (take_fd_role):
-// it alone sleeps on the descriptors and clears the eventfd. The others
-// sleep on a generation word (a futex on Linux), which a notifier bumps
-// before it wakes them, so a change made after a thread's snapshot() never
-// goes unseen: wait() returns at once when the word moved. The holder gives
-// the role up when it stops waiting (leave_fd_role), which wakes the others
-// so that one takes it over. A notifier calls notify() after the change is
-// visible (the condition's own store first, seq_cst).
+// Contract: one thread at a time holds the descriptor role: it alone sleeps
+// on the descriptors and clears the eventfd. The others sleep on a
+// generation word (a futex on Linux), which a notifier bumps before it
+// wakes them, so a change made after a thread's snapshot() never goes
+// unseen: wait() returns at once when the word moved. The holder gives the
+// role up when it stops waiting, which wakes the others so that one takes
+// it over. A notifier calls notify() after the change is visible (the
+// condition's own store first, seq_cst). wait_until() is that protocol
+// whole: waiters use it, not the pieces.
 #pragma once
 
 #include <atomic>
@@ -39,20 +40,6 @@ public:
 	// Taken before the caller checks its condition.
 	uint32_t snapshot() const noexcept { return word_.load(std::memory_order_seq_cst); }
 
-	// Whether the caller now holds the descriptor role (it keeps it until
-	// leave_fd_role).
-	bool take_fd_role() noexcept
-	{
-		bool expected = false;
-		return fd_role_.compare_exchange_strong(expected, true, std::memory_order_acq_rel);
-	}
-
-	void leave_fd_role() noexcept
-	{
-		fd_role_.store(false, std::memory_order_release);
-		notify();
-	}
-
 	// Sleeps until the word differs from `seen`, a notify() wakes the
 	// caller, or timeout_ms passes (< 0: no limit). Spurious returns are
 	// allowed: callers check their condition again.
@@ -73,7 +60,66 @@ public:
 			syscall(SYS_futex, word_addr(), FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr, 0);
 	}
 
+	// check() returns kAgain while the caller must go on waiting, anything
+	// else ends the wait with that value. The descriptor role's holder then
+	// calls sleep_on_fds(), which sleeps on the descriptors (and clears the
+	// eventfd it woke on) and returns 0 or a negative error that ends the
+	// wait; the others sleep in the gate for at most remaining_ms() (< 0: no
+	// limit). check() runs after the snapshot, so a change announced between
+	// it and the sleep wakes the sleeper at once. The role is given up on
+	// every return.
+	static constexpr int kAgain = 1;
+	template <class Check, class SleepOnFds, class RemainingMs>
+	int wait_until(Check &&check, SleepOnFds &&sleep_on_fds, RemainingMs &&remaining_ms) noexcept
+	{
+		FdRole role(*this);
+		for (;;) {
+			const uint32_t seen = snapshot();
+			if (const int r = check(); r != kAgain)
+				return r;
+			if (!role.hold()) {
+				wait(seen, remaining_ms());
+				continue;
+			}
+			if (const int r = sleep_on_fds(); r < 0)
+				return r;
+		}
+	}
+
 private:
+	// Whether the caller now holds the descriptor role (it keeps it until
+	// leave_fd_role).
+	bool take_fd_role() noexcept
+	{
+		bool expected = false;
+		return fd_role_.compare_exchange_strong(expected, true, std::memory_order_acq_rel);
+	}
+
+	void leave_fd_role() noexcept
+	{
+		fd_role_.store(false, std::memory_order_release);
+		notify();
+	}
+
+	// The descriptor role while one wait_until() holds it.
+	class FdRole {
+	public:
+		explicit FdRole(WaitGate &gate) noexcept : gate_(gate) {}
+		~FdRole()
+		{
+			if (held_)
+				gate_.leave_fd_role();
+		}
+		FdRole(const FdRole &) = delete;
+		FdRole &operator=(const FdRole &) = delete;
+		// Whether this wait holds the role, taking it when free.
+		bool hold() noexcept { return held_ || (held_ = gate_.take_fd_role()); }
+
+	private:
+		WaitGate &gate_;
+		bool held_ = false;
+	};
+
 	// The futex is the word itself.
 	static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t) &&
 			      std::atomic<uint32_t>::is_always_lock_free,

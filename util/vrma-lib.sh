@@ -87,6 +87,20 @@ vrma_apt_unlock() {
 	_vrma_apt_locked=""
 }
 
+# vrma_mpi_launcher: sets up Open MPI for programs that use it only to
+# start their processes and exchange addresses (SOS's PMI): root may run it
+# (the test bed's guest runs everything as root), MPI's own traffic goes
+# over shared memory (pml ob1, btl self,vader), never over libfabric; and a
+# guest without a host name gets one, which mpirun needs (the minimal guest
+# has none).
+vrma_mpi_launcher() {
+	local h
+	export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_pml=ob1 \
+		OMPI_MCA_btl=self,vader OMPI_MCA_mtl=^ofi
+	h=$(hostname 2>/dev/null) || h=
+	[[ -n $h && $h != "(none)" ]] || hostname vrma-guest || vrma_die "this host has no name and cannot be given one (mpirun needs it)"
+}
+
 # apt_errors FILE: apt's own error lines from FILE, joined on one line.
 apt_errors() {
 	local e

@@ -96,25 +96,6 @@ private:
 	Cntr *c_;
 };
 
-// The counter's descriptor role (WaitGate) while a fi_cntr_wait holds it.
-class FdRole {
-public:
-	explicit FdRole(WaitGate &gate) noexcept : gate_(gate) {}
-	~FdRole()
-	{
-		if (held_)
-			gate_.leave_fd_role();
-	}
-	FdRole(const FdRole &) = delete;
-	FdRole &operator=(const FdRole &) = delete;
-	// Whether this wait holds the role, taking it when free.
-	bool hold() noexcept { return held_ || (held_ = gate_.take_fd_role()); }
-
-private:
-	WaitGate &gate_;
-	bool held_ = false;
-};
-
 // Threads may wait on one counter together (SOS with SHMEM_THREAD_MULTIPLE
 // does): one of them sleeps on the epoll set and alone clears event_fd, the
 // others on the counter's gate (see WaitGate for the lost wakeup this
@@ -124,10 +105,8 @@ int cntr_wait(fid_cntr *f, uint64_t threshold, int timeout) noexcept
 	Cntr *c = static_cast<Cntr *>(f);
 	const Deadline deadline(timeout);
 	const CntrWaiter registered(c);
-	FdRole role(c->gate);
 	const uint64_t errors_before = c->errors.load(std::memory_order_seq_cst);
-	for (;;) {
-		const uint32_t seen = c->gate.snapshot();
+	auto check = [&]() noexcept {
 		progress(c);
 		if (c->value.load(std::memory_order_seq_cst) >= threshold)
 			return 0;
@@ -135,12 +114,11 @@ int cntr_wait(fid_cntr *f, uint64_t threshold, int timeout) noexcept
 			return -FI_EAVAIL;
 		if (deadline.expired())
 			return -FI_ETIMEDOUT;
-		if (!role.hold()) {
-			c->gate.wait(seen, deadline.remaining_ms());
-			continue;
-		}
-		// Arm every feeding CQ; completions that slipped in before arming are
-		// counted by the next progress() instead of raising an event.
+		return WaitGate::kAgain;
+	};
+	auto sleep_on_fds = [&]() noexcept {
+		// Arm every feeding CQ; completions that slipped in before arming
+		// are counted by the next progress() instead of raising an event.
 		bool armed = true, blocking = true;
 		for_each_feeding_cq(c, [&](Cq *cq) {
 			if (cq->wait_obj != FI_WAIT_FD)
@@ -151,22 +129,23 @@ int cntr_wait(fid_cntr *f, uint64_t threshold, int timeout) noexcept
 		if (c->rdm.any() && c->rdm.trywait())
 			armed = false;
 		if (!armed)
-			continue;
+			return 0;
+		int ready[4];
 		if (!blocking) {
 			// A CQ without a wait object cannot wake us: poll gently.
 			const Deadline slice(1);
-			int ready[4];
 			wait_epoll(c->epoll_fd.get(), slice, ready, 4);
-			continue;
+			return 0;
 		}
-		int ready[4];
-		int n = wait_epoll(c->epoll_fd.get(), deadline, ready, 4);
+		const int n = wait_epoll(c->epoll_fd.get(), deadline, ready, 4);
 		if (n < 0)
 			return n;
 		for (int i = 0; i < n; i++)
 			if (ready[i] == c->event_fd.get())
 				eventfd_clear(c->event_fd.get());
-	}
+		return 0;
+	};
+	return c->gate.wait_until(check, sleep_on_fds, [&]() noexcept { return deadline.remaining_ms(); });
 }
 
 int cntr_close(fid *f) noexcept

@@ -112,6 +112,11 @@ vrma-osc)
 esac
 
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# mpirun needs a host name; the test bed's minimal guest has none.
+host=$(hostname 2>/dev/null) || host=""
+if [[ -z $host || $host == "(none)" ]]; then
+	hostname vrma-guest 2>/dev/null || die "this host has no name (mpirun needs one) and cannot be given one"
+fi
 pass=()
 while IFS= read -r v; do
 	case $v in FI_* | VRMA_* | RDMAV_* | IBV_*) pass+=(-x "$v") ;; esac

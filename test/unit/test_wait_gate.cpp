@@ -5,7 +5,9 @@
 #include "unit.h"
 #include "wait_gate.h"
 
+#include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <thread>
 #include <vector>
@@ -70,9 +72,10 @@ END_TEST
 // producer, in rounds. Each waiter asks for one count and waits until the
 // round's counts are all in; the producer, once every waiter asked, adds
 // them with one eventfd write and one notify() (as cntr_wake does), and
-// nothing more until the next round's requests. The holder of the
-// descriptor role waits in poll() on the eventfd, clearing it when woken,
-// the others in the gate. A waiter that misses the round's only wakeup
+// nothing more until the next round's requests. Each waiter runs
+// wait_until() as fi_cntr_wait does: the holder of the descriptor role
+// sleeps in poll() on the eventfd, clearing it when woken, the others in
+// the gate. A waiter that misses the round's only wakeup
 // sleeps to its 2 s limit, which fails the test (all waiters sleeping on
 // the eventfd fail it within a few hundred rounds).
 START_TEST(test_many_waiters_lose_nothing)
@@ -86,28 +89,24 @@ START_TEST(test_many_waiters_lose_nothing)
 	std::atomic<bool> failed{false};
 	auto wait_for = [&](uint64_t target) {
 		const auto start = Clock::now();
-		bool held = false;
-		for (;;) {
-			const uint32_t seen = g.snapshot();
-			if (value.load() >= target || failed.load())
-				break;
-			const double left = 2000 - ms_since(start);
-			if (left <= 0) {
-				failed = true;
-				break;
-			}
-			if (!held && !(held = g.take_fd_role())) {
-				g.wait(seen, static_cast<int>(left));
-				continue;
-			}
-			pollfd p{efd, POLLIN, 0};
-			if (poll(&p, 1, static_cast<int>(left)) > 0) {
-				uint64_t v;
-				(void)!read(efd, &v, sizeof v);
-			}
-		}
-		if (held)
-			g.leave_fd_role();
+		auto left_ms = [&] { return static_cast<int>(std::max(0.0, 2000 - ms_since(start))); };
+		const int r = g.wait_until(
+			[&] {
+				if (value.load() >= target || failed.load())
+					return 0;
+				return left_ms() == 0 ? -ETIMEDOUT : WaitGate::kAgain;
+			},
+			[&] {
+				pollfd p{efd, POLLIN, 0};
+				if (poll(&p, 1, left_ms()) > 0) {
+					uint64_t v;
+					(void)!read(efd, &v, sizeof v);
+				}
+				return 0;
+			},
+			left_ms);
+		if (r != 0)
+			failed = true;
 	};
 	std::vector<std::thread> ts;
 	for (int i = 0; i < kWaiters; i++)
