@@ -44,6 +44,11 @@ vrma_exit() {
 	exit "$1"
 }
 
+# vrma_usage: prints the calling script's header comment (line 2 up to its
+# first line that is not a comment), which is its help. A hard-coded line
+# range goes stale when the header grows.
+vrma_usage() { sed -n '2,/^[^#]/{/^#/p}' "$0"; }
+
 # vrma_at_exit COMMAND...: run at exit, last registered first.
 vrma_at_exit() { _vrma_exit_hooks=("$*" "${_vrma_exit_hooks[@]}"); }
 
@@ -101,11 +106,25 @@ vrma_mpi_launcher() {
 	[[ -n $h && $h != "(none)" ]] || hostname vrma-guest || vrma_die "this host has no name and cannot be given one (mpirun needs it)"
 }
 
-# apt_errors FILE: apt's own error lines from FILE, joined on one line.
-apt_errors() {
+# _vrma_first_matches FILE ERE N: FILE's first N lines matching ERE,
+# joined on one line.
+_vrma_first_matches() {
 	local e
-	e=$(grep -E '^(E|Err):' "$1" 2>/dev/null | head -n 3 | tr '\n' ' ') || true
+	e=$(grep -E -m "$3" "$2" "$1" 2>/dev/null | tr '\n' ' ') || true
 	printf '%s' "${e% }"
+}
+
+# apt_errors FILE: apt's own error lines from FILE, joined on one line.
+apt_errors() { _vrma_first_matches "$1" '^(E|Err):' 3; }
+
+# vrma_build_errors LOG: what a failed build says, on one line: the
+# compiler's and make's first error lines (a parallel make's last line is
+# another job's), else the log's last line.
+vrma_build_errors() {
+	local e
+	e=$(_vrma_first_matches "$1" 'error:|\*\*\*|No such file|cannot' 4)
+	[[ -n $e ]] || e=$(tail -n 1 "$1" 2>/dev/null) || true
+	printf '%s' "$e"
 }
 
 # vrma_build TOP: installs what building vrma needs, then configures (once)
