@@ -13,7 +13,10 @@
 //  - Each format has a version byte; decode refuses any version but its own.
 //  - decode returns false on anything malformed: a short (or, where the length
 //    is fixed, a long) buffer, an unknown magic, version, type, flag or status,
-//    a non-zero reserved byte, a length or count out of range. A malformed
+//    a non-zero reserved byte, a length or count out of range. Every count a
+//    message names is bounded here, and every count times an element size
+//    is computed with an overflow check (checked_mul) and bounded too,
+//    before any caller sizes, indexes or copies anything by it. A malformed
 //    message means the peer does not speak this protocol (or memory was
 //    corrupted): the caller drops the connection instead of guessing. On
 //    false, the outputs are unspecified.
@@ -68,6 +71,23 @@ inline uint16_t get16(const uint8_t *p) noexcept { return get<uint16_t>(p); }
 inline uint32_t get32(const uint8_t *p) noexcept { return get<uint32_t>(p); }
 inline uint64_t get64(const uint8_t *p) noexcept { return get<uint64_t>(p); }
 } // namespace le
+
+// count * size into out; false (out unspecified) when the product does not
+// fit a size_t. For every product of a count a peer names: a wrapped
+// product passes any later bound (2^61 8-byte elements are 0 bytes).
+inline bool checked_mul(uint64_t count, uint64_t size, size_t &out) noexcept
+{
+	uint64_t p;
+	if (__builtin_mul_overflow(count, size, &p) || p > SIZE_MAX)
+		return false;
+	out = static_cast<size_t>(p);
+	return true;
+}
+
+// The largest eager size an RDM endpoint takes (FI_VRMA_RDM_EAGER_SIZE is
+// clamped to it): no honest peer sends, or asks to be answered, more
+// payload than this in one message.
+inline constexpr size_t kEagerSizeMax = size_t(1) << 20;
 
 // ---------------------------------------------------------------------------
 // Addresses
@@ -698,6 +718,14 @@ inline size_t atomic_request_bytes(atomic::Kind kind, int op, int datatype, size
 	return head + static_cast<size_t>(count) * element;
 }
 
+// The most bytes of elements one AtomicRequest names (its total count times
+// the datatype's size): the initiator sizes a request so that its operand
+// and the answer's old values each fit its eager size (rdm_atomic_max),
+// never more than kEagerSizeMax. The decoder refuses more; the target
+// also refuses, as Unsupported, an answer larger than its own result
+// buffer (atomic_result_bytes).
+inline constexpr size_t kAtomicDataMax = kEagerSizeMax;
+
 struct AtomicSegment {
 	uint64_t addr = 0;  // remote virtual address (or offset, as the MR mode says)
 	uint64_t count = 0; // elements
@@ -715,7 +743,20 @@ struct AtomicRequest {
 	size_t operand_bytes = 0;
 	const uint8_t *compare = nullptr; // Compare only
 	size_t compare_bytes = 0;
+	// The header's length (the total count) times the datatype's size, at
+	// most kAtomicDataMax: each array's bytes, and the bytes of old values
+	// a Fetch or Compare answer carries. Every segment's count times the
+	// size is at most this too (the counts add up to the total).
+	size_t data_bytes = 0;
 };
+
+// The bytes of old values the answer to a decoded request carries: its
+// data_bytes for Fetch and Compare (FI_ATOMIC_READ included, which sends no
+// array and so is bounded by nothing else), 0 for Plain.
+inline size_t atomic_result_bytes(const AtomicRequest &r) noexcept
+{
+	return r.kind == atomic::Kind::Plain ? 0 : r.data_bytes;
+}
 
 // CommitRequest body, after the header:
 //
@@ -968,10 +1009,13 @@ inline size_t encode_atomic_request(uint8_t *buf, const RdmHeader &h,
 }
 
 // Parses a whole AtomicRequest of len bytes: the header as decode_header
-// does; an op, datatype and kind atomic::valid() takes; 1..kMaxAtomicSegments
-// segments, none empty, whose counts add up to the header's length without
-// overflowing; the reserved word 0; then exactly the arrays the op takes for
-// that many elements. out's arrays point into buf.
+// does; an op, datatype and kind atomic::valid() takes (so each is one of
+// the known enum values); 1..kMaxAtomicSegments segments, none empty, whose
+// counts add up to the header's length without overflowing; that many
+// elements of the datatype at most kAtomicDataMax bytes, whatever the op
+// (FI_ATOMIC_READ carries no array that would bound its count); the
+// reserved word 0; then exactly the arrays the op takes for that many
+// elements. out's arrays point into buf.
 inline bool decode_atomic_request(const uint8_t *buf, size_t len, RdmHeader &h,
 				  AtomicRequest &out) noexcept
 {
@@ -990,14 +1034,13 @@ inline bool decode_atomic_request(const uint8_t *buf, size_t len, RdmHeader &h,
 	};
 	if (!walk_segments(body + kAtomicBodyHeadBytes, n, kAtomicSegmentBytes, h.length, take))
 		return false;
-	// The arrays, checked by division: length times the size may overflow.
-	const size_t head = atomic_request_head_bytes(n);
-	const size_t arrays = atomic_request_arrays(kind, op);
-	const size_t unit = arrays * atomic::datatype_size(datatype);
-	const size_t rest = len - head;
-	if (unit == 0 ? rest != 0 : (rest % unit != 0 || rest / unit != h.length))
+	size_t bytes = 0; // the elements', and each array's
+	if (!checked_mul(h.length, atomic::datatype_size(datatype), bytes) || bytes > kAtomicDataMax)
 		return false;
-	const size_t bytes = arrays ? rest / arrays : 0; // each array's
+	// At most 2 arrays of at most kAtomicDataMax bytes: no overflow.
+	if (len - atomic_request_head_bytes(n) != atomic_request_arrays(kind, op) * bytes)
+		return false;
+	const size_t head = atomic_request_head_bytes(n);
 	out.op = op;
 	out.datatype = datatype;
 	out.kind = kind;
@@ -1008,6 +1051,7 @@ inline bool decode_atomic_request(const uint8_t *buf, size_t len, RdmHeader &h,
 	const bool has_compare = kind == atomic::Kind::Compare;
 	out.compare = has_compare ? buf + head + out.operand_bytes : nullptr;
 	out.compare_bytes = has_compare ? bytes : 0;
+	out.data_bytes = bytes;
 	return true;
 }
 

@@ -118,7 +118,8 @@ void params_init() noexcept
 		if (fi_param_get_size_t(&provider, "mr_on_demand", &v) == FI_SUCCESS)
 			rdm_params.mr_on_demand = v;
 	}
-	rdm_params.eager_size = std::clamp<size_t>(rdm_params.eager_size, 64, size_t(1) << 20);
+	// The wire bounds what a peer may name by the largest eager size.
+	rdm_params.eager_size = std::clamp<size_t>(rdm_params.eager_size, 64, rdm::kEagerSizeMax);
 	rdm_params.mr_keys = std::clamp<size_t>(rdm_params.mr_keys, keys::kBucketEntries,
 						keys::kBucketEntries << 20);
 	rdm_params.rx_buffers = std::clamp<size_t>(rdm_params.rx_buffers, 16, 65536);

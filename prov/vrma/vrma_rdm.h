@@ -34,6 +34,7 @@
 #include "vrma_post.h"
 #include "fast_mutex.h"
 #include "rdm_wire.h"
+#include "rdm_wc.h"
 #include "tag_match.h"
 #include "atomic_ops.h"
 
@@ -111,12 +112,42 @@ inline constexpr uint32_t rdm_aux(RdmTx kind, uint32_t buf_plus1) noexcept
 }
 inline RdmTx rdm_aux_kind(uint32_t aux) noexcept { return static_cast<RdmTx>(aux >> 24); }
 inline uint32_t rdm_aux_buf(uint32_t aux) noexcept { return aux & 0xffffff; }
+// The opcodes a successful completion of a request of that kind may carry
+// (rdm_wc.h): what the posting sites put in the chains they tag with it.
+// Internal covers vrma's own sends, the close sentinel (an RDMA WRITE) and
+// the requests of a failed post, retagged whatever they were
+// (rdm_post_op_chain); an unknown kind allows nothing.
+inline uint32_t rdm_tx_wc_opcodes(RdmTx kind) noexcept
+{
+	switch (kind) {
+	case RdmTx::RndvReq:
+		return rdm::kWcSend;
+	case RdmTx::RndvRead:
+	case RdmTx::KeyRead:
+		return rdm::kWcRead;
+	case RdmTx::App:
+	case RdmTx::Awaited: // a delivery-complete send, or a commit's writes and request
+	case RdmTx::RmaOp:   // writes or reads, a delivery read-back, an event send
+		return rdm::kWcSend | rdm::kWcWrite | rdm::kWcRead;
+	case RdmTx::AtomicNative: // device atomics and their event send
+		return rdm::kWcAtomics | rdm::kWcSend;
+	case RdmTx::Internal:
+		return rdm::kWcRdmPosted;
+	}
+	return 0;
+}
 
 // An operation waiting for the peer's answer: a send (RndvDone,
 // DeliveryAck) or an RMA write with FI_COMMIT_COMPLETE (CommitAnswer).
 struct RdmTxOp {
 	RdmPeer *peer = nullptr;
 	uint32_t msg_id = 0;
+	// The one answer that completes it, and the connection its request went
+	// on (compared, never followed: a connection's end fails its waiting
+	// operations before it is freed). Anything else with its msg_id is a
+	// protocol error (rdm_answered).
+	rdm::MsgType answer = rdm::MsgType::RndvDone;
+	const Conn *conn = nullptr;
 	void *context = nullptr;
 	uint64_t comp_flags = 0;
 	size_t len = 0;
@@ -161,6 +192,7 @@ struct RemoteKey {
 	State state = State::Reading;
 	uint32_t read_id = 0;
 	keys::KeyEntry entry;
+	const Conn *conn = nullptr; // Asking: the connection the request went on
 };
 // A READ of a peer's key bucket in flight, into the endpoint's key buffer
 // `buf`.
@@ -177,6 +209,7 @@ struct RdmKeyRead {
 struct RdmAtomicOp {
 	RdmPeer *peer = nullptr;
 	uint32_t msg_id = 0;
+	const Conn *conn = nullptr; // emulated: the connection its request went on
 	void *context = nullptr;
 	uint64_t comp_flags = 0;
 	bool report = false;
@@ -491,8 +524,10 @@ struct RdmTxReport {
 class RdmAwaited {
 public:
 	// A new operation reported as `r` says, with the peer's next message
-	// id: 0, or -FI_ENOMEM.
-	int create(RdmPeer *peer, const RdmTxReport &r) noexcept;
+	// id, whose request goes on conn and which `answer` completes: 0, or
+	// -FI_ENOMEM.
+	int create(RdmPeer *peer, const Conn *conn, rdm::MsgType answer,
+		   const RdmTxReport &r) noexcept;
 	// Enters it in the peer's table: 0, or -FI_ENOMEM.
 	int wait() noexcept;
 	// Its request was posted: the answer, or the connection's end, frees it.
@@ -612,7 +647,8 @@ inline size_t rdm_encode_rma_event(uint8_t *buf, rdm::RmaKind kind, uint64_t byt
 }
 // An RmaEvent from a peer (lock held): remote CQ data and FI_RMA_EVENT
 // counts.
-void rdm_handle_rma_event(RdmEp *ep, RdmPeer *peer, const uint8_t *buf, size_t len) noexcept;
+void rdm_handle_rma_event(RdmEp *ep, RdmPeer *peer, uint32_t qp_num, const uint8_t *buf,
+			  size_t len) noexcept;
 // What a peer's operation did to this endpoint's memory (lock held), from
 // its RmaEvent, CommitRequest or AtomicRequest: its remote CQ data (h's
 // kFlagCqData, an entry with `flags` | FI_REMOTE_CQ_DATA and h's length)
@@ -625,7 +661,8 @@ void rdm_report_rma_event(RdmEp *ep, RdmPeer *peer, uint64_t flags, const rdm::R
 void rdm_rma_op_done(RdmEp *ep, Conn *c, const RdmRmaDone &d) noexcept;
 // A CommitRequest from a peer (lock held): persists its ranges, counts and
 // reports it as an RmaEvent would be, answers.
-void rdm_handle_commit(RdmEp *ep, RdmPeer *peer, const uint8_t *buf, size_t len) noexcept;
+void rdm_handle_commit(RdmEp *ep, RdmPeer *peer, uint32_t qp_num, const uint8_t *buf,
+		       size_t len) noexcept;
 // The wire::kCmFlag* a peer's connection header announces (Conn::peer_cm_flags).
 inline uint8_t rdm_peer_cm_flags(uint8_t conn_flags) noexcept
 {
@@ -713,9 +750,11 @@ inline const keys::KeyEntry *rdm_key_ready(RdmPeer *peer, uint64_t key, uint8_t 
 // A KeyRead request completed.
 void rdm_key_read_done(RdmEp *ep, RdmKeyRead *rd, bool ok) noexcept;
 // A KeyRequest from a peer: answered (its region registered first).
-void rdm_handle_key_request(RdmEp *ep, RdmPeer *peer, const uint8_t *buf, size_t len) noexcept;
+void rdm_handle_key_request(RdmEp *ep, RdmPeer *peer, uint32_t qp_num, const uint8_t *buf,
+			    size_t len) noexcept;
 // A KeyAnswer from a peer: the key's state.
-void rdm_handle_key_answer(RdmEp *ep, RdmPeer *peer, const uint8_t *buf, size_t len) noexcept;
+void rdm_handle_key_answer(RdmEp *ep, RdmPeer *peer, uint32_t qp_num, const uint8_t *buf,
+			   size_t len) noexcept;
 
 // vrma_rdm_atomic.cpp
 extern const fi_ops_atomic rdm_atomic_ops;
@@ -724,7 +763,8 @@ extern const fi_ops_atomic rdm_atomic_ops;
 size_t rdm_atomic_max(atomic::Kind kind, int op, int datatype, bool native,
 		      size_t eager_size) noexcept;
 // An AtomicRequest or AtomicResponse from a peer (lock held).
-void rdm_handle_atomic(RdmEp *ep, RdmPeer *peer, const uint8_t *buf, size_t len) noexcept;
+void rdm_handle_atomic(RdmEp *ep, RdmPeer *peer, uint32_t qp_num, const uint8_t *buf,
+		       size_t len) noexcept;
 // A native atomic's request completed.
 void rdm_atomic_native_done(RdmEp *ep, Conn *c, const RdmRmaDone &d) noexcept;
 // The peer's connection went away: its emulated atomics fail with err.
@@ -765,5 +805,17 @@ int rdm_post_srq(RdmEp *ep, const uint32_t *idx, size_t n) noexcept;
 void rdm_retry_backlog(RdmEp *ep) noexcept;
 // The peer's connection went away: its waiting sends fail.
 void rdm_fail_waiting(RdmPeer *peer, int err) noexcept;
+// A message from the peer on queue pair qp_num broke the protocol (it did
+// not decode, or answered what it was not asked): one warning naming
+// `what`, and the connection it arrived on is dropped (rdm_conn_failed;
+// nothing more if that one is already dying). Nothing of the message is
+// acted on. The handlers of received messages (lock held) end with it.
+[[gnu::cold]] void rdm_drop_malformed(RdmPeer *peer, uint32_t qp_num, const char *what) noexcept;
+// Whether a message that arrived on qp_num came over `sent_on`, the
+// connection a request went on, so that it may answer that request: it
+// must be the peer's current connection and the message must have come
+// over it (an endpoint's messages to itself arrive on the accepted end,
+// RdmPeer::loopback).
+bool rdm_answer_conn_ok(const RdmPeer *peer, const Conn *sent_on, uint32_t qp_num) noexcept;
 
 } // namespace vrma

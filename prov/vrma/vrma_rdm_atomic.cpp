@@ -276,6 +276,7 @@ ssize_t post_emulated(RdmEp *ep, RdmPeer *peer, Conn *conn, const AtomicCall &c,
 		gather(b + len, c.compare, c.ncompare, op->dt_size);
 		len += bytes;
 	}
+	op->conn = conn;
 	try {
 		peer->atomics.emplace(h.msg_id, op.get());
 	} catch (...) {
@@ -520,17 +521,20 @@ int a_compwritevalid(fid_ep *f, fi_datatype datatype, fi_op op, size_t *count) n
 }
 
 // The target side of one AtomicRequest: resolved, applied, answered.
-void serve_request(RdmEp *ep, RdmPeer *peer, const uint8_t *buf, size_t len)
+// Hazard: every count and size below comes from the peer. The decoder
+// bounds the elements' bytes (data_bytes, so every segment's count times
+// the size) by kAtomicDataMax without overflow, and the old values must
+// fit the result buffer (eager_size bytes) before anything is resolved or
+// applied; an op, datatype and kind outside the known enums never decode.
+void serve_request(RdmEp *ep, RdmPeer *peer, uint32_t qp_num, const uint8_t *buf, size_t len)
 {
 	rdm::RdmHeader h;
 	rdm::AtomicRequest r;
 	uint8_t answer[kHdr];
 	if (!rdm::decode_atomic_request(buf, len, h, r)) {
-		VRMA_WARN(FI_LOG_EP_DATA, "RDM: a malformed or unsupported atomic request: refused\n");
-		if (rdm::decode_header(buf, len, h) && h.msg_id) {
-			rdm::encode_atomic_response(answer, h.msg_id, rdm::AtomicStatus::Unsupported, nullptr, 0);
-			rdm_send_answer(ep, peer, answer, nullptr, 0);
-		}
+		// An honest peer sends only what atomic::valid() takes, within
+		// kAtomicDataMax: anything else is a broken or hostile one.
+		rdm_drop_malformed(peer, qp_num, "a malformed atomic request");
 		return;
 	}
 	if (!ep->atomic_result) { // an endpoint opened without FI_ATOMIC
@@ -542,7 +546,9 @@ void serve_request(RdmEp *ep, RdmPeer *peer, const uint8_t *buf, size_t len)
 	const bool writes = r.kind != Kind::Plain ? r.op != FI_ATOMIC_READ : true;
 	const bool reads = r.kind != Kind::Plain;
 	const uint8_t need = (writes ? keys::kAccessRemoteWrite : 0) | (reads ? keys::kAccessRemoteRead : 0);
-	const size_t result_bytes = reads ? static_cast<size_t>(h.length) * size : 0;
+	// A peer with a larger eager size may ask for more than this side's
+	// result buffer holds: refused, not malformed.
+	const size_t result_bytes = rdm::atomic_result_bytes(r);
 	if (result_bytes > ep->eager_size) {
 		rdm::encode_atomic_response(answer, h.msg_id, rdm::AtomicStatus::Unsupported, nullptr, 0);
 		rdm_send_answer(ep, peer, answer, nullptr, 0);
@@ -591,7 +597,7 @@ void serve_request(RdmEp *ep, RdmPeer *peer, const uint8_t *buf, size_t len)
 		// The header's length counts elements; the entry's len is bytes.
 		// The regions were counted above.
 		rdm::RdmHeader ev = h;
-		ev.length = h.length * size;
+		ev.length = r.data_bytes;
 		rdm_report_rma_event(ep, peer, FI_ATOMIC | (writes ? FI_REMOTE_WRITE : FI_REMOTE_READ), ev,
 				     nullptr, 0);
 	}
@@ -618,24 +624,34 @@ size_t rdm_atomic_max(Kind kind, int op, int datatype, bool native, size_t eager
 	return (eager_size - head) / (arrays * size);
 }
 
-void rdm_handle_atomic(RdmEp *ep, RdmPeer *peer, const uint8_t *buf, size_t len) noexcept
+void rdm_handle_atomic(RdmEp *ep, RdmPeer *peer, uint32_t qp_num, const uint8_t *buf,
+		       size_t len) noexcept
 {
 	if (buf[0] == static_cast<uint8_t>(rdm::MsgType::AtomicRequest)) {
-		serve_request(ep, peer, buf, len);
+		serve_request(ep, peer, qp_num, buf, len);
 		return;
 	}
 	rdm::RdmHeader h;
 	rdm::AtomicResponse resp;
 	if (!rdm::decode_atomic_response(buf, len, h, resp)) {
-		VRMA_WARN(FI_LOG_EP_DATA, "RDM: a malformed atomic response: ignored\n");
+		rdm_drop_malformed(peer, qp_num, "a malformed atomic response");
 		return;
 	}
 	auto it = peer->atomics.find(h.msg_id);
 	if (it == peer->atomics.end()) {
+		// Ids are drawn per peer for every kind of request.
+		if (peer->waiting.count(h.msg_id)) [[unlikely]] {
+			rdm_drop_malformed(peer, qp_num, "an atomic response to another kind of request");
+			return;
+		}
 		VRMA_INFO(FI_LOG_EP_DATA, "RDM: an answer to atomic %u, which waits no more\n", h.msg_id);
 		return;
 	}
 	RdmAtomicOp *op = it->second;
+	if (!rdm_answer_conn_ok(peer, op->conn, qp_num)) [[unlikely]] {
+		rdm_drop_malformed(peer, qp_num, "an atomic response over another connection than its request's");
+		return;
+	}
 	peer->atomics.erase(it);
 	if (resp.status != rdm::AtomicStatus::Ok) {
 		VRMA_WARN(FI_LOG_EP_DATA, "RDM atomic: the target refused it (%s)\n",

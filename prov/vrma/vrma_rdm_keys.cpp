@@ -121,6 +121,7 @@ int start_key_request(RdmEp *ep, RdmPeer *peer, Conn *conn, uint64_t key, uint8_
 	}
 	k->state = RemoteKey::State::Asking;
 	k->read_id = id;
+	k->conn = conn;
 	return 0;
 }
 
@@ -206,13 +207,14 @@ int rdm_translate_keys(RdmEp *ep, RdmPeer *peer, Conn *conn, const fi_rma_iov *i
 	return 0;
 }
 
-void rdm_handle_key_request(RdmEp *ep, RdmPeer *peer, const uint8_t *buf, size_t len) noexcept
+void rdm_handle_key_request(RdmEp *ep, RdmPeer *peer, uint32_t qp_num, const uint8_t *buf,
+			    size_t len) noexcept
 {
 	rdm::RdmHeader h;
 	uint64_t key = 0;
 	uint8_t access = 0;
 	if (!rdm::decode_key_request(buf, len, h, key, access)) [[unlikely]] {
-		VRMA_WARN(FI_LOG_EP_DATA, "RDM: a malformed key request from a peer: ignored\n");
+		rdm_drop_malformed(peer, qp_num, "a malformed key request");
 		return;
 	}
 	rdm::KeyAnswer a;
@@ -222,12 +224,20 @@ void rdm_handle_key_request(RdmEp *ep, RdmPeer *peer, const uint8_t *buf, size_t
 	rdm_send_answer(ep, peer, msg, msg + rdm::kRdmHeaderBytes, rdm::kKeyAnswerBodyBytes);
 }
 
-void rdm_handle_key_answer(RdmEp *, RdmPeer *peer, const uint8_t *buf, size_t len) noexcept
+void rdm_handle_key_answer(RdmEp *, RdmPeer *peer, uint32_t qp_num, const uint8_t *buf,
+			   size_t len) noexcept
 {
 	rdm::RdmHeader h;
 	rdm::KeyAnswer a;
 	if (!rdm::decode_key_answer(buf, len, h, a)) [[unlikely]] {
-		VRMA_WARN(FI_LOG_EP_DATA, "RDM: a malformed key answer from a peer: ignored\n");
+		rdm_drop_malformed(peer, qp_num, "a malformed key answer");
+		return;
+	}
+	// The id names one pending thing of the peer's: a waiting send or
+	// commit, an emulated atomic, or a key request. Only the last takes a
+	// KeyAnswer, and only over the connection the request went on.
+	if (peer->waiting.count(h.msg_id) || peer->atomics.count(h.msg_id)) [[unlikely]] {
+		rdm_drop_malformed(peer, qp_num, "a key answer to another kind of request");
 		return;
 	}
 	auto it = peer->keys.find(a.entry.key);
@@ -235,6 +245,10 @@ void rdm_handle_key_answer(RdmEp *, RdmPeer *peer, const uint8_t *buf, size_t le
 	    it->second.read_id != h.msg_id) {
 		VRMA_INFO(FI_LOG_EP_DATA, "RDM: an answer for key 0x%llx, which waits no more\n",
 			  static_cast<unsigned long long>(a.entry.key));
+		return;
+	}
+	if (!rdm_answer_conn_ok(peer, it->second.conn, qp_num)) [[unlikely]] {
+		rdm_drop_malformed(peer, qp_num, "a key answer over another connection than its request's");
 		return;
 	}
 	switch (a.status) {

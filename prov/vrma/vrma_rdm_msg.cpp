@@ -373,13 +373,16 @@ void rdm_send_answer(RdmEp *ep, RdmPeer *peer, const uint8_t *hdr, const uint8_t
 
 uint32_t rdm_next_msg_id(RdmPeer *peer) noexcept { return next_msg_id(peer); }
 
-int RdmAwaited::create(RdmPeer *peer, const RdmTxReport &r) noexcept
+int RdmAwaited::create(RdmPeer *peer, const Conn *conn, rdm::MsgType answer,
+		       const RdmTxReport &r) noexcept
 {
 	op_.reset(new (std::nothrow) RdmTxOp);
 	if (!op_)
 		return -FI_ENOMEM;
 	op_->peer = peer;
 	op_->msg_id = next_msg_id(peer);
+	op_->answer = answer;
+	op_->conn = conn;
 	op_->context = r.context;
 	op_->comp_flags = r.comp_flags;
 	op_->len = r.len;
@@ -564,7 +567,8 @@ ssize_t send_long(RdmEp *ep, const iovec *iov, size_t count, fi_addr_t dest, uin
 		}
 		// Delivery complete: the receiver's DeliveryAck completes it.
 		RdmAwaited op;
-		if (int rc = op.create(peer, {context, comp_flags, total, report, ep->cntr_send}))
+		if (int rc = op.create(peer, conn, rdm::MsgType::DeliveryAck,
+				       {context, comp_flags, total, report, ep->cntr_send}))
 			return rc;
 		h.flags |= rdm::kFlagDeliveryComplete;
 		h.msg_id = op->msg_id;
@@ -578,9 +582,11 @@ ssize_t send_long(RdmEp *ep, const iovec *iov, size_t count, fi_addr_t dest, uin
 			op.posted();
 		return rc;
 	}
-	// Rendezvous: register the sender's pieces for the receiver to read.
+	// Rendezvous: register the sender's pieces for the receiver to read
+	// (with or without FI_DELIVERY_COMPLETE, its RndvDone completes it).
 	RdmAwaited op;
-	if (int rc = op.create(peer, {context, comp_flags, total, report, ep->cntr_send}))
+	if (int rc = op.create(peer, conn, rdm::MsgType::RndvDone,
+			       {context, comp_flags, total, report, ep->cntr_send}))
 		return rc;
 	rdm::RndvSegment segs[rdm::kMaxRndvSegments];
 	size_t nsegs = 0;
@@ -803,6 +809,38 @@ ssize_t rdm_recv(RdmEp *ep, const iovec *iov, size_t count, fi_addr_t src, uint6
 
 // --- completions ------------------------------------------------------------
 
+// The operation answer h (RndvDone, DeliveryAck, CommitAnswer) completes,
+// or nullptr. None waits for its msg_id: a late answer (the operation
+// ended with its connection), logged at info level. The id is an emulated
+// atomic's (ids are drawn per peer for every kind), or its operation waits
+// for another kind of answer or on another connection than the one the
+// answer came over: the peer answered what it was not asked, and that
+// connection is dropped (a stale or forged answer must not complete a
+// later operation that happens to have the same id).
+RdmTxOp *answered_op(RdmPeer *peer, uint32_t qp_num, const rdm::RdmHeader &h)
+{
+	auto w = peer->waiting.find(h.msg_id);
+	if (w == peer->waiting.end()) {
+		if (peer->atomics.count(h.msg_id)) [[unlikely]] {
+			rdm_drop_malformed(peer, qp_num, "an answer to an atomic of the wrong kind");
+			return nullptr;
+		}
+		VRMA_INFO(FI_LOG_EP_DATA, "RDM: an answer (type %u) to message %u, which waits no more\n",
+			  static_cast<unsigned>(h.type), h.msg_id);
+		return nullptr;
+	}
+	RdmTxOp *op = w->second;
+	if (op->answer != h.type) [[unlikely]] {
+		rdm_drop_malformed(peer, qp_num, "an answer of the wrong kind");
+		return nullptr;
+	}
+	if (!rdm_answer_conn_ok(peer, op->conn, qp_num)) [[unlikely]] {
+		rdm_drop_malformed(peer, qp_num, "an answer over another connection than its request's");
+		return nullptr;
+	}
+	return op;
+}
+
 void handle_message(RdmEp *ep, const ibv_wc &wc, const uint8_t *buf)
 {
 	RdmPeer *peer = ep->by_qp.find(wc.qp_num);
@@ -816,12 +854,7 @@ void handle_message(RdmEp *ep, const ibv_wc &wc, const uint8_t *buf)
 		rdm_conn_established(peer, pc);
 	rdm::RdmHeader h;
 	if (!rdm::decode_header(buf, wc.byte_len, h)) {
-		VRMA_WARN(FI_LOG_EP_DATA, "RDM: a malformed message from a peer: dropping its connection\n");
-		Conn *c = peer->conn && peer->conn->qp && peer->conn->qp->qp_num == wc.qp_num
-				  ? peer->conn.get()
-				  : peer->loopback.get();
-		if (c)
-			rdm_conn_failed(peer, c, FI_EIO);
+		rdm_drop_malformed(peer, wc.qp_num, "a malformed message");
 		return;
 	}
 	const fi_addr_t src = rdm_peer_fi_addr(peer);
@@ -832,7 +865,8 @@ void handle_message(RdmEp *ep, const ibv_wc &wc, const uint8_t *buf)
 	case rdm::MsgType::EagerTagged: {
 		const uint8_t *payload = buf + kHdr;
 		if (wc.byte_len - kHdr != h.length || !(h.flags & rdm::kFlagLastPiece)) {
-			VRMA_WARN(FI_LOG_EP_DATA, "RDM: a multi-piece eager message (not sent by vrma's RDM protocol 1)\n");
+			rdm_drop_malformed(peer, wc.qp_num,
+					   "a multi-piece eager message (not sent by vrma's RDM protocol 1)");
 			return;
 		}
 		if (RdmRecv *r = ep->matcher.find_posted(kind, key)) {
@@ -861,7 +895,7 @@ void handle_message(RdmEp *ep, const ibv_wc &wc, const uint8_t *buf)
 		rdm::RndvSegment segs[rdm::kMaxRndvSegments];
 		size_t n = 0;
 		if (!rdm::decode_rndv_request(buf, wc.byte_len, h, segs, n)) {
-			VRMA_WARN(FI_LOG_EP_DATA, "RDM: a malformed rendezvous request\n");
+			rdm_drop_malformed(peer, wc.qp_num, "a malformed rendezvous request");
 			return;
 		}
 		if (RdmRecv *r = ep->matcher.find_posted(kind, key)) {
@@ -888,56 +922,50 @@ void handle_message(RdmEp *ep, const ibv_wc &wc, const uint8_t *buf)
 		return;
 	}
 	case rdm::MsgType::RmaEvent:
-		rdm_handle_rma_event(ep, peer, buf, wc.byte_len);
+		rdm_handle_rma_event(ep, peer, wc.qp_num, buf, wc.byte_len);
 		return;
 	case rdm::MsgType::RndvDone:
 	case rdm::MsgType::DeliveryAck: {
-		auto w = peer->waiting.find(h.msg_id);
-		if (w == peer->waiting.end()) {
-			VRMA_INFO(FI_LOG_EP_DATA, "RDM: an answer to message %u, which waits no more\n",
-				  h.msg_id);
+		RdmTxOp *op = answered_op(peer, wc.qp_num, h);
+		if (!op)
 			return;
-		}
 		const auto status = static_cast<rdm::RndvStatus>(h.status);
 		const int err = status == rdm::RndvStatus::Ok		 ? 0
 				: status == rdm::RndvStatus::AccessError ? FI_EACCES
 									 : FI_EIO;
-		complete_tx_op(ep, w->second, err, 0);
+		complete_tx_op(ep, op, err, 0);
 		return;
 	}
 	case rdm::MsgType::AtomicRequest:
 	case rdm::MsgType::AtomicResponse:
-		rdm_handle_atomic(ep, peer, buf, wc.byte_len);
+		rdm_handle_atomic(ep, peer, wc.qp_num, buf, wc.byte_len);
 		return;
 	case rdm::MsgType::CommitRequest:
-		rdm_handle_commit(ep, peer, buf, wc.byte_len);
+		rdm_handle_commit(ep, peer, wc.qp_num, buf, wc.byte_len);
 		return;
 	case rdm::MsgType::KeyRequest:
-		rdm_handle_key_request(ep, peer, buf, wc.byte_len);
+		rdm_handle_key_request(ep, peer, wc.qp_num, buf, wc.byte_len);
 		return;
 	case rdm::MsgType::KeyAnswer:
-		rdm_handle_key_answer(ep, peer, buf, wc.byte_len);
+		rdm_handle_key_answer(ep, peer, wc.qp_num, buf, wc.byte_len);
 		return;
 	case rdm::MsgType::CommitAnswer: {
-		auto w = peer->waiting.find(h.msg_id);
-		if (w == peer->waiting.end()) {
-			VRMA_INFO(FI_LOG_EP_DATA, "RDM: an answer to commit %u, which waits no more\n",
-				  h.msg_id);
+		RdmTxOp *op = answered_op(peer, wc.qp_num, h);
+		if (!op)
 			return;
-		}
 		// As MSG endpoints report their commits (vrma_pmem.cpp).
 		switch (static_cast<rdm::CommitStatus>(h.status)) {
 		case rdm::CommitStatus::Ok:
-			complete_tx_op(ep, w->second, 0, 0);
+			complete_tx_op(ep, op, 0, 0);
 			break;
 		case rdm::CommitStatus::AccessError:
-			complete_tx_op(ep, w->second, FI_EACCES, IBV_WC_REM_ACCESS_ERR);
+			complete_tx_op(ep, op, FI_EACCES, IBV_WC_REM_ACCESS_ERR);
 			break;
 		case rdm::CommitStatus::PersistFailed:
-			complete_tx_op(ep, w->second, FI_EREMOTEIO, IBV_WC_REM_OP_ERR);
+			complete_tx_op(ep, op, FI_EREMOTEIO, IBV_WC_REM_OP_ERR);
 			break;
 		default:
-			complete_tx_op(ep, w->second, FI_EREMOTEIO, IBV_WC_REM_INV_REQ_ERR);
+			complete_tx_op(ep, op, FI_EREMOTEIO, IBV_WC_REM_INV_REQ_ERR);
 			break;
 		}
 		return;
@@ -982,6 +1010,47 @@ void rdm_fail_waiting(RdmPeer *peer, int err) noexcept
 		it = ep->read_backlog.erase(it);
 		finish_rndv(ep, op, err, 0);
 	}
+}
+
+void rdm_drop_malformed(RdmPeer *peer, uint32_t qp_num, const char *what) noexcept
+{
+	VRMA_WARN(FI_LOG_EP_DATA, "RDM: %s from a peer: dropping its connection\n", what);
+	Conn *c = nullptr;
+	if (peer->conn && peer->conn->qp && peer->conn->qp->qp_num == qp_num)
+		c = peer->conn.get();
+	else if (peer->loopback && peer->loopback->qp && peer->loopback->qp->qp_num == qp_num)
+		c = peer->loopback.get();
+	if (c) // else it arrived on a connection already dying
+		rdm_conn_failed(peer, c, FI_EIO);
+}
+
+bool rdm_answer_conn_ok(const RdmPeer *peer, const Conn *sent_on, uint32_t qp_num) noexcept
+{
+	const Conn *c = peer->conn.get();
+	if (!c || c != sent_on)
+		return false;
+	if (c->qp && c->qp->qp_num == qp_num)
+		return true;
+	const Conn *lb = peer->loopback.get();
+	return lb && lb->qp && lb->qp->qp_num == qp_num;
+}
+
+// A successful receive completion that is no message of vrma's protocol
+// (rdm_wc.h): the buffer holds nothing of it (an RDMA write with immediate
+// consumed it unwritten), so it is not decoded; the connection it came
+// over is dropped.
+[[gnu::cold]] static void refuse_recv_wc(RdmEp *ep, const ibv_wc &wc, rdm::RecvWcCheck why) noexcept
+{
+	RdmPeer *peer = ep->by_qp.find(wc.qp_num);
+	if (!peer) {
+		VRMA_WARN(FI_LOG_EP_DATA, "RDM: a receive completion (opcode %d) on an unknown queue pair %u\n",
+			  static_cast<int>(wc.opcode), wc.qp_num);
+		return;
+	}
+	rdm_drop_malformed(peer, wc.qp_num,
+			   why == rdm::RecvWcCheck::Length
+				   ? "a receive longer than its buffer"
+				   : "a receive completion other than a plain send (RDMA write or send with immediate)");
 }
 
 void rdm_retry_backlog(RdmEp *ep) noexcept
@@ -1043,9 +1112,14 @@ void rdm_handle_wc(RdmEp *ep, const ibv_wc &wc) noexcept
 	auto *h = reinterpret_cast<SlotHeader *>(wc.wr_id);
 	if (h->kind == SlotKind::Rx) {
 		auto *s = static_cast<SrqSlot *>(h);
-		if (wc.status == IBV_WC_SUCCESS)
-			handle_message(ep, wc, s->buf);
-		else if (wc.status != IBV_WC_WR_FLUSH_ERR)
+		if (wc.status == IBV_WC_SUCCESS) {
+			const rdm::RecvWcCheck check =
+				rdm::check_recv_wc(wc.opcode, wc.wc_flags, wc.byte_len, ep->buf_stride);
+			if (check == rdm::RecvWcCheck::Ok) [[likely]]
+				handle_message(ep, wc, s->buf);
+			else
+				refuse_recv_wc(ep, wc, check);
+		} else if (wc.status != IBV_WC_WR_FLUSH_ERR)
 			VRMA_WARN(FI_LOG_EP_DATA, "RDM: receive failed: %s\n", ibv_wc_status_str(wc.status));
 		// Reposted in batches: one call (and one lock of the device's
 		// queue) for kSrqBatchMax buffers; the few held back are a small
@@ -1076,26 +1150,37 @@ void rdm_handle_wc(RdmEp *ep, const ibv_wc &wc) noexcept
 			c->reads_out--;
 		ep->tx_wrs--;
 	});
-	const bool ok = wc.status == IBV_WC_SUCCESS;
+	// A successful completion whose opcode is not what its request posts
+	// (rdm_tx_wc_opcodes) is taken as that request's failure: the device
+	// or the ring's bookkeeping is wrong, and nothing it says is trusted.
+	ibv_wc_status status = wc.status;
+	if (status == IBV_WC_SUCCESS && !rdm::send_wc_allowed(wc.opcode, rdm_tx_wc_opcodes(kind)))
+	    [[unlikely]] {
+		VRMA_WARN(FI_LOG_EP_DATA, "RDM: a completion of opcode %d for a request of kind %u: dropping the connection\n",
+			  static_cast<int>(wc.opcode), static_cast<unsigned>(kind));
+		status = IBV_WC_GENERAL_ERR;
+	}
+	const bool ok = status == IBV_WC_SUCCESS;
 	if (!ok) {
 		// A waiting operation whose own request failed ends with that
 		// error, before the connection's end fails the others.
 		if (kind == RdmTx::RndvReq || kind == RdmTx::Awaited)
-			fail_waiting_send(ep, peer, context, wc_status_to_fi(wc.status), wc.status);
-		if (wc.status != IBV_WC_WR_FLUSH_ERR) {
-			VRMA_WARN(FI_LOG_EP_DATA, "RDM: a request to a peer failed: %s\n",
-				  ibv_wc_status_str(wc.status));
+			fail_waiting_send(ep, peer, context, wc_status_to_fi(status), status);
+		if (status != IBV_WC_WR_FLUSH_ERR) {
+			if (status == wc.status)
+				VRMA_WARN(FI_LOG_EP_DATA, "RDM: a request to a peer failed: %s\n",
+					  ibv_wc_status_str(status));
 			rdm_conn_failed(peer, c, FI_EIO);
 		}
 	}
-	const int err = ok ? 0 : wc_status_to_fi(wc.status);
+	const int err = ok ? 0 : wc_status_to_fi(status);
 	switch (kind) {
 	case RdmTx::App:
 		if (!ok) {
 			if (op_end == c->failed_op_end)
 				return;
 			c->failed_op_end = op_end;
-			rdm_report_tx(ep, context, comp_flags, len, report, cntr, err, wc.status);
+			rdm_report_tx(ep, context, comp_flags, len, report, cntr, err, status);
 			return;
 		}
 		if (seq == op_end)
@@ -1107,7 +1192,7 @@ void rdm_handle_wc(RdmEp *ep, const ibv_wc &wc) noexcept
 		auto *op = static_cast<RdmRxOp *>(context);
 		if (!ok && op_end != c->failed_op_end) {
 			c->failed_op_end = op_end;
-			finish_rndv(ep, op, wc.status == IBV_WC_REM_ACCESS_ERR ? FI_EACCES : err, wc.status);
+			finish_rndv(ep, op, status == IBV_WC_REM_ACCESS_ERR ? FI_EACCES : err, status);
 			return;
 		}
 		if (ok && seq == op_end)
@@ -1117,19 +1202,19 @@ void rdm_handle_wc(RdmEp *ep, const ibv_wc &wc) noexcept
 	case RdmTx::RndvReq:
 	case RdmTx::Awaited: {
 		if (!ok) // else the peer's answer completes it
-			fail_waiting_send(ep, peer, context, err, wc.status);
+			fail_waiting_send(ep, peer, context, err, status);
 		return;
 	}
 	case RdmTx::RmaOp:
 		rdm_rma_op_done(ep, c, {context, comp_flags, len, seq, op_end, report, ok, err,
-					static_cast<int>(wc.status)});
+					static_cast<int>(status)});
 		return;
 	case RdmTx::KeyRead:
 		rdm_key_read_done(ep, static_cast<RdmKeyRead *>(context), ok);
 		return;
 	case RdmTx::AtomicNative:
 		rdm_atomic_native_done(ep, c, {context, comp_flags, len, seq, op_end, report, ok, err,
-					       static_cast<int>(wc.status)});
+					       static_cast<int>(status)});
 		return;
 	case RdmTx::Internal:
 		return;

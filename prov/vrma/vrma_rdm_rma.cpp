@@ -166,7 +166,8 @@ ssize_t rma_long(RdmEp *ep, ibv_wr_opcode opcode, const iovec *iov, void *const 
 	// table, holding the registrations too.
 	RdmAwaited awaited;
 	if (commit_request) {
-		if (int rc = awaited.create(peer, {context, comp_flags, total, report, cntr}))
+		if (int rc = awaited.create(peer, conn, rdm::MsgType::CommitAnswer,
+					    {context, comp_flags, total, report, cntr}))
 			return rc;
 	}
 
@@ -450,13 +451,14 @@ void rdm_report_rma_event(RdmEp *ep, RdmPeer *peer, uint64_t flags, const rdm::R
 	count_region_events(ep->domain, write, keys, n);
 }
 
-void rdm_handle_rma_event(RdmEp *ep, RdmPeer *peer, const uint8_t *buf, size_t len) noexcept
+void rdm_handle_rma_event(RdmEp *ep, RdmPeer *peer, uint32_t qp_num, const uint8_t *buf,
+			  size_t len) noexcept
 {
 	rdm::RdmHeader h;
 	uint64_t keys[rdm::kMaxRmaEventKeys];
 	size_t n = 0;
 	if (!rdm::decode_rma_event(buf, len, h, keys, n)) [[unlikely]] {
-		VRMA_WARN(FI_LOG_EP_DATA, "RDM: a malformed RMA event from a peer: ignored\n");
+		rdm_drop_malformed(peer, qp_num, "a malformed RMA event");
 		return;
 	}
 	rdm_report_rma_event(ep, peer,
@@ -465,19 +467,18 @@ void rdm_handle_rma_event(RdmEp *ep, RdmPeer *peer, const uint8_t *buf, size_t l
 			     h, keys, n);
 }
 
-void rdm_handle_commit(RdmEp *ep, RdmPeer *peer, const uint8_t *buf, size_t len) noexcept
+void rdm_handle_commit(RdmEp *ep, RdmPeer *peer, uint32_t qp_num, const uint8_t *buf,
+		       size_t len) noexcept
 {
 	rdm::RdmHeader h;
 	rdm::CommitRange ranges[rdm::kMaxCommitRanges];
 	size_t n = 0;
 	auto status = rdm::CommitStatus::Ok;
+	// A malformed request ends its connection, as every malformed message
+	// does; the initiator's waiting commit fails with it.
 	if (!rdm::decode_commit_request(buf, len, h, ranges, n)) [[unlikely]] {
-		// The header decoded (rdm_handle_wc checked it): answer its id,
-		// the initiator must not wait forever.
-		(void)rdm::decode_header(buf, len, h);
-		VRMA_WARN(FI_LOG_EP_DATA, "RDM: a malformed commit request from a peer: answered as such\n");
-		status = rdm::CommitStatus::Malformed;
-		n = 0;
+		rdm_drop_malformed(peer, qp_num, "a malformed commit request");
+		return;
 	}
 	// Persisting runs under the endpoint's lock (msync of a file mapping
 	// may take milliseconds: progress of this endpoint waits that long).
@@ -491,15 +492,13 @@ void rdm_handle_commit(RdmEp *ep, RdmPeer *peer, const uint8_t *buf, size_t len)
 		VRMA_INFO(FI_LOG_EP_DATA, "RDM: commit %u answered with status %u\n", h.msg_id,
 			  static_cast<unsigned>(status));
 	}
-	if (status != rdm::CommitStatus::Malformed) {
-		// The data was placed whether or not it could be made durable.
-		uint64_t keys[rdm::kMaxCommitRanges];
-		size_t nkeys = 0;
-		for (size_t i = 0; i < n; i++)
-			if (std::find(keys, keys + nkeys, ranges[i].key) == keys + nkeys)
-				keys[nkeys++] = ranges[i].key;
-		rdm_report_rma_event(ep, peer, FI_RMA | FI_REMOTE_WRITE, h, keys, nkeys);
-	}
+	// The data was placed whether or not it could be made durable.
+	uint64_t keys[rdm::kMaxCommitRanges];
+	size_t nkeys = 0;
+	for (size_t i = 0; i < n; i++)
+		if (std::find(keys, keys + nkeys, ranges[i].key) == keys + nkeys)
+			keys[nkeys++] = ranges[i].key;
+	rdm_report_rma_event(ep, peer, FI_RMA | FI_REMOTE_WRITE, h, keys, nkeys);
 	uint8_t answer[rdm::kRdmHeaderBytes];
 	rdm::encode_commit_answer(answer, h.msg_id, status);
 	rdm_send_answer(ep, peer, answer, nullptr, 0);

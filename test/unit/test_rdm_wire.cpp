@@ -6,6 +6,7 @@
 #include <cstring>
 #include <vector>
 
+#include "rdm_wc.h"
 #include "rdm_wire.h"
 #include "unit.h"
 
@@ -1250,6 +1251,308 @@ START_TEST(malformed_key_messages_refused)
 }
 END_TEST
 
+// --- bounds on what a peer names ----------------------------------------------
+
+namespace {
+
+// A request of one segment of `count` elements whose header's length says
+// the same, followed by `array_bytes` bytes of arrays (0x5a), as a hostile
+// peer writes it: the encoder is not asked to agree.
+std::vector<uint8_t> forged_request(Kind kind, int op, int datatype, uint64_t count,
+				    size_t array_bytes)
+{
+	AtomicRequest r;
+	r.op = uint8_t(op);
+	r.datatype = uint8_t(datatype);
+	r.kind = kind;
+	r.nseg = 1;
+	r.segs[0] = {0x7f0000001000ULL, count, 7};
+	std::vector<uint8_t> buf(atomic_request_head_bytes(1) + array_bytes, 0x5a);
+	RdmHeader h = header(MsgType::AtomicRequest, 0, count);
+	AtomicRequest head_only = r; // arrays left as they are
+	(void)encode_atomic_request(buf.data(), h, head_only);
+	return buf;
+}
+
+bool forged_decodes(Kind kind, int op, int datatype, uint64_t count, size_t array_bytes,
+		    AtomicRequest *out = nullptr)
+{
+	const std::vector<uint8_t> buf = forged_request(kind, op, datatype, count, array_bytes);
+	RdmHeader h;
+	AtomicRequest r;
+	const bool ok = decode_atomic_request(buf.data(), buf.size(), h, r);
+	if (out)
+		*out = r;
+	return ok;
+}
+
+} // namespace
+
+START_TEST(checked_products)
+{
+	size_t out = 1;
+	ck_assert(checked_mul(0, 16, out));
+	ck_assert_uint_eq(out, 0);
+	ck_assert(checked_mul(3, 8, out));
+	ck_assert_uint_eq(out, 24);
+	ck_assert(checked_mul(UINT64_MAX, 1, out));
+	ck_assert_uint_eq(out, SIZE_MAX);
+	ck_assert(checked_mul(1, UINT64_MAX, out));
+	ck_assert_uint_eq(out, SIZE_MAX);
+	// The product of item 1 of issue 26: 2^61 8-byte elements wrap to 0.
+	ck_assert_uint_eq((uint64_t(1) << 61) * 8, 0);
+	ck_assert(!checked_mul(uint64_t(1) << 61, 8, out));
+	ck_assert(!checked_mul(uint64_t(1) << 60, 16, out));
+	ck_assert(!checked_mul((uint64_t(1) << 60) + 1, 16, out)); // wraps to 16
+	ck_assert(!checked_mul(UINT64_MAX, 2, out));
+	ck_assert(!checked_mul(UINT64_MAX / 8 + 1, 8, out));
+	ck_assert(checked_mul(UINT64_MAX / 8, 8, out));
+	ck_assert_uint_eq(out, UINT64_MAX / 8 * 8);
+}
+END_TEST
+
+// Issue 26, item 1: FI_ATOMIC_READ carries no array, so the message's
+// length bounded nothing and a count of 2^61 (times 8 bytes: 0) was taken.
+// Every op kind's count is bounded by kAtomicDataMax bytes, whatever
+// arrays follow.
+START_TEST(atomic_read_count_bounded)
+{
+	const uint64_t wraps = uint64_t(1) << 61; // * 8 == 0 (mod 2^64)
+	ck_assert(!forged_decodes(Kind::Fetch, FI_ATOMIC_READ, FI_UINT64, wraps, 0));
+	ck_assert(!forged_decodes(Kind::Fetch, FI_ATOMIC_READ, FI_UINT64, UINT64_MAX, 0));
+	ck_assert(!forged_decodes(Kind::Fetch, FI_ATOMIC_READ, FI_INT8, UINT64_MAX, 0));
+	ck_assert(!forged_decodes(Kind::Fetch, FI_ATOMIC_READ, FI_LONG_DOUBLE_COMPLEX,
+				  uint64_t(1) << 60, 0)); // * 32 == 0
+	// Up to kAtomicDataMax bytes of old values, not one element more.
+	AtomicRequest r;
+	ck_assert(forged_decodes(Kind::Fetch, FI_ATOMIC_READ, FI_UINT64, kAtomicDataMax / 8, 0, &r));
+	ck_assert_uint_eq(r.data_bytes, kAtomicDataMax);
+	ck_assert_uint_eq(atomic_result_bytes(r), kAtomicDataMax);
+	ck_assert_uint_eq(r.operand_bytes, 0);
+	ck_assert(!forged_decodes(Kind::Fetch, FI_ATOMIC_READ, FI_UINT64, kAtomicDataMax / 8 + 1, 0));
+	ck_assert(!forged_decodes(Kind::Fetch, FI_ATOMIC_READ, FI_UINT8, kAtomicDataMax + 1, 0));
+	ck_assert(forged_decodes(Kind::Fetch, FI_ATOMIC_READ, FI_UINT16, 3, 0, &r));
+	ck_assert_uint_eq(r.data_bytes, 6);
+	ck_assert_uint_eq(atomic_result_bytes(r), 6);
+
+	// The ops with arrays: a count whose arrays' size wraps to what follows.
+	ck_assert(!forged_decodes(Kind::Plain, FI_SUM, FI_UINT64, wraps + 1, 8));
+	ck_assert(!forged_decodes(Kind::Fetch, FI_SUM, FI_UINT64, wraps + 2, 16));
+	ck_assert(!forged_decodes(Kind::Compare, FI_CSWAP, FI_UINT64, (uint64_t(1) << 60) + 1, 16));
+	ck_assert(!forged_decodes(Kind::Compare, FI_MSWAP, FI_UINT128, (uint64_t(1) << 59) + 1, 32));
+	// The bound holds with the arrays present too (a peer with an eager
+	// size past kEagerSizeMax does not exist).
+	ck_assert(!forged_decodes(Kind::Plain, FI_ATOMIC_WRITE, FI_UINT8, kAtomicDataMax + 1,
+				  kAtomicDataMax + 1));
+	ck_assert(forged_decodes(Kind::Plain, FI_ATOMIC_WRITE, FI_UINT8, kAtomicDataMax,
+				 kAtomicDataMax, &r));
+	ck_assert_uint_eq(atomic_result_bytes(r), 0); // Plain: no answer data
+	ck_assert(forged_decodes(Kind::Compare, FI_CSWAP, FI_UINT32, 5, 40, &r));
+	ck_assert_uint_eq(r.data_bytes, 20);
+	ck_assert_uint_eq(r.operand_bytes, 20);
+	ck_assert_uint_eq(r.compare_bytes, 20);
+	ck_assert_uint_eq(atomic_result_bytes(r), 20);
+
+	// Op, datatype and kind outside the known enums.
+	ck_assert(!forged_decodes(Kind::Fetch, FI_ATOMIC_OP_LAST, FI_UINT64, 1, 8));
+	ck_assert(!forged_decodes(Kind::Fetch, 0xff, FI_UINT64, 1, 8));
+	ck_assert(!forged_decodes(Kind::Fetch, FI_ATOMIC_READ, FI_UINT128 + 1, 1, 0));
+	ck_assert(!forged_decodes(Kind::Fetch, FI_ATOMIC_READ, 0xff, 1, 0));
+	ck_assert(!forged_decodes(Kind(3), FI_ATOMIC_READ, FI_UINT64, 1, 0));
+	ck_assert(!forged_decodes(Kind(0xff), FI_SUM, FI_UINT64, 1, 8));
+}
+END_TEST
+
+// Every decoder refuses every truncation of a well-formed message (an eager
+// piece excepted: its payload may be shorter than the message) and counts
+// past its limits.
+START_TEST(truncated_and_huge_counts_refused)
+{
+	std::vector<std::vector<uint8_t>> msgs;
+	auto keep = [&](const uint8_t *b, size_t n) { msgs.emplace_back(b, b + n); };
+	uint8_t buf[kCommitRequestMax];
+	const RndvSegment segs[2] = {{0x1000, 10, 1}, {0x2000, 20, 2}};
+	keep(buf, encode_rndv_request(buf, header(MsgType::RndvRequest, 0, 30), segs, 2));
+	const uint64_t ev_keys[2] = {5, 6};
+	RdmHeader ev = header(MsgType::RmaEvent, 0, 77);
+	ev.msg_id = 0;
+	ev.status = uint8_t(RmaKind::Write);
+	keep(buf, encode_rma_event(buf, ev, ev_keys, 2));
+	const CommitRange ranges[2] = {{0x1000, 8, 1}, {0x3000, 8, 2}};
+	RdmHeader ch;
+	ch.msg_id = 9;
+	keep(buf, encode_commit_request(buf, ch, ranges, 2));
+	encode_key_request(buf, 3, 0x8000000000000001ULL, 1);
+	keep(buf, kKeyRequestBytes);
+	KeyAnswer ka;
+	ka.entry = {0x8000000000000001ULL, 0x7f0000001000ULL, 0, 4096, 0x99, 1};
+	encode_key_answer(buf, 3, ka);
+	keep(buf, kKeyAnswerBytes);
+	const uint8_t old[16] = {1, 2, 3};
+	keep(buf, encode_atomic_response(buf, 4, AtomicStatus::Ok, old, sizeof old));
+	for (auto k : {std::pair{Kind::Fetch, int(FI_ATOMIC_READ)}, std::pair{Kind::Compare, int(FI_CSWAP)},
+		       std::pair{Kind::Plain, int(FI_SUM)}}) {
+		const BuiltRequest b = build_request({k.first, k.second, FI_UINT64, {2, 1}});
+		size_t len = 0;
+		const std::vector<uint8_t> req = encode_request(b, len);
+		keep(req.data(), len);
+	}
+	auto decodes_whole = [](const uint8_t *b, size_t n) {
+		RdmHeader h;
+		if (!decode_header(b, n, h))
+			return false;
+		RndvSegment s[kMaxRndvSegments];
+		uint64_t k[kMaxRmaEventKeys];
+		CommitRange c[kMaxCommitRanges];
+		size_t count = 0;
+		uint64_t key = 0;
+		uint8_t access = 0;
+		KeyAnswer a;
+		AtomicRequest r;
+		AtomicResponse resp;
+		switch (h.type) {
+		case MsgType::RndvRequest:
+			return decode_rndv_request(b, n, h, s, count);
+		case MsgType::RmaEvent:
+			return decode_rma_event(b, n, h, k, count);
+		case MsgType::CommitRequest:
+			return decode_commit_request(b, n, h, c, count);
+		case MsgType::KeyRequest:
+			return decode_key_request(b, n, h, key, access);
+		case MsgType::KeyAnswer:
+			return decode_key_answer(b, n, h, a);
+		case MsgType::AtomicRequest:
+			return decode_atomic_request(b, n, h, r);
+		case MsgType::AtomicResponse:
+			return decode_atomic_response(b, n, h, resp);
+		default:
+			return false;
+		}
+	};
+	for (const std::vector<uint8_t> &m : msgs) {
+		ck_assert_msg(decodes_whole(m.data(), m.size()), "type %u", m[0]);
+		// Each truncation in a buffer of its own size, so that a read
+		// past it is a fault under a sanitizer, not a silent pass.
+		size_t accepted = 0;
+		for (size_t n = 0; n < m.size(); n++) {
+			const std::vector<uint8_t> cut(m.begin(), m.begin() + long(n));
+			accepted += decodes_whole(cut.data(), n);
+		}
+		ck_assert_msg(accepted == 0, "type %u: %zu truncations accepted", m[0], accepted);
+	}
+
+	// Counts past their limits, in a buffer long enough for any of them.
+	std::vector<uint8_t> big(kRdmHeaderBytes + 8 + 255 * 24, 0);
+	RdmHeader h;
+	RndvSegment s[kMaxRndvSegments];
+	uint64_t k[kMaxRmaEventKeys];
+	CommitRange c[kMaxCommitRanges];
+	AtomicRequest r;
+	size_t count = 0;
+	size_t refused = 0, tried = 0;
+	for (unsigned n = 0; n < 256; n++) {
+		// Rendezvous segments past kMaxRndvSegments, each of length 1.
+		if (n == 0 || n > kMaxRndvSegments) {
+			std::fill(big.begin(), big.end(), 0);
+			encode_header(big.data(), header(MsgType::RndvRequest, 0, n));
+			big[kRdmHeaderBytes] = uint8_t(n);
+			for (unsigned i = 0; i < n; i++)
+				big[kRdmHeaderBytes + 8 + i * 24 + 8] = 1;
+			tried++;
+			refused += !decode_rndv_request(big.data(), rndv_msg_bytes(n), h, s, count);
+		}
+		if (n > kMaxRmaEventKeys) {
+			std::fill(big.begin(), big.end(), 0);
+			RdmHeader e = ev;
+			encode_header(big.data(), e);
+			big[kRdmHeaderBytes] = uint8_t(n);
+			tried++;
+			refused += !decode_rma_event(big.data(), kRdmHeaderBytes + 8 + n * 8, h, k, count);
+		}
+		if (n == 0 || n > kMaxCommitRanges) {
+			std::fill(big.begin(), big.end(), 0);
+			RdmHeader x = header(MsgType::CommitRequest, 0, n);
+			encode_header(big.data(), x);
+			big[kRdmHeaderBytes] = uint8_t(n);
+			for (unsigned i = 0; i < n; i++)
+				big[kRdmHeaderBytes + 8 + i * 24 + 8] = 1;
+			tried++;
+			refused += !decode_commit_request(big.data(), kRdmHeaderBytes + 8 + n * 24, h, c,
+							  count);
+		}
+		if (n == 0 || n > kMaxAtomicSegments) {
+			std::fill(big.begin(), big.end(), 0);
+			encode_header(big.data(), header(MsgType::AtomicRequest, 0, n ? n : 1));
+			big[kRdmHeaderBytes] = FI_ATOMIC_READ;
+			big[kRdmHeaderBytes + 1] = FI_UINT8;
+			big[kRdmHeaderBytes + 2] = uint8_t(Kind::Fetch);
+			big[kRdmHeaderBytes + 3] = uint8_t(n);
+			for (unsigned i = 0; i < n; i++)
+				big[kRdmHeaderBytes + 8 + i * 24 + 8] = 1;
+			tried++;
+			refused += !decode_atomic_request(big.data(), atomic_request_head_bytes(n), h, r);
+		}
+	}
+	ck_assert_uint_eq(refused, tried);
+	// Lengths that add up past 2^64 and wrap to the header's.
+	const RndvSegment wrap[2] = {{0, UINT64_MAX, 1}, {0, 2, 1}};
+	const size_t rlen = encode_rndv_request(buf, header(MsgType::RndvRequest, 0, 1), wrap, 2);
+	ck_assert(!decode_rndv_request(buf, rlen, h, s, count));
+	const CommitRange cwrap[2] = {{0, UINT64_MAX, 1}, {0, 2, 1}};
+	const size_t clen = encode_commit_request(buf, ch, cwrap, 2); // length: the wrapped sum, 1
+	ck_assert(!decode_commit_request(buf, clen, h, c, count));
+	// An atomic response whose length says more than follows.
+	encode_header(buf, header(MsgType::AtomicResponse, 0, UINT64_MAX));
+	AtomicResponse resp;
+	ck_assert(!decode_atomic_response(buf, kRdmHeaderBytes + 8, h, resp));
+}
+END_TEST
+
+// Issue 26, item 4: a receive completion is decoded only when it is a plain
+// send that fits its buffer; a send-queue completion only with an opcode
+// its request posts.
+START_TEST(work_completion_checks)
+{
+	constexpr size_t buf = 8256;
+	ck_assert(check_recv_wc(IBV_WC_RECV, 0, 32, buf) == RecvWcCheck::Ok);
+	ck_assert(check_recv_wc(IBV_WC_RECV, 0, buf, buf) == RecvWcCheck::Ok);
+	ck_assert(check_recv_wc(IBV_WC_RECV, 0, 0, buf) == RecvWcCheck::Ok);
+	// An RDMA write with immediate consumed the buffer without writing it.
+	ck_assert(check_recv_wc(IBV_WC_RECV_RDMA_WITH_IMM, IBV_WC_WITH_IMM, 96, buf) ==
+		  RecvWcCheck::Opcode);
+	ck_assert(check_recv_wc(IBV_WC_RECV_RDMA_WITH_IMM, IBV_WC_WITH_IMM, 0, buf) ==
+		  RecvWcCheck::Opcode);
+	ck_assert(check_recv_wc(IBV_WC_RECV_RDMA_WITH_IMM, 0, 0, buf) == RecvWcCheck::Opcode);
+	// A send with immediate: no message of the protocol.
+	ck_assert(check_recv_wc(IBV_WC_RECV, IBV_WC_WITH_IMM, 32, buf) == RecvWcCheck::Opcode);
+	// Send-queue opcodes on a receive buffer.
+	ck_assert(check_recv_wc(IBV_WC_SEND, 0, 32, buf) == RecvWcCheck::Opcode);
+	ck_assert(check_recv_wc(IBV_WC_RDMA_READ, 0, 32, buf) == RecvWcCheck::Opcode);
+	ck_assert(check_recv_wc(ibv_wc_opcode(0xff), 0, 32, buf) == RecvWcCheck::Opcode);
+	// Longer than the buffer.
+	ck_assert(check_recv_wc(IBV_WC_RECV, 0, buf + 1, buf) == RecvWcCheck::Length);
+	ck_assert(check_recv_wc(IBV_WC_RECV, 0, UINT32_MAX, buf) == RecvWcCheck::Length);
+
+	ck_assert(send_wc_allowed(IBV_WC_SEND, kWcSend));
+	ck_assert(!send_wc_allowed(IBV_WC_RDMA_WRITE, kWcSend));
+	ck_assert(send_wc_allowed(IBV_WC_RDMA_READ, kWcRead));
+	ck_assert(!send_wc_allowed(IBV_WC_SEND, kWcRead));
+	ck_assert(send_wc_allowed(IBV_WC_FETCH_ADD, kWcAtomics));
+	ck_assert(send_wc_allowed(IBV_WC_COMP_SWAP, kWcAtomics));
+	ck_assert(!send_wc_allowed(IBV_WC_RDMA_READ, kWcAtomics));
+	for (ibv_wc_opcode op : {IBV_WC_SEND, IBV_WC_RDMA_WRITE, IBV_WC_RDMA_READ, IBV_WC_COMP_SWAP,
+				 IBV_WC_FETCH_ADD})
+		ck_assert(send_wc_allowed(op, kWcRdmPosted));
+	// Never posted by an RDM endpoint, and receive opcodes, whatever the set.
+	ck_assert(!send_wc_allowed(IBV_WC_BIND_MW, kWcRdmPosted));
+	ck_assert(!send_wc_allowed(IBV_WC_LOCAL_INV, kWcRdmPosted));
+	ck_assert(!send_wc_allowed(IBV_WC_RECV, ~uint32_t(0)));
+	ck_assert(!send_wc_allowed(IBV_WC_RECV_RDMA_WITH_IMM, ~uint32_t(0)));
+	ck_assert(!send_wc_allowed(ibv_wc_opcode(32), ~uint32_t(0)));
+	ck_assert(!send_wc_allowed(IBV_WC_SEND, 0));
+}
+END_TEST
+
 Suite *rdm_wire_suite()
 {
 	Suite *s = suite_create("rdm_wire");
@@ -1275,6 +1578,10 @@ Suite *rdm_wire_suite()
 	tcase_add_test(tc, undefined_types_refused);
 	tcase_add_test(tc, commit_request_round_trip);
 	tcase_add_test(tc, malformed_commits_refused);
+	tcase_add_test(tc, checked_products);
+	tcase_add_test(tc, atomic_read_count_bounded);
+	tcase_add_test(tc, truncated_and_huge_counts_refused);
+	tcase_add_test(tc, work_completion_checks);
 	suite_add_tcase(s, tc);
 	return s;
 }
