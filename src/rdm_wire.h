@@ -285,6 +285,11 @@ inline constexpr uint8_t kConnFlagCommitService = 1 << 4;
 // domain (fi_vrma_domain_ops::set_direct_write_to_pmem): a read-back after
 // the writes makes them durable, no request needed.
 inline constexpr uint8_t kConnFlagDirectWritePmem = 1 << 5;
+// The sender's 64-bit integer atomics run on its device
+// (FI_VRMA_RDM_NATIVE_ATOMICS): a peer uses device atomics for the ops the
+// device has, and the sender refuses (Unsupported) emulated requests on
+// 64-bit integers, which its CPU would run unatomically with the device's.
+inline constexpr uint8_t kConnFlagNativeAtomics = 1 << 6;
 static_assert(24 + sizeof(uint64_t) == kConnHeaderBytes, "the nonce ends the header");
 
 // Where a peer's scalable-key table is (key_table.h).
@@ -865,7 +870,8 @@ inline bool decode_header(const uint8_t *buf, size_t len, RdmHeader &h) noexcept
 		return h.msg_id != 0 && h.length == 0 && payload == kKeyRequestBodyBytes;
 	if (h.type == MsgType::KeyAnswer)
 		return h.msg_id != 0 && h.length == 0 && payload == kKeyAnswerBodyBytes;
-	return payload == 0 && h.length == 0;
+	// RndvDone, DeliveryAck: answers, to ids that are never 0.
+	return h.msg_id != 0 && payload == 0 && h.length == 0;
 }
 
 // The fixed-size records of a request's body (n of them, `stride` bytes

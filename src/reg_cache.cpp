@@ -88,8 +88,8 @@ RegPrepared::~RegPrepared() { delete e_; }
 
 // ---- RegCache ----
 
-RegCache::RegCache(size_t max_entries, size_t max_bytes) noexcept
-	: max_entries_(max_entries), max_bytes_(max_bytes)
+RegCache::RegCache(size_t max_entries, size_t max_bytes, uint64_t exact) noexcept
+	: max_entries_(max_entries), max_bytes_(max_bytes), exact_(exact)
 {
 }
 
@@ -145,7 +145,7 @@ RegEntry *RegCache::lookup(uintptr_t addr, size_t len, uint64_t access) noexcept
 {
 	RegRange r;
 	RegEntry *e = span(addr, len, r) ? covering(r.start, r.end) : nullptr;
-	if (!e || (e->access_ & access) != access) {
+	if (!e || !serves(e, access)) {
 		counters_.misses++;
 		return nullptr;
 	}
@@ -163,10 +163,14 @@ bool RegCache::merged_range(uintptr_t addr, size_t len, uint64_t access,
 		return false;
 	req.access = access;
 	out = req;
+	if (access & exact_)
+		return true;
 	// Only entries overlapping the request: not transitive.
 	for (auto it = first_overlapping(req.start);
 	     it != live_.end() && it->second->start_ < req.end; ++it) {
 		const RegEntry *e = it->second;
+		if (e->access_ & exact_)
+			continue; // replaced by the request's entry, not joined
 		out.start = std::min(out.start, e->start_);
 		out.end = std::max(out.end, e->end_);
 		out.access |= e->access_;
@@ -290,7 +294,7 @@ RegEntry *RegCache::insert(uintptr_t start, uintptr_t end, uint64_t access, void
 	e->node_.key() = start;
 
 	const RegEntry *have = covering(start, end);
-	if (raced(since, start, end) || (have && (have->access_ & access) == access)) {
+	if (raced(since, start, end) || (have && serves(have, access))) {
 		make_stale(e); // the unused node stays with `e`
 		counters_.stale_inserts++;
 	} else {

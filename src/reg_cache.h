@@ -194,7 +194,17 @@ public:
 	// make_room() evicts them. An entry larger than max_bytes is cached too
 	// (alone, once it is released); a caller that would rather not pin that
 	// much should register such a request outside the cache.
-	explicit RegCache(size_t max_entries = 0, size_t max_bytes = 0) noexcept;
+	// exact: the access bits that grant something to other parties (the
+	// remote rights, whose registrations' keys go to peers). An entry
+	// serves a request only if it has exactly the request's exact bits
+	// (other bits: at least the request's), and a request with any of
+	// them is never merged (its registration covers its own bytes, no
+	// more); a request without them merges only with entries without
+	// them. So no cached registration is wider in those rights or, with
+	// them, in range than the operation using it asked for, while local
+	// rights still share entries. 0: every bit merges and serves as a
+	// superset.
+	explicit RegCache(size_t max_entries = 0, size_t max_bytes = 0, uint64_t exact = 0) noexcept;
 	// Frees every entry. Handles of live entries are lost (call flush() and
 	// drain it first); no entry may still be in use.
 	~RegCache();
@@ -211,15 +221,17 @@ public:
 	bool span(uintptr_t addr, size_t len, RegRange &out) const noexcept;
 
 	// The live entry covering every byte of [addr, addr+len) with at least
-	// `access` (a bit set: every requested bit must be in the entry's), with
+	// `access` (a bit set: every requested bit must be in the entry's, and
+	// of the exact bits exactly the requested ones), with
 	// a reference taken; nullptr on a miss. A partial overlap is a miss. The
 	// entry stays valid until the matching release(). O(log n), never
 	// allocates.
 	RegEntry *lookup(uintptr_t addr, size_t len, uint64_t access) noexcept;
 
 	// What to register on a miss: the request's bytes joined with every live
-	// entry that overlaps them in bytes (merely adjacent ones stay apart),
-	// and the union of their access with `access`; insert() of it replaces
+	// entry that overlaps them in bytes (merely adjacent ones stay apart)
+	// and has none of the exact bits, and the union of their access with
+	// `access`; just the request when `access` has exact bits. insert() of it replaces
 	// those entries, so a buffer touched piecewise ends up as one entry.
 	// Not transitive: only entries overlapping the request join (live
 	// entries being disjoint, the union overlaps no other). Bounded: if the
@@ -327,6 +339,12 @@ private:
 
 	size_t max_entries_;
 	size_t max_bytes_;
+	uint64_t exact_;
+	// Whether e serves a request for `access` (see lookup()).
+	bool serves(const RegEntry *e, uint64_t access) const noexcept
+	{
+		return (e->access_ & access) == access && ((e->access_ ^ access) & exact_) == 0;
+	}
 	Map live_;
 	List lru_;   // live entries without references
 	List stale_; // stale entries still referenced

@@ -306,7 +306,8 @@ fi_info *build_rdm_cap_info(const Port &p, const PortAddr &a, int inline_size)
 	tx.caps = kRdmCaps &
 		  (FI_MSG | FI_TAGGED | FI_RMA | FI_ATOMIC | FI_FENCE | FI_RMA_PMEM | kTxDirections);
 	tx.op_flags = kRdmTxOpFlags;
-	tx.msg_order = kRdmMsgOrder;
+	const uint64_t order = kRdmMsgOrder | (rdm_params.native_atomics ? 0 : kRdmAtomicOrder);
+	tx.msg_order = order;
 	// A rendezvous send completes when the receiver has read it: later
 	// eager sends may complete first.
 	tx.comp_order = FI_ORDER_NONE;
@@ -318,7 +319,7 @@ fi_info *build_rdm_cap_info(const Port &p, const PortAddr &a, int inline_size)
 	rx.caps = kRdmCaps & (FI_MSG | FI_TAGGED | FI_RMA | FI_ATOMIC | FI_RMA_EVENT | FI_RMA_PMEM |
 			      FI_DIRECTED_RECV | FI_MULTI_RECV | FI_SOURCE | kRxDirections);
 	rx.op_flags = kRdmRxOpFlags;
-	rx.msg_order = kRdmMsgOrder;
+	rx.msg_order = order;
 	rx.comp_order = FI_ORDER_NONE;
 	rx.total_buffered_recv = rdm_params.rx_buffers * rdm_params.eager_size;
 	rx.size = 65536; // receives wait in memory, not in a device queue
@@ -677,6 +678,10 @@ try {
 			const bool rma_ruled_out = hints && hints->caps && !asks_rma;
 			if (rma_ruled_out)
 				without_rdm_rma(*rcap);
+			else if (hints && hints->caps && !(hints->caps & FI_ATOMIC)) {
+				rcap->tx_attr->msg_order |= kRdmRmaAtomicOrder;
+				rcap->rx_attr->msg_order |= kRdmRmaAtomicOrder;
+			}
 			if (!hints_match(api, *rcap, hints, rwhy)) {
 				std::string why2;
 				// Provider keys refused: scalable keys, else no RMA.

@@ -44,9 +44,11 @@ int access_to_ibv(uint64_t access, bool device_atomics)
 		a |= IBV_ACCESS_LOCAL_WRITE;
 	if (access & FI_REMOTE_WRITE)
 		a |= IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_LOCAL_WRITE; // verbs requires both
-	// Native atomics (FI_VRMA_RDM_NATIVE_ATOMICS) update remotely writable
-	// regions: granted where the device has atomics.
-	if ((access & FI_REMOTE_WRITE) && device_atomics)
+	// Native atomics (FI_VRMA_RDM_NATIVE_ATOMICS), where the device has
+	// them: a device atomic always returns the old value, so it reads as
+	// well as writes. Granted only to regions open for both: a fetch-add
+	// of 0 must not read a write-only region.
+	if ((access & FI_REMOTE_WRITE) && (access & FI_REMOTE_READ) && device_atomics)
 		a |= IBV_ACCESS_REMOTE_ATOMIC;
 	if (access & FI_REMOTE_READ)
 		a |= IBV_ACCESS_REMOTE_READ;

@@ -27,8 +27,12 @@ struct MrCache {
 	RegRetired deferred;
 	MemMonitor monitor; // last member: closed (joined) first
 
+	// Remote rights are exact: a registration whose key went to a peer
+	// never covers more bytes or rights than that operation asked for (a
+	// receive buffer beside a send buffer must not become readable).
 	MrCache(size_t max_count, size_t max_size) noexcept
-		: cache(max_count, max_size)
+		: cache(max_count, max_size,
+			IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)
 	{
 	}
 };

@@ -40,6 +40,16 @@ struct TxOp {
 	bool dc_share = false;
 };
 
+// After conn->progress: whether the progress it ran failed this very
+// connection (a message it handled was malformed, the peer restarted). The
+// connection stays allocated (only top-level progress frees one), but
+// nothing more is posted on it: the caller returns -FI_EAGAIN and the next
+// call sees the connection's end.
+inline bool conn_lost(const Conn *conn) noexcept
+{
+	return conn->state.load(std::memory_order_relaxed) != EpState::Connected;
+}
+
 // Allocates and registers `bytes` for `bufs` at their first use (tx lock
 // held); false, logged, when that fails.
 inline bool slot_buffers_ready(Conn *conn, SlotBuffers &bufs, size_t bytes, int access,
@@ -89,7 +99,7 @@ inline ssize_t fill_bounce(Conn *conn, uint64_t first, ibv_send_wr *wrs, size_t 
 	static_assert(kMaxInjectOpWr < kCount, "a bounce buffer can be reused");
 	if (conn->tx.outstanding() + n + kMaxInjectOpWr > kCount) {
 		conn->progress(conn);
-		if (conn->tx.outstanding() + n + kMaxInjectOpWr > kCount)
+		if (conn->tx.outstanding() + n + kMaxInjectOpWr > kCount || conn_lost(conn))
 			return -FI_EAGAIN;
 	}
 	uint8_t *base = conn->bounce.buf.get() + (first % kCount) * conn->bounce_stride;
@@ -396,7 +406,7 @@ inline constexpr uint64_t kOneWrOpFlags = FI_COMPLETION | FI_INJECT | FI_INJECT_
 		return 0;
 	flush_more(conn);
 	conn->progress(conn);
-	return cq_credit_take(conn->tx_credits, n) ? 0 : -FI_EAGAIN;
+	return !conn_lost(conn) && cq_credit_take(conn->tx_credits, n) ? 0 : -FI_EAGAIN;
 }
 
 // The held-back chain, allocated at the first FI_MORE (tx lock held);
@@ -548,7 +558,7 @@ inline ssize_t post_send_chain_locked(Conn *conn, ibv_send_wr *wrs, size_t n, co
 		conn->progress(conn);
 		// One longer than tx_depth goes alone, into the spare capacity.
 		const size_t out = conn->tx.outstanding();
-		if (out + n > conn->tx_depth && (n <= conn->tx_depth || out != 0))
+		if ((out + n > conn->tx_depth && (n <= conn->tx_depth || out != 0)) || conn_lost(conn))
 			return -FI_EAGAIN;
 	}
 	const uint64_t first = conn->tx.head();

@@ -59,15 +59,23 @@ inline constexpr uint64_t kRdmTxOpFlags = FI_COMPLETION | FI_INJECT | FI_INJECT_
 					  FI_TRANSMIT_COMPLETE | FI_DELIVERY_COMPLETE |
 					  FI_COMMIT_COMPLETE;
 inline constexpr uint64_t kRdmRxOpFlags = FI_COMPLETION | FI_MULTI_RECV;
-// One RC connection per peer keeps every order between two endpoints, and
-// a rendezvous message completes its receive before any later message of
-// the peer is matched (matching is in arrival order).
-// Atomics of one datatype execute in the order sent (device atomics on the
-// queue pair; emulated ones in the target's arrival order).
+// One RC connection per peer keeps the order of sends and RMA between two
+// endpoints, and a rendezvous message completes its receive before any
+// later message of the peer is matched (matching is in arrival order).
+// RMA among RMA: RAR, RAW, WAW (an RDMA WRITE may pass an earlier READ's
+// data: no WAR).
 inline constexpr uint64_t kRdmMsgOrder = FI_ORDER_SAS | FI_ORDER_SAW | FI_ORDER_WAS |
-					 FI_ORDER_WAW | FI_ORDER_RAW | FI_ORDER_RAR | FI_ORDER_RAS |
-					 FI_ORDER_ATOMIC_RAR | FI_ORDER_ATOMIC_RAW |
-					 FI_ORDER_ATOMIC_WAR | FI_ORDER_ATOMIC_WAW;
+					 FI_ORDER_RAS | FI_ORDER_RMA_RAR | FI_ORDER_RMA_RAW |
+					 FI_ORDER_RMA_WAW;
+// Emulated atomics run in the target's arrival order: ordered among
+// themselves. Not with native atomics, where the device applies 64-bit
+// ones on arrival and the target's progress the others later.
+inline constexpr uint64_t kRdmAtomicOrder = FI_ORDER_ATOMIC_RAR | FI_ORDER_ATOMIC_RAW |
+					    FI_ORDER_ATOMIC_WAR | FI_ORDER_ATOMIC_WAW;
+// RAR, RAW and WAW order RMA and atomics together, which emulated atomics
+// do not give (the target applies one after RMA that arrived later):
+// offered only to applications that ask for RMA without atomics.
+inline constexpr uint64_t kRdmRmaAtomicOrder = FI_ORDER_RAR | FI_ORDER_RAW | FI_ORDER_WAW;
 inline constexpr size_t kRdmCqDataSize = 8; // the header carries 64 bits
 // Scatter entries of a send or receive: a rendezvous request names at most
 // this many of the sender's segments.
@@ -230,6 +238,15 @@ struct RdmRecv : PostedRecv {
 	bool report = true;
 	bool multi = false; // FI_MULTI_RECV
 	MultiRecvSpace space;
+	// A multi-receive buffer's rendezvous still reading into it. While
+	// there are any, its release (the FI_MULTI_RECV entry, or the
+	// FI_ECANCELED entry of fi_cancel) waits: the application may reuse
+	// the buffer once released, and the reads would still write into it.
+	// The last one to end reports the release and frees the receive
+	// (finish_rndv); until then the rendezvous own it.
+	uint32_t rndv_inflight = 0;
+	bool release_deferred = false; // released (or cancelled) meanwhile
+	bool cancel_deferred = false;  // by fi_cancel: its entry is FI_ECANCELED
 };
 
 // A message that arrived before its receive: eager payload copied, or a
@@ -243,6 +260,13 @@ struct RdmMsg : UnexpectedMsg {
 	bool rndv = false;
 	rdm::RndvSegment segs[rdm::kMaxRndvSegments];
 	size_t nsegs = 0;
+	// Not 0: the connection it came over failed while its sender waited
+	// for its answer (a rendezvous, or FI_DELIVERY_COMPLETE), and the
+	// sender's send ended with an error. Unclaimed, such a message is
+	// dropped at once (rdm_fail_waiting); a claimed one (FI_PEEK|FI_CLAIM)
+	// stays for its FI_CLAIM, which ends with this error and sends no
+	// answer: nothing of it acts on a later connection.
+	int stale = 0;
 };
 
 // A rendezvous receive in progress: RDMA READs into the receive buffer.
@@ -258,7 +282,8 @@ struct RdmRxOp {
 	uint64_t tag = 0;
 	fi_addr_t src = FI_ADDR_NOTAVAIL;
 	bool report = true;
-	bool multi_release = false; // completes an FI_MULTI_RECV buffer
+	// The multi-receive buffer it reads into (RdmRecv::rndv_inflight).
+	RdmRecv *multi_owner = nullptr;
 	// The reads: the sender's pieces (cut to what fits) into these of the
 	// receive buffer, registered once (mrs) and posted when there is room.
 	rdm::RndvSegment segs[rdm::kMaxRndvSegments];
@@ -468,8 +493,17 @@ struct RdmEp final : fid_ep {
 
 // vrma_rdm_ep.cpp
 int rdm_ep_open(fid_domain *domain, fi_info *info, fid_ep **ep, void *context) noexcept;
-// Progress with the endpoint's lock held.
+// Progress with the endpoint's lock held. It never frees a connection:
+// transmit paths run it while they hold Conn and RdmPeer pointers (a full
+// ring, bounce buffers, send credit, a fence), and a message it handles may
+// fail the very connection they hold (which moves to RdmEp::dying, alive).
+// A transmit path that ran it re-checks its connection's state before
+// posting on it.
 void rdm_progress_locked(RdmEp *ep) noexcept;
+// rdm_progress_locked, then frees the failed connections whose rings
+// drained (rdm_reap). Only where no caller holds a connection: the CQ's
+// progress (rdm_progress), the data thread, fi_trywait, close.
+void rdm_progress_reap(RdmEp *ep) noexcept;
 // Completion entries for the application (lock held).
 void rdm_report_tx(RdmEp *ep, void *context, uint64_t flags, size_t len, bool report, Cntr *cntr,
 		   int err, int prov_errno) noexcept;
@@ -668,7 +702,8 @@ inline uint8_t rdm_peer_cm_flags(uint8_t conn_flags) noexcept
 {
 	return ((conn_flags & rdm::kConnFlagRmaEvents) ? wire::kCmFlagRmaEvents : 0) |
 	       ((conn_flags & rdm::kConnFlagCommitService) ? wire::kCmFlagCommitService : 0) |
-	       ((conn_flags & rdm::kConnFlagDirectWritePmem) ? wire::kCmFlagDirectWritePmem : 0);
+	       ((conn_flags & rdm::kConnFlagDirectWritePmem) ? wire::kCmFlagDirectWritePmem : 0) |
+	       ((conn_flags & rdm::kConnFlagNativeAtomics) ? wire::kCmFlagNativeAtomics : 0);
 }
 
 // Whether this completion of a request of an operation posted as one chain
@@ -718,7 +753,7 @@ inline bool rdm_fence_blocked(RdmEp *ep, RdmPeer *peer, Conn *conn) noexcept
 	if (conn->more_held)
 		flush_more(conn);
 	rdm_progress_locked(ep);
-	return !peer->waiting.empty() || !peer->atomics.empty();
+	return !peer->waiting.empty() || !peer->atomics.empty() || conn_lost(conn);
 }
 
 // vrma_rdm_keys.cpp: scalable keys and keys of regions registered on

@@ -385,7 +385,11 @@ ssize_t atomic_long(RdmEp *ep, const AtomicCall &c) noexcept
 		std::copy(c.result, c.result + c.nresult, op->result);
 		op->nresult = c.nresult;
 	}
-	const ssize_t rc = ep->native_atomics && native_capable(c.kind, m->op, m->datatype)
+	// Device atomics only to a peer that runs its 64-bit atomics on its
+	// device too (agreed per connection): one that does not applies every
+	// atomic with its CPU, and mixing the two on a word is not atomic.
+	const ssize_t rc = ep->native_atomics && native_capable(c.kind, m->op, m->datatype) &&
+					   peer_has(*conn, wire::kCmFlagNativeAtomics)
 				   ? post_native(ep, peer, conn, c, op, total)
 				   : post_emulated(ep, peer, conn, c, op, total);
 	if (rc > 0)
@@ -549,7 +553,12 @@ void serve_request(RdmEp *ep, RdmPeer *peer, uint32_t qp_num, const uint8_t *buf
 	// A peer with a larger eager size may ask for more than this side's
 	// result buffer holds: refused, not malformed.
 	const size_t result_bytes = rdm::atomic_result_bytes(r);
-	if (result_bytes > ep->eager_size) {
+	// With native atomics this endpoint's 64-bit integers are updated by
+	// the device alone (kConnFlagNativeAtomics): its CPU applying one
+	// would not be atomic with the device's. A peer without native
+	// atomics asking for one is refused.
+	const bool device_owned = ep->native_atomics && (r.datatype == FI_INT64 || r.datatype == FI_UINT64);
+	if (result_bytes > ep->eager_size || device_owned) {
 		rdm::encode_atomic_response(answer, h.msg_id, rdm::AtomicStatus::Unsupported, nullptr, 0);
 		rdm_send_answer(ep, peer, answer, nullptr, 0);
 		return;

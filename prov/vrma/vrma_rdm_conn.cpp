@@ -93,7 +93,8 @@ void fill_param(RdmEp *ep, ConnParam &p, uint8_t flags)
 	rdm::RdmConnHeader h;
 	h.flags = flags | (ep->rma_events ? rdm::kConnFlagRmaEvents : 0) |
 		  (ep->rma_pmem ? rdm::kConnFlagCommitService : 0) |
-		  (ep->domain->direct_write_to_pmem.load() ? rdm::kConnFlagDirectWritePmem : 0);
+		  (ep->domain->direct_write_to_pmem.load() ? rdm::kConnFlagDirectWritePmem : 0) |
+		  (ep->native_atomics ? rdm::kConnFlagNativeAtomics : 0);
 	h.addr = ep->self;
 	h.nonce = ep->nonce;
 	if (const Domain *dom = ep->domain; dom->scalable_keys) {
@@ -225,9 +226,16 @@ rdma_cm_id *accept_request(RdmEp *ep, rdma_cm_event *ev)
 					return id;
 				}
 				// Theirs wins: ours will be rejected; drop it now.
+				VRMA_INFO(FI_LOG_EP_CTRL, "RDM: crossing connections: keeping peer %016llx's\n",
+					  static_cast<unsigned long long>(h.nonce));
 				rdm_conn_failed(peer, cur, 0);
 			} else {
 				// The same peer connects again: it lost the old one.
+				VRMA_INFO(FI_LOG_EP_CTRL,
+					  "RDM: peer %016llx connects again (its connection was %s, %s by us)\n",
+					  static_cast<unsigned long long>(h.nonce),
+					  cur->state.load() == EpState::Connected ? "up" : "connecting",
+					  peer->initiated ? "initiated" : "accepted");
 				rdm_conn_failed(peer, cur, FI_ECONNRESET);
 			}
 		}
@@ -391,11 +399,16 @@ void rdm_conn_failed(RdmPeer *peer, Conn *conn, int err) noexcept
 	// the queue pair: nothing accepted ends without a completion.
 	if (conn->more_held)
 		flush_more(conn);
+	const bool was_connected = conn->state.load() == EpState::Connected;
 	conn->state.store(EpState::Shutdown);
 	if (conn->qp) {
 		ibv_qp_attr attr{};
 		attr.qp_state = IBV_QPS_ERR;
 		ibv_modify_qp(conn->qp, &attr, IBV_QP_STATE);
+		// The peer learns now (DISCONNECTED), not when its requests
+		// time out against a queue pair that no longer answers.
+		if (was_connected && conn->id)
+			(void)rdma_disconnect(conn->id.get());
 		if (conn_post_sentinel(conn))
 			ep->tx_wrs++; // the sentinel's slot, taken back when it flushes
 	}
@@ -499,11 +512,21 @@ void rdm_cm_event(RdmEp *ep, rdma_cm_event *ev, rdma_cm_id *&destroy) noexcept
 		rdm_conn_failed(peer, c, FI_ECONNREFUSED);
 		break;
 	}
+	case RDMA_CM_EVENT_DISCONNECTED:
+		// What the peer sent before it disconnected may still wait in
+		// the CQ (with FI_PROGRESS_MANUAL nobody has read it): an answer
+		// there completes its operation instead of being reported lost
+		// with the connection (SOS's last barrier atomic, answered just
+		// before the peer's shmem_finalize closed its endpoint).
+		// Progress frees no connection, so c stays valid.
+		rdm_progress_locked(ep);
+		if (!live_conn(peer, c))
+			break;
+		[[fallthrough]];
 	case RDMA_CM_EVENT_ADDR_ERROR:
 	case RDMA_CM_EVENT_ROUTE_ERROR:
 	case RDMA_CM_EVENT_UNREACHABLE:
 	case RDMA_CM_EVENT_CONNECT_ERROR:
-	case RDMA_CM_EVENT_DISCONNECTED:
 	case RDMA_CM_EVENT_DEVICE_REMOVAL:
 		VRMA_INFO(FI_LOG_EP_CTRL, "RDM: connection event %s (status %d)\n",
 			  rdma_event_str(ev->event), ev->status);

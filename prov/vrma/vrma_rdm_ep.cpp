@@ -168,13 +168,15 @@ int rdm_ep_close(fid *f) noexcept
 				(void)ep->matcher.remove(*m);
 				delete m;
 			}
+			// Rendezvous still waiting end first: they may own (or read
+			// into) a multi-receive buffer still queued.
+			for (auto &[addr, peer] : ep->peers)
+				rdm_fail_waiting(peer.get(), FI_ECANCELED);
 			for (MatchKind k : {MatchKind::kMsg, MatchKind::kTagged})
 				while (RdmRecv *r = ep->matcher.posted_front(k)) {
 					(void)ep->matcher.remove(*r);
 					rdm_put_recv(ep, r);
 				}
-			for (auto &[addr, peer] : ep->peers)
-				rdm_fail_waiting(peer.get(), FI_ECANCELED);
 			ep->answer_backlog.clear();
 		}
 		ep->listen_id.reset();
@@ -486,7 +488,7 @@ try {
 				drain_channel(ep);
 				rdm_progress_locked(ep);
 				ibv_req_notify_cq(ep->cq.get(), 0);
-				rdm_progress_locked(ep);
+				rdm_progress_reap(ep);
 			});
 		});
 	}
@@ -701,9 +703,14 @@ void rdm_progress_locked(RdmEp *ep) noexcept
 	}
 	if (!ep->read_backlog.empty() || !ep->answer_backlog.empty()) [[unlikely]]
 		rdm_retry_backlog(ep);
-	if (!ep->dying.empty()) [[unlikely]]
-		rdm_reap(ep);
 	ep->in_progress = false;
+}
+
+void rdm_progress_reap(RdmEp *ep) noexcept
+{
+	rdm_progress_locked(ep);
+	if (!ep->dying.empty() && !ep->in_progress) [[unlikely]]
+		rdm_reap(ep);
 }
 
 int RdmHooks::attach(RdmEp *ep, int epoll_fd, int wait_fd, const char *what) noexcept
@@ -771,7 +778,7 @@ int RdmHooks::trywait() noexcept
 void rdm_progress(RdmEp *ep) noexcept
 {
 	std::lock_guard guard(ep->lock);
-	rdm_progress_locked(ep);
+	rdm_progress_reap(ep);
 }
 
 int rdm_trywait(RdmEp *ep) noexcept
@@ -789,7 +796,7 @@ int rdm_trywait(RdmEp *ep) noexcept
 		ep->in_progress = true;
 		rdm_handle_wc(ep, wc);
 		ep->in_progress = false;
-		rdm_progress_locked(ep);
+		rdm_progress_reap(ep);
 		return -FI_EAGAIN;
 	}
 	return 0;

@@ -23,9 +23,13 @@ namespace vrma {
 
 namespace {
 
+// FI_FENCE: -FI_EAGAIN while an earlier operation to the peer waits for
+// its answer (rdm_fence_blocked); then the send's requests carry
+// IBV_SEND_FENCE, which holds them behind the connection's earlier RDMA
+// READs (a send's data follows earlier writes on RC anyway).
 constexpr uint64_t kSendFlags = FI_COMPLETION | FI_INJECT | FI_INJECT_COMPLETE |
 				FI_TRANSMIT_COMPLETE | FI_DELIVERY_COMPLETE | FI_REMOTE_CQ_DATA |
-				FI_MORE | FI_MSG | FI_TAGGED;
+				FI_MORE | FI_MSG | FI_TAGGED | FI_FENCE;
 constexpr uint64_t kRecvFlags = FI_COMPLETION | FI_MULTI_RECV | FI_MORE | FI_MSG | FI_TAGGED;
 constexpr uint64_t kTRecvFlags = kRecvFlags | FI_PEEK | FI_CLAIM | FI_DISCARD;
 
@@ -236,7 +240,28 @@ uint64_t rx_flags(MatchKind kind, const rdm::RdmHeader &h)
 	return true;
 }
 
-// Returns whether r is gone (completed and freed).
+// A multi-receive buffer that retire_recv() released: true when its
+// release is reported now (FI_MULTI_RECV on this completion, then the
+// caller frees it); false while rendezvous still read into it, the last
+// of which reports it (finish_rndv).
+bool release_now(RdmRecv &r)
+{
+	if (!r.rndv_inflight)
+		return true;
+	r.release_deferred = true;
+	return false;
+}
+
+// The cancellation entry of receive r.
+CqPending cancel_entry(const RdmRecv &r)
+{
+	return rdm_error_entry(r.context, recv_flags(r.kind) | (r.multi ? FI_MULTI_RECV : 0),
+			       r.count ? r.iov[0].iov_base : nullptr, 0, 0, 0, 0, FI_ADDR_NOTAVAIL,
+			       FI_ECANCELED);
+}
+
+// Returns whether r is gone (completed and freed, or owned by its
+// rendezvous).
 bool place_eager(RdmEp *ep, RdmRecv *r, RdmPeer *peer, const rdm::RdmHeader &h,
 		 const uint8_t *payload, fi_addr_t src)
 {
@@ -248,13 +273,14 @@ bool place_eager(RdmEp *ep, RdmRecv *r, RdmPeer *peer, const rdm::RdmHeader &h,
 	const size_t placed = copy_to_iov(dst, count, 0, payload, fits);
 	bool release;
 	const bool gone = retire_recv(ep, *r, release);
-	const uint64_t flags = rx_flags(r->kind, h) | (release ? FI_MULTI_RECV : 0);
+	const bool freed = gone && (!release || release_now(*r));
+	const uint64_t flags = rx_flags(r->kind, h) | (release && freed ? FI_MULTI_RECV : 0);
 	if (placed < h.length)
 		rdm_report_rx_error(ep, rdm_error_entry(r->context, flags, buf, placed, h.length - placed,
 							h.cq_data, h.tag, src, FI_ETRUNC));
 	else
 		rdm_complete_rx(ep, r->report, {r->context, flags, placed, buf, h.cq_data, h.tag}, src);
-	if (gone)
+	if (freed)
 		rdm_put_recv(ep, r);
 	if (h.flags & rdm::kFlagDeliveryComplete) {
 		uint8_t a[kHdr];
@@ -276,17 +302,24 @@ void finish_rndv(RdmEp *ep, RdmRxOp *op, int err, int prov_errno)
 			      : err == FI_EACCES ? rdm::RndvStatus::AccessError
 						 : rdm::RndvStatus::Failed);
 	send_answer(ep, op->peer, a);
-	const uint64_t flags = op->comp_flags | (op->multi_release ? FI_MULTI_RECV : 0);
-	if (!err && !op->olen) [[likely]] {
+	// The last rendezvous into a released multi-receive buffer reports
+	// its release (with its own entry, or fi_cancel's after it).
+	RdmRecv *owner = op->multi_owner;
+	const bool last = owner && --owner->rndv_inflight == 0 && owner->release_deferred;
+	const uint64_t flags = op->comp_flags | (last && !owner->cancel_deferred ? FI_MULTI_RECV : 0);
+	if (!err && !op->olen) [[likely]]
 		rdm_complete_rx(ep, op->report, {op->context, flags, op->len, op->buf, op->data, op->tag},
 				op->src);
-		delete op;
-		return;
-	}
-	rdm_report_rx_error(ep, rdm_error_entry(op->context, flags, op->buf, op->len, err ? 0 : op->olen,
-						op->data, op->tag, op->src, err ? err : FI_ETRUNC,
-						prov_errno));
+	else
+		rdm_report_rx_error(ep, rdm_error_entry(op->context, flags, op->buf, op->len,
+							err ? 0 : op->olen, op->data, op->tag, op->src,
+							err ? err : FI_ETRUNC, prov_errno));
 	delete op;
+	if (last) {
+		if (owner->cancel_deferred)
+			rdm_report_rx_error(ep, cancel_entry(*owner));
+		rdm_put_recv(ep, owner);
+	}
 }
 
 // A rendezvous request meets its receive. Returns whether r is gone.
@@ -300,13 +333,14 @@ bool start_rndv(RdmEp *ep, RdmRecv *r, RdmPeer *peer, const rdm::RdmHeader &h,
 	const size_t fits = reserve_space(*r, h.length, piece, dst, count, buf);
 	bool release;
 	const bool done = retire_recv(ep, *r, release);
-	const uint64_t flags = rx_flags(r->kind, h) | (release ? FI_MULTI_RECV : 0);
 	auto *op = new (std::nothrow) RdmRxOp;
 	if (!op) {
 		VRMA_WARN(FI_LOG_EP_DATA, "RDM: out of memory for a rendezvous receive\n");
+		const bool freed = done && (!release || release_now(*r));
+		const uint64_t flags = rx_flags(r->kind, h) | (release && freed ? FI_MULTI_RECV : 0);
 		rdm_report_rx_error(ep, rdm_error_entry(r->context, flags, buf, 0, 0, h.cq_data, h.tag,
 							src, FI_ENOMEM));
-		if (done)
+		if (freed)
 			rdm_put_recv(ep, r);
 		uint8_t a[kHdr];
 		rdm::encode_rndv_done(a, h.msg_id, rdm::RndvStatus::Failed);
@@ -324,9 +358,16 @@ bool start_rndv(RdmEp *ep, RdmRecv *r, RdmPeer *peer, const rdm::RdmHeader &h,
 	op->tag = h.tag;
 	op->src = src;
 	op->report = r->report;
-	op->multi_release = release;
-	if (done)
+	if (r->multi) {
+		// The buffer stays until this read ends (RdmRecv::rndv_inflight);
+		// released now, its release is reported by its last rendezvous.
+		op->multi_owner = r;
+		r->rndv_inflight++;
+		if (release)
+			r->release_deferred = true;
+	} else if (done) {
 		rdm_put_recv(ep, r);
+	}
 	// The reads cover what fits, from the start of the sender's data.
 	size_t left = fits;
 	for (size_t i = 0; i < nsegs && left; i++) {
@@ -552,8 +593,14 @@ ssize_t send_long(RdmEp *ep, const iovec *iov, size_t count, fi_addr_t dest, uin
 	if (int rc = rdm_tx_conn(ep, dest, {context, comp_flags, total, report, ep->cntr_send},
 				 flags & FI_MORE, peer, conn)) [[unlikely]]
 		return rc > 0 ? 0 : rc;
-	if (!ep->answer_backlog.empty() || !ep->read_backlog.empty()) [[unlikely]]
+	if (!ep->answer_backlog.empty() || !ep->read_backlog.empty()) [[unlikely]] {
 		rdm_progress_locked(ep);
+		if (conn_lost(conn))
+			return -FI_EAGAIN;
+	}
+	if ((flags & FI_FENCE) && rdm_fence_blocked(ep, peer, conn)) [[unlikely]]
+		return -FI_EAGAIN;
+	const unsigned fence = (flags & FI_FENCE) ? IBV_SEND_FENCE : 0;
 	rdm::RdmHeader h = app_header(tagged, tag, data, flags, total);
 	const bool dc = (flags & FI_DELIVERY_COMPLETE) != 0;
 	if (total <= ep->eager_size) {
@@ -563,7 +610,7 @@ ssize_t send_long(RdmEp *ep, const iovec *iov, size_t count, fi_addr_t dest, uin
 		if (!dc) [[likely]] {
 			rdm::encode_header(hb, h);
 			return post_copy(ep, conn, hb, kHdr, iov, count, total, context, comp_flags, total,
-					 report, ep->cntr_send, flags & FI_MORE, RdmTx::App);
+					 report, ep->cntr_send, flags & FI_MORE, RdmTx::App, fence);
 		}
 		// Delivery complete: the receiver's DeliveryAck completes it.
 		RdmAwaited op;
@@ -577,7 +624,7 @@ ssize_t send_long(RdmEp *ep, const iovec *iov, size_t count, fi_addr_t dest, uin
 			return rc;
 		ssize_t rc = post_copy(ep, conn, hb, kHdr, iov, count, total,
 				       reinterpret_cast<void *>(uintptr_t(op->msg_id)), 0, total, false,
-				       nullptr, flags & FI_MORE, RdmTx::Awaited);
+				       nullptr, flags & FI_MORE, RdmTx::Awaited, fence);
 		if (!rc)
 			op.posted();
 		return rc;
@@ -610,7 +657,7 @@ ssize_t send_long(RdmEp *ep, const iovec *iov, size_t count, fi_addr_t dest, uin
 		return rc;
 	ssize_t rc = post_copy(ep, conn, req, len, nullptr, 0, 0,
 			       reinterpret_cast<void *>(uintptr_t(op->msg_id)), 0, total, false, nullptr,
-			       flags & FI_MORE, RdmTx::RndvReq);
+			       flags & FI_MORE, RdmTx::RndvReq, fence);
 	if (!rc)
 		op.posted();
 	return rc;
@@ -683,6 +730,17 @@ bool deliver_unexpected(RdmEp *ep, RdmRecv *r, RdmMsg *m)
 {
 	(void)ep->matcher.remove(*m);
 	std::unique_ptr<RdmMsg> owner(m);
+	if (m->stale) [[unlikely]] {
+		bool release;
+		const bool done = retire_recv(ep, *r, release);
+		const bool freed = done && (!release || release_now(*r));
+		rdm_report_rx_error(ep, rdm_error_entry(r->context,
+							rx_flags(r->kind, m->hdr) | (release && freed ? FI_MULTI_RECV : 0),
+							nullptr, 0, 0, m->hdr.cq_data, m->hdr.tag, m->src, m->stale));
+		if (freed)
+			rdm_put_recv(ep, r);
+		return done;
+	}
 	if (m->rndv)
 		return start_rndv(ep, r, m->peer, m->hdr, m->segs, m->nsegs, m->src);
 	return place_eager(ep, r, m->peer, m->hdr, m->payload.get(), m->src);
@@ -693,7 +751,9 @@ void discard_msg(RdmEp *ep, RdmMsg *m)
 {
 	(void)ep->matcher.remove(*m);
 	uint8_t a[kHdr];
-	if (m->rndv) {
+	if (m->stale) {
+		// Its sender was told the connection failed: no answer.
+	} else if (m->rndv) {
 		rdm::encode_rndv_done(a, m->hdr.msg_id, rdm::RndvStatus::Ok);
 		send_answer(ep, m->peer, a);
 	} else if (m->hdr.flags & rdm::kFlagDeliveryComplete) {
@@ -999,6 +1059,24 @@ void rdm_fail_waiting(RdmPeer *peer, int err) noexcept
 	while (!peer->waiting.empty())
 		complete_tx_op(ep, peer->waiting.begin()->second, err, 0);
 	rdm_fail_atomics(peer, err);
+	// Unexpected messages of the peer that owe it an answer: their sends
+	// failed with the connection, so they are not delivered (a resend
+	// would be a duplicate) and never answered or read over a later one.
+	for (MatchKind k : {MatchKind::kMsg, MatchKind::kTagged}) {
+		for (RdmMsg *m = ep->matcher.unexpected_front(k); m;) {
+			RdmMsg *next = TagMatcher<RdmRecv, RdmMsg>::next(*m);
+			if (m->peer == peer && !m->stale &&
+			    (m->rndv || (m->hdr.flags & rdm::kFlagDeliveryComplete))) {
+				if (m->claimed) {
+					m->stale = err;
+				} else {
+					(void)ep->matcher.remove(*m);
+					delete m;
+				}
+			}
+			m = next;
+		}
+	}
 	for (auto it = ep->answer_backlog.begin(); it != ep->answer_backlog.end();)
 		it = it->peer == peer ? ep->answer_backlog.erase(it) : it + 1;
 	for (auto it = ep->read_backlog.begin(); it != ep->read_backlog.end();) {
@@ -1266,10 +1344,14 @@ ssize_t rdm_cancel(RdmEp *ep, void *context) noexcept
 	RdmRecv *r = ep->matcher.cancel(context);
 	if (!r)
 		return -FI_ENOENT;
-	const CqPending p =
-		rdm_error_entry(context, recv_flags(r->kind) | (r->multi ? FI_MULTI_RECV : 0),
-				r->count ? r->iov[0].iov_base : nullptr, 0, 0, 0, 0, FI_ADDR_NOTAVAIL,
-				FI_ECANCELED);
+	if (r->rndv_inflight) {
+		// Its rendezvous still write into it: cancelled (nothing more
+		// lands in it), reported once they ended.
+		r->release_deferred = true;
+		r->cancel_deferred = true;
+		return 0;
+	}
+	const CqPending p = cancel_entry(*r);
 	rdm_put_recv(ep, r);
 	rdm_report_rx_error(ep, p);
 	return 0;

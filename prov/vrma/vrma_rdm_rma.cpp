@@ -136,8 +136,11 @@ ssize_t rma_long(RdmEp *ep, ibv_wr_opcode opcode, const iovec *iov, void *const 
 		return rc > 0 ? 0 : rc;
 	if (conn->peer_flags_pending) [[unlikely]]
 		return -FI_EAGAIN; // the CM thread handles the ESTABLISHED event soon
-	if (!ep->answer_backlog.empty() || !ep->read_backlog.empty()) [[unlikely]]
+	if (!ep->answer_backlog.empty() || !ep->read_backlog.empty()) [[unlikely]] {
 		rdm_progress_locked(ep);
+		if (conn_lost(conn))
+			return -FI_EAGAIN;
+	}
 	if ((flags & FI_FENCE) && rdm_fence_blocked(ep, peer, conn)) [[unlikely]]
 		return -FI_EAGAIN;
 	fi_rma_iov translated[kMaxRmaIov];
@@ -478,6 +481,14 @@ void rdm_handle_commit(RdmEp *ep, RdmPeer *peer, uint32_t qp_num, const uint8_t 
 	// does; the initiator's waiting commit fails with it.
 	if (!rdm::decode_commit_request(buf, len, h, ranges, n)) [[unlikely]] {
 		rdm_drop_malformed(peer, qp_num, "a malformed commit request");
+		return;
+	}
+	// Only an FI_RMA_PMEM endpoint announces the commit service
+	// (kConnFlagCommitService); a request to any other is a peer that
+	// does not follow the protocol (or one making this endpoint msync
+	// whole regions under its lock): dropped.
+	if (!ep->rma_pmem) [[unlikely]] {
+		rdm_drop_malformed(peer, qp_num, "a commit request to an endpoint without FI_RMA_PMEM");
 		return;
 	}
 	// Persisting runs under the endpoint's lock (msync of a file mapping

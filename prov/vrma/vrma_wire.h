@@ -47,6 +47,9 @@ inline constexpr uint8_t kCmFlagStagedRx = 1 << 5;        // receives messages t
 inline constexpr uint8_t kCmFlagConfirmsMsgs = 1 << 6;    // staged, and answers messages marked
 							  // kMsgConfirm once placed (delivery)
 							  // or durable (kMsgPersist)
+// RDM only: the peer's 64-bit integer atomics run on its device
+// (rdm::kConnFlagNativeAtomics).
+inline constexpr uint8_t kCmFlagNativeAtomics = 1 << 7;
 
 // Staged messages. An endpoint that receives messages and remote CQ data but
 // did not take on FI_RX_CQ_DATA owns its receive queue: it keeps buffers of

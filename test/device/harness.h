@@ -248,3 +248,4 @@ Suite *rdm_on_demand_suite();
 Suite *rdm_atomic_flags_suite();
 Suite *av_suite();
 Suite *msg_auto_suite();
+Suite *hostile_suite();

@@ -1744,6 +1744,65 @@ START_TEST(rdm_multi_recv_buffer)
 }
 END_TEST
 
+// A rendezvous message into a multi-receive buffer, then an eager one
+// that leaves less than FI_OPT_MIN_MULTI_RECV: the buffer is released only
+// once the rendezvous' reads have landed (its FI_MULTI_RECV entry is the
+// buffer's last), not with the eager message while they still write into
+// it. One READ at a time, 4 KiB each, keeps the reads in flight long after
+// the eager message arrived.
+START_TEST(rdm_multi_recv_rndv_release)
+{
+	setenv("FI_VRMA_RDM_RNDV_READS", "1", 1);
+	setenv("FI_VRMA_MAX_WR_SIZE", "4096", 1);
+	fi_info *h = rdm_hints(kRdmCaps | FI_MULTI_RECV);
+	RdmEnv env(h);
+	fi_freeinfo(h);
+	constexpr size_t kLong = 48 * KiB, kShort = 6000, kMin = 4096;
+	constexpr size_t kBuf = kLong + kShort + kMin - 64; // the short one leaves < kMin
+	RdmNodeOptions ro;
+	ro.min_multi_recv = kMin;
+	RdmNode r(env, ro), s(env);
+	connect_all({&r, &s});
+	std::vector<uint8_t> buf(kBuf, kSentinel);
+	fi_context cbuf, sctx[2];
+	iovec iov = {buf.data(), kBuf};
+	fi_msg m = make_msg(&iov, 1, FI_ADDR_UNSPEC, &cbuf);
+	ck_assert_int_eq(fi_recvmsg(r.ep, &m, FI_MULTI_RECV), 0);
+	const std::vector<uint8_t> lng = pattern(kLong, 51), sht = pattern(kShort, 52);
+	post([&] { return fi_send(s.ep, lng.data(), kLong, nullptr, s.addr_of(r), &sctx[0]); }, "the long send");
+	post([&] { return fi_send(s.ep, sht.data(), kShort, nullptr, s.addr_of(r), &sctx[1]); }, "the short send");
+	bool got_long = false, got_short = false, released = false;
+	while (!released) {
+		Completion c = next(r);
+		ck_assert_msg(c.ok && c.e.op_context == &cbuf, "multi-receive: %s", c.describe().c_str());
+		ck_assert_msg(!released, "an entry after the buffer's release: %s", c.describe().c_str());
+		if (c.e.flags & FI_RECV) {
+			if (c.e.len == kLong) {
+				ck_assert(!got_long);
+				got_long = true;
+				expect_pattern(c.e.buf, kLong, 51, "the rendezvous message");
+			} else {
+				ck_assert_uint_eq(c.e.len, kShort);
+				ck_assert(!got_short);
+				got_short = true;
+				expect_pattern(c.e.buf, kShort, 52, "the eager message");
+			}
+		}
+		if (c.e.flags & FI_MULTI_RECV) {
+			ck_assert_msg(got_long && got_short,
+				      "the buffer was released while the rendezvous (%s) or the eager message (%s) "
+				      "had not completed",
+				      got_long ? "done" : "still reading", got_short ? "done" : "not placed");
+			released = true;
+		}
+	}
+	Tracker ts;
+	ts.expect(sctx, 2, kSendMsg, "the two sends");
+	ts.wait(s);
+	expect_none(r, 300, "after the release");
+}
+END_TEST
+
 // ---------------------------------------------------------------------------
 // rdm_conn
 
@@ -2666,7 +2725,7 @@ Suite *rdm_suite()
 	    {rdm_tagged_match_ignore, rdm_tagged_directed_recv, rdm_tagged_any_source, rdm_tagged_unexpected,
 	     rdm_tagged_inject_data, rdm_tagged_peek_claim_discard, rdm_tagged_cancel, rdm_tagged_large_unexpected,
 	     rdm_tagged_order_small_large, rdm_rndv_read_credits});
-	add("rdm_multi_recv", 60, {rdm_multi_recv_buffer});
+	add("rdm_multi_recv", 60, {rdm_multi_recv_buffer, rdm_multi_recv_rndv_release});
 	add("rdm_conn", 120,
 	    {rdm_conn_crossing_interleaved, rdm_conn_crossing_threads, rdm_conn_unknown_sender, rdm_conn_peer_closed,
 	     rdm_conn_av_remove, rdm_conn_more_close, rdm_conn_more_peer_gone, rdm_rndv_receiver_closes, rdm_rndv_sender_closes});

@@ -42,6 +42,35 @@ START_TEST(rdm_atomic_valid)
 	ck_assert_msg((env.info->tx_attr->msg_order & (FI_ORDER_ATOMIC_RAW | FI_ORDER_ATOMIC_WAW)) ==
 			      (FI_ORDER_ATOMIC_RAW | FI_ORDER_ATOMIC_WAW),
 		      "msg_order 0x%" PRIx64, env.info->tx_attr->msg_order);
+	// Emulated atomics run after RMA that reached the target later: no
+	// order between RMA and atomics is claimed, RMA among RMA is.
+	for (uint64_t order : {env.info->tx_attr->msg_order, env.info->rx_attr->msg_order}) {
+		ck_assert_msg(!(order & (FI_ORDER_RAW | FI_ORDER_WAW | FI_ORDER_RAR)),
+			      "msg_order 0x%" PRIx64 " claims RMA/atomic order with FI_ATOMIC", order);
+		ck_assert_msg((order & (FI_ORDER_RMA_RAW | FI_ORDER_RMA_WAW | FI_ORDER_RMA_RAR)) ==
+				      (FI_ORDER_RMA_RAW | FI_ORDER_RMA_WAW | FI_ORDER_RMA_RAR),
+			      "msg_order 0x%" PRIx64, order);
+	}
+	// Hints asking for FI_ORDER_RAW with atomics match nothing of vrma's
+	// RDM endpoint; without atomics they get it.
+	for (bool atomics : {true, false}) {
+		fi_info *h = vt::rdm_hints(atomics ? atomic_test::kAtomicCaps
+						   : (vt::kRdmCaps | FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ |
+						      FI_REMOTE_WRITE));
+		h->domain_attr->mr_mode = atomic_test::kBasicMr;
+		h->tx_attr->msg_order = FI_ORDER_SAS | FI_ORDER_RAW | FI_ORDER_WAW;
+		fi_info *list = nullptr;
+		const int rc = fi_getinfo(FI_VERSION(1, 17), vt::kRdmNodeAddr, nullptr, FI_SOURCE, h, &list);
+		const fi_info *native = rc == 0 ? vt::find_native_rdm(list) : nullptr;
+		if (atomics)
+			ck_assert_msg(!native, "RAW/WAW with FI_ATOMIC matched vrma's RDM endpoint");
+		else
+			ck_assert_msg(native && (native->tx_attr->msg_order & (FI_ORDER_RAW | FI_ORDER_WAW)) ==
+							(FI_ORDER_RAW | FI_ORDER_WAW),
+				      "RAW/WAW for RMA without atomics: rc %d", rc);
+		fi_freeinfo(list);
+		fi_freeinfo(h);
+	}
 	ck_assert_msg(env.info->tx_attr->caps & FI_ATOMIC, "tx caps 0x%" PRIx64, env.info->tx_attr->caps);
 	size_t sizes[kDatatypes] = {};
 	for_each_datatype([&](int dt, auto zero) { sizes[dt] = sizeof zero; });
@@ -603,6 +632,14 @@ START_TEST(rdm_atomic_fence)
 		fi_msg_atomic m{&ioc, nullptr, 1, to, &rioc, 1, FI_INT64, FI_SUM, &rctx, 0};
 		expect_rc(fi_atomicmsg(a.ep, &m, FI_FENCE), -FI_EAGAIN, "a fenced atomic while the sum is not applied");
 	}
+	// A fenced send waits for the sum too (FI_FENCE is in the tx caps).
+	uint8_t msg[48], got[48] = {};
+	fill_pattern(msg, sizeof msg, 31);
+	fi_context sctx, trctx;
+	iovec siov{msg, sizeof msg};
+	const fi_msg_tagged sm = make_tmsg(&siov, 1, to, 0x77, 0, &sctx);
+	expect_rc(fi_tsendmsg(a.ep, &sm, FI_FENCE | FI_COMPLETION), -FI_EAGAIN,
+		  "a fenced send while the sum is not applied");
 	ck_assert_int_eq(*word, 15);
 	// Everyone progresses: the sum is applied, then the read runs.
 	post(fenced_read, "the fenced read");
@@ -611,6 +648,12 @@ START_TEST(rdm_atomic_fence)
 	ck_assert_msg(c1.context() == &actx && c2.context() == &rctx, "the sum completes before the fenced read");
 	ck_assert_int_eq(*word, 25);
 	ck_assert_int_eq(back, 25);
+	// The fenced send once nothing is outstanding: accepted, delivered.
+	post([&] { return fi_trecv(b.ep, got, sizeof got, nullptr, b.addr_of(a), 0x77, 0, &trctx); }, "the receive");
+	post([&] { return fi_tsendmsg(a.ep, &sm, FI_FENCE | FI_COMPLETION); }, "the fenced send");
+	expect_ok(a, &sctx, FI_TAGGED | FI_SEND, "the fenced send");
+	expect_ok(b, &trctx, FI_TAGGED | FI_RECV, "the fenced send's receive");
+	expect_pattern(got, sizeof got, 31, "the fenced send's data");
 }
 END_TEST
 
@@ -619,6 +662,11 @@ START_TEST(rdm_atomic_native)
 	if (!with_native_atomics("rdm_atomic_native"))
 		return;
 	AtomicEnv ea, eb;
+	// The device applies 64-bit atomics on arrival, the target's progress
+	// the others later: no order among atomics is claimed.
+	ck_assert_msg(!(ea.info->tx_attr->msg_order & (FI_ORDER_ATOMIC_RAW | FI_ORDER_ATOMIC_WAW |
+						       FI_ORDER_ATOMIC_RAR | FI_ORDER_ATOMIC_WAR)),
+		      "msg_order 0x%" PRIx64 " with native atomics", ea.info->tx_attr->msg_order);
 	RdmNode a1(ea), a2(ea), b(eb);
 	connect_all({&a1, &a2, &b});
 	size_t count = 0;

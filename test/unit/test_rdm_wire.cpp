@@ -412,6 +412,11 @@ START_TEST(malformed_headers_refused)
 	ck_assert(!decodes(buf, kRdmHeaderBytes));
 	encode_rndv_done(buf, 1, RndvStatus::Ok);
 	ck_assert(!decodes(buf, kRdmHeaderBytes + 8));
+	// ...and answer an id, which is never 0.
+	encode_rndv_done(buf, 0, RndvStatus::Ok);
+	ck_assert(!decodes(buf, kRdmHeaderBytes));
+	encode_delivery_ack(buf, 0);
+	ck_assert(!decodes(buf, kRdmHeaderBytes));
 
 	// A rendezvous request of length 0, or without a body.
 	uint8_t rbuf[kRndvMsgMax];

@@ -360,6 +360,66 @@ START_TEST(reg_cover_vs_partial)
 }
 END_TEST
 
+// Exact bits (the provider's remote rights): an entry with them serves
+// only requests with exactly those, a request with them is registered over
+// its own bytes, and entries with them are never joined into another: a
+// receive buffer beside (or overlapping) a send buffer whose key a peer
+// holds never becomes readable through a merged registration. Local bits
+// still serve as supersets and merge.
+START_TEST(reg_exact_rights)
+{
+	constexpr uint64_t L = R, REMOTE = RR; // local right, remote (exact) right
+	RegCache c(0, 0, REMOTE);
+	RegRetired out;
+	// A send buffer, remotely readable: exact range even over an entry.
+	RegEntry *send = miss(c, A + 100, 200, L | REMOTE, 0x1, out);
+	check_bounds(send, A + 100, A + 300);
+	// A receive over the same bytes (local only) does not take the send's
+	// registration (wider by REMOTE), and its registration is not merged
+	// with it either: it covers the receive's own bytes, local only.
+	ck_assert_ptr_null(c.lookup(A + 150, 50, L));
+	RegRange m;
+	ck_assert(c.merged_range(A + 150, 100, L, m));
+	ck_assert_msg(m.start == A + 150 && m.end == A + 250 && m.access == L,
+		      "a local-only request joined a remote entry: [A%+ld, A%+ld) access %lu", (long)(m.start - A),
+		      (long)(m.end - A), (unsigned long)m.access);
+	ck_assert_ptr_null(c.release(send)); // unused now
+	RegEntry *recv = c.insert(m.start, m.end, m.access, H(0x2), c.epoch(), out);
+	ck_assert_ptr_nonnull(recv);
+	// Inserting it retired the overlapping remote entry: its handle is
+	// given back for deregistration (the peer's key dies with it).
+	ck_assert_uint_eq(out.size(), 1);
+	ck_assert_ptr_eq(out.pop(), H(0x1));
+	ck_assert_ptr_null(c.release(recv));
+	// A remote request over the local entry's bytes: exact, not merged.
+	ck_assert_ptr_null(c.lookup(A + 150, 10, L | REMOTE));
+	ck_assert(c.merged_range(A + 140, 20, L | REMOTE, m));
+	ck_assert(m.start == A + 140 && m.end == A + 160 && m.access == (L | REMOTE));
+	// Local requests still merge with local entries and take supersets.
+	RegEntry *w = miss(c, A + 200, 100, W, 0x3, out); // overlaps recv [150, 250)
+	check_bounds(w, A + 150, A + 300);
+	ck_assert_uint_eq(w->access(), L | W);
+	ck_assert_ptr_null(c.release(w));
+	RegEntry *hit = c.lookup(A + 160, 10, L);
+	ck_assert_ptr_eq(hit, w);
+	ck_assert_ptr_null(c.release(hit));
+	// The same remote request twice: the second is a hit.
+	RegEntry *s1 = miss(c, A + 8 * P, 64, L | REMOTE, 0x4, out);
+	ck_assert_ptr_null(c.release(s1));
+	RegEntry *s2 = c.lookup(A + 8 * P, 64, L | REMOTE);
+	ck_assert_ptr_eq(s2, s1);
+	// ...but not for a request with fewer remote rights.
+	ck_assert_ptr_null(c.lookup(A + 8 * P, 64, L));
+	ck_assert_ptr_null(c.release(s2));
+	RegRetired all;
+	c.flush(all);
+	while (all.pop()) {
+	}
+	while (out.pop()) {
+	}
+}
+END_TEST
+
 START_TEST(reg_merged_range)
 {
 	RegCache c;
@@ -1680,6 +1740,7 @@ Suite *reg_cache_suite()
 	tcase_add_test(tc, reg_access_flags);
 	tcase_add_test(tc, reg_cover_vs_partial);
 	tcase_add_test(tc, reg_merged_range);
+	tcase_add_test(tc, reg_exact_rights);
 	tcase_add_test(tc, reg_adjacent_independent);
 	tcase_add_test(tc, reg_adjacent_pool_cycle);
 	tcase_add_test(tc, reg_overlap_merges);

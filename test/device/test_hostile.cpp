@@ -1,0 +1,614 @@
+// A hostile peer against a vrma RDM endpoint (issue 26): the victim serves an
+// honest vrma peer (tagged messages, rendezvous, fetch atomics, data checked)
+// while a raw rdma_cm/verbs peer (hostile_peer.h) sends it what no vrma
+// sends. After each attack: the victim is up (the test's own process), the
+// canaries around its registered region are intact, the attacker's
+// connection was dropped where the message was malformed, and the honest
+// peer's traffic and completions are exact.
+#include "hostile_peer.h"
+#include "rdm_atomic_harness.h"
+
+#include <cinttypes>
+#include <cstdlib>
+#include <random>
+
+namespace {
+
+using namespace vt;
+namespace rdm = vrma::rdm;
+namespace vatomic = vrma::atomic;
+using atomic_test::AtomicEnv;
+
+constexpr size_t kRegion = 4096;
+constexpr size_t kCanary = 4096;
+constexpr uint8_t kCanaryByte = 0x5a;
+
+// A registered region of kRegion bytes (0 everywhere) between two canaries
+// of kCanary bytes that nothing may touch.
+struct GuardedRegion {
+	std::vector<uint8_t> mem;
+	fid_mr *mr = nullptr;
+	explicit GuardedRegion(RdmEnv &env, uint64_t access = FI_REMOTE_READ | FI_REMOTE_WRITE)
+		: mem(kCanary + kRegion + kCanary, kCanaryByte)
+	{
+		memset(base(), 0, kRegion);
+		const int rc = fi_mr_reg(env.domain, base(), kRegion, access, 0, 0, 0, &mr, nullptr);
+		ck_assert_msg(rc == 0, "fi_mr_reg: %d (%s)", rc, fi_strerror(-rc));
+	}
+	~GuardedRegion()
+	{
+		if (mr)
+			fi_close(&mr->fid);
+	}
+	GuardedRegion(const GuardedRegion &) = delete;
+	GuardedRegion &operator=(const GuardedRegion &) = delete;
+	uint8_t *base() { return mem.data() + kCanary; }
+	uint64_t addr(size_t off) { return reinterpret_cast<uintptr_t>(base()) + off; }
+	uint64_t key() const { return fi_mr_key(mr); }
+	void expect_canaries(const char *what)
+	{
+		expect_filled(mem.data(), kCanary, kCanaryByte, what);
+		expect_filled(mem.data() + kCanary + kRegion, kCanary, kCanaryByte, what);
+	}
+};
+
+// The victim, its honest peer and the victim's region.
+struct Scene {
+	AtomicEnv env;
+	RdmNode victim{env};
+	RdmNode honest{env};
+	GuardedRegion region{env};
+	uint64_t rounds = 0; // honest fetch-adds applied to region word 0
+	Scene() { connect_all({&victim, &honest}); }
+
+	// One exact exchange each way: tagged messages (eager and rendezvous)
+	// and a fetch-add by the honest peer on the victim's region.
+	void honest_round(const char *when)
+	{
+		const uint32_t seed = static_cast<uint32_t>(rounds * 2 + 1);
+		for (size_t len : {size_t(200), size_t(64 * 1024)}) {
+			std::vector<uint8_t> out(len), in(len, 0);
+			fill_pattern(out.data(), len, seed);
+			fi_context rctx{}, sctx{};
+			const uint64_t tag = 0x100 + rounds;
+			post([&] { return fi_trecv(victim.ep, in.data(), len, nullptr, victim.addr_of(honest), tag, 0, &rctx); },
+			     "victim fi_trecv");
+			post([&] { return fi_tsend(honest.ep, out.data(), len, nullptr, honest.addr_of(victim), tag, &sctx); },
+			     "honest fi_tsend");
+			expect_ok(honest, &sctx, FI_TAGGED | FI_SEND, when);
+			Completion c = expect_ok(victim, &rctx, FI_TAGGED | FI_RECV, when);
+			ck_assert_msg(c.e.len == len && c.e.tag == tag, "%s: len %zu tag %#" PRIx64, when, c.e.len, c.e.tag);
+			ck_assert_msg(c.src == victim.addr_of(honest), "%s: source %" PRIu64 ", expected the honest peer", when,
+				      c.src);
+			expect_pattern(in.data(), len, seed, when);
+			// And back.
+			fill_pattern(out.data(), len, seed + 1);
+			post([&] { return fi_trecv(honest.ep, in.data(), len, nullptr, honest.addr_of(victim), tag, 0, &rctx); },
+			     "honest fi_trecv");
+			post([&] { return fi_tsend(victim.ep, out.data(), len, nullptr, victim.addr_of(honest), tag, &sctx); },
+			     "victim fi_tsend");
+			expect_ok(victim, &sctx, FI_TAGGED | FI_SEND, when);
+			expect_ok(honest, &rctx, FI_TAGGED | FI_RECV, when);
+			expect_pattern(in.data(), len, seed + 1, when);
+		}
+		uint64_t one = 1, old = ~0ull;
+		fi_context actx{};
+		post([&] {
+			return fi_fetch_atomic(honest.ep, &one, 1, nullptr, &old, nullptr, honest.addr_of(victim),
+					       region.addr(0), region.key(), FI_UINT64, FI_SUM, &actx);
+		}, "honest fi_fetch_atomic");
+		expect_ok(honest, &actx, FI_ATOMIC | FI_READ, when);
+		ck_assert_msg(old == rounds, "%s: fetch-add returned %" PRIu64 ", expected %" PRIu64, when, old, rounds);
+		rounds++;
+		uint64_t now;
+		memcpy(&now, region.base(), sizeof now);
+		ck_assert_msg(now == rounds, "%s: region word %" PRIu64 ", expected %" PRIu64, when, now, rounds);
+		region.expect_canaries(when);
+	}
+
+	// Entries the attacker's well-formed RMA events left in the victim's
+	// CQ (remote CQ data of writes it claims to have made: a peer holding
+	// a key may do that), dropped before an honest round; returns how
+	// many.
+	size_t drop_remote_events()
+	{
+		settle(50);
+		size_t n = 0;
+		for (auto it = victim.backlog.begin(); it != victim.backlog.end();) {
+			if (it->ok && !it->e.op_context && (it->e.flags & (FI_REMOTE_WRITE | FI_REMOTE_READ))) {
+				it = victim.backlog.erase(it);
+				n++;
+			} else {
+				++it;
+			}
+		}
+		return n;
+	}
+
+	// The victim has nothing for anyone: a wildcard receive stays empty.
+	void expect_nothing_delivered(const char *when)
+	{
+		std::vector<uint8_t> in(64 * 1024);
+		fi_context rctx{};
+		post([&] { return fi_trecv(victim.ep, in.data(), in.size(), nullptr, FI_ADDR_UNSPEC, 0, ~0ull, &rctx); },
+		     "victim wildcard fi_trecv");
+		settle(300);
+		progress_all();
+		if (!victim.backlog.empty())
+			ck_abort_msg("%s: the victim delivered %s", when, victim.backlog.front().describe().c_str());
+		ck_assert_int_eq(fi_cancel(&victim.ep->fid, &rctx), 0);
+		expect_err(victim, &rctx, FI_ECANCELED, "the cancelled wildcard receive");
+	}
+};
+
+// An AtomicRequest as an initiator would encode it, for the attacker to
+// send (count elements of uint64 at addr; arrays as the op takes them).
+std::vector<uint8_t> atomic_request(uint32_t msg_id, vatomic::Kind kind, int op, uint64_t addr, uint64_t key,
+				    uint64_t count, size_t array_bytes)
+{
+	rdm::RdmHeader h;
+	h.type = rdm::MsgType::AtomicRequest;
+	h.msg_id = msg_id;
+	h.length = count;
+	rdm::AtomicRequest r;
+	r.op = static_cast<uint8_t>(op);
+	r.datatype = FI_UINT64;
+	r.kind = kind;
+	r.nseg = 1;
+	r.segs[0] = {addr, count, key};
+	const size_t arrays = rdm::atomic_request_arrays(kind, op) * array_bytes;
+	std::vector<uint8_t> m(rdm::atomic_request_head_bytes(1) + arrays, 0);
+	r.operand_bytes = op == FI_ATOMIC_READ ? 0 : array_bytes;
+	r.compare_bytes = kind == vatomic::Kind::Compare ? array_bytes : 0;
+	rdm::encode_atomic_request(m.data(), h, r);
+	return m;
+}
+
+std::vector<uint8_t> header_only(rdm::MsgType type, uint32_t msg_id, uint8_t status = 0, uint8_t flags = 0,
+				 uint64_t length = 0)
+{
+	rdm::RdmHeader h;
+	h.type = type;
+	h.msg_id = msg_id;
+	h.status = status;
+	h.flags = flags;
+	h.length = length;
+	std::vector<uint8_t> m(rdm::kRdmHeaderBytes);
+	rdm::encode_header(m.data(), h);
+	return m;
+}
+
+// A tagged rendezvous request of 4096 bytes (tag 0) in one segment of the
+// attacker's (an address and key it never registered).
+std::vector<uint8_t> rndv_request(uint32_t msg_id)
+{
+	rdm::RdmHeader h;
+	h.type = rdm::MsgType::RndvRequestTagged;
+	h.msg_id = msg_id;
+	h.length = 4096;
+	const rdm::RndvSegment seg{0x10000, 4096, 0x1234};
+	std::vector<uint8_t> m(rdm::rndv_msg_bytes(1));
+	rdm::encode_rndv_request(m.data(), h, &seg, 1);
+	return m;
+}
+
+// Item 1: an emulated FI_ATOMIC_READ carries no array, so its element count
+// was bounded by nothing; 2^61 8-byte elements wrapped the byte count to 0,
+// which passed every later check, and the victim read 2^61 elements past
+// its 8 KiB result buffer (SIGSEGV). Each count here must be refused as
+// malformed (the connection dropped), whatever the kind.
+START_TEST(hostile_atomic_count_overflow)
+{
+	Scene s;
+	s.honest_round("before the attacks");
+	struct Case {
+		const char *what;
+		vatomic::Kind kind;
+		int op;
+		uint64_t count;
+		size_t array_bytes; // what the message really carries
+	};
+	const Case cases[] = {
+		{"FI_ATOMIC_READ of 2^61 elements (byte count wraps to 0)", vatomic::Kind::Fetch, FI_ATOMIC_READ,
+		 uint64_t(1) << 61, 0},
+		{"FI_ATOMIC_READ of 2^60 elements", vatomic::Kind::Fetch, FI_ATOMIC_READ, uint64_t(1) << 60, 0},
+		{"FI_ATOMIC_READ beyond kAtomicDataMax", vatomic::Kind::Fetch, FI_ATOMIC_READ,
+		 rdm::kAtomicDataMax / 8 + 1, 0},
+		{"fetch FI_SUM of 2^61 elements with an 8-byte operand", vatomic::Kind::Fetch, FI_SUM,
+		 uint64_t(1) << 61, 8},
+		{"compare FI_CSWAP of 2^61 elements with no arrays", vatomic::Kind::Compare, FI_CSWAP,
+		 uint64_t(1) << 61, 0},
+	};
+	for (const Case &c : cases) {
+		HostilePeer a(s.victim.name);
+		ck_assert_msg(a.connect(), "%s: the victim refused the attacker's first connection", c.what);
+		const auto m = atomic_request(7, c.kind, c.op, s.region.addr(0), s.region.key(), c.count, c.array_bytes);
+		a.send(m);
+		ck_assert_msg(a.wait_dropped(), "%s: the victim kept the connection", c.what);
+		std::vector<uint8_t> answer;
+		while (a.next_message(answer, 0)) {
+			rdm::RdmHeader h;
+			ck_assert_msg(!rdm::decode_header(answer.data(), answer.size(), h) ||
+					      h.type != rdm::MsgType::AtomicResponse || h.length == 0,
+				      "%s: the victim answered %" PRIu64 " bytes of its memory", c.what, h.length);
+		}
+		s.region.expect_canaries(c.what);
+		s.honest_round(c.what);
+	}
+}
+END_TEST
+
+// Item 4: a write with immediate consumes a receive buffer without writing
+// it; a victim that decoded the buffer anyway delivered the previous
+// message it held again (another peer's, with source FI_ADDR_NOTAVAIL).
+// With 16 receive buffers, 40 honest messages of 256 bytes leave an old
+// message in every one; 32 writes with immediate of their length (288
+// bytes, into the victim's region, whose key the attacker holds) and 32
+// of none must replay none of them.
+START_TEST(hostile_write_imm_replay)
+{
+	if (!in_fresh_process("hostile_write_imm_replay"))
+		return;
+	setenv("FI_VRMA_RDM_RX_BUFFERS", "16", 1);
+	Scene s;
+	for (uint32_t i = 0; i < 40; i++) {
+		uint8_t out[256], in[256] = {};
+		fill_pattern(out, sizeof out, 1000 + i);
+		fi_context rctx{}, sctx{};
+		post([&] { return fi_trecv(s.victim.ep, in, sizeof in, nullptr, FI_ADDR_UNSPEC, 0x7000 + i, 0, &rctx); },
+		     "victim fi_trecv");
+		post([&] { return fi_tsend(s.honest.ep, out, sizeof out, nullptr, s.honest.addr_of(s.victim), 0x7000 + i, &sctx); },
+		     "honest fi_tsend");
+		expect_ok(s.honest, &sctx, FI_TAGGED | FI_SEND, "an honest message");
+		expect_ok(s.victim, &rctx, FI_TAGGED | FI_RECV, "an honest message");
+		expect_pattern(in, sizeof in, 1000 + i, "an honest message");
+	}
+	for (size_t len : {size_t(rdm::kRdmHeaderBytes + 256), size_t(0)}) {
+		HostilePeer a(s.victim.name);
+		ck_assert(a.connect());
+		size_t accepted = 0;
+		for (uint32_t i = 0; i < 32 && !a.dropped(); i++)
+			if (a.write_imm(0x1000 + i, len, s.region.addr(1024), static_cast<uint32_t>(s.region.key())) ==
+			    IBV_WC_SUCCESS)
+				accepted++;
+		ck_assert_msg(a.wait_dropped(),
+			      "the victim kept a connection that wrote %zu bytes with immediate (%zu accepted)", len,
+			      accepted);
+		s.expect_nothing_delivered(len ? "after writes with immediate" : "after empty writes with immediate");
+		s.region.expect_canaries("after writes with immediate");
+	}
+	s.honest_round("after writes with immediate");
+}
+END_TEST
+
+// Item 8 (answers): an answer completes only what waits for that kind of
+// answer on that connection. The victim sends the attacker a message with
+// FI_DELIVERY_COMPLETE; an RndvDone (the wrong kind) carrying its msg_id
+// must fail the send and drop the connection, never complete it.
+START_TEST(hostile_answer_kind)
+{
+	Scene s;
+	s.honest_round("before");
+	for (bool right_kind : {true, false}) {
+		HostilePeer a(s.victim.name);
+		ck_assert(a.connect());
+		const fi_addr_t to = s.victim.insert_addr(a.claimed_sockaddr());
+		uint8_t out[64];
+		fill_pattern(out, sizeof out, 77);
+		iovec iov{out, sizeof out};
+		fi_context sctx{};
+		const fi_msg_tagged m = make_tmsg(&iov, 1, to, 0x55, 0, &sctx);
+		post([&] { return fi_tsendmsg(s.victim.ep, &m, FI_DELIVERY_COMPLETE); }, "victim fi_tsendmsg");
+		std::vector<uint8_t> got;
+		ck_assert_msg(a.next_message(got), "the victim's message did not reach the attacker");
+		rdm::RdmHeader h;
+		ck_assert(rdm::decode_header(got.data(), got.size(), h));
+		ck_assert_msg(h.type == rdm::MsgType::EagerTagged && (h.flags & rdm::kFlagDeliveryComplete),
+			      "type %d flags %#x", int(h.type), h.flags);
+		const auto answer = right_kind ? header_only(rdm::MsgType::DeliveryAck, h.msg_id)
+					       : header_only(rdm::MsgType::RndvDone, h.msg_id);
+		a.send(answer);
+		if (right_kind) {
+			expect_ok(s.victim, &sctx, FI_TAGGED | FI_SEND, "a send acknowledged by a DeliveryAck");
+		} else {
+			expect_err(s.victim, &sctx, 0, "a send 'acknowledged' by an RndvDone");
+			ck_assert_msg(a.wait_dropped(), "the victim kept the connection after a wrong answer");
+		}
+		s.honest_round(right_kind ? "after a right answer" : "after a wrong answer");
+	}
+}
+END_TEST
+
+// Item 8 (lifetimes): a message that owes its sender an answer (a
+// rendezvous request, an eager message with FI_DELIVERY_COMPLETE) and
+// waits unexpected when its connection fails is not delivered later: its
+// sender's send failed with the connection (a resend would be a duplicate),
+// and answering it or reading its data would act on a later connection.
+START_TEST(hostile_stale_unexpected)
+{
+	Scene s;
+	s.honest_round("before");
+	for (bool rndv : {false, true}) {
+		HostilePeer a(s.victim.name);
+		ck_assert(a.connect());
+		std::vector<uint8_t> m;
+		if (rndv) {
+			m = rndv_request(9);
+		} else {
+			m = header_only(rdm::MsgType::EagerTagged, 9, 0,
+					rdm::kFlagLastPiece | rdm::kFlagDeliveryComplete, 32);
+			m.resize(m.size() + 32, 0xee);
+		}
+		ck_assert_int_eq(a.send(m), IBV_WC_SUCCESS);
+		settle(100); // the victim queues it as unexpected
+		// Then a malformed message (protocol version 2) ends the
+		// connection.
+		auto bad = header_only(rdm::MsgType::DeliveryAck, 5);
+		bad[1] = 2;
+		a.send(bad);
+		ck_assert_msg(a.wait_dropped(), "the victim kept a connection that sent a version 2 header");
+		s.expect_nothing_delivered(rndv ? "a rendezvous request of a failed connection"
+						: "a delivery-complete message of a failed connection");
+		s.honest_round("after a stale message");
+	}
+}
+END_TEST
+
+// Item 6 (rights): a device atomic reads as well as writes (it returns the
+// old value), so native atomics get no access to a region registered with
+// FI_REMOTE_WRITE alone: a fetch-add of 0 there fails, reading nothing.
+START_TEST(hostile_native_rights)
+{
+	if (!atomic_test::with_native_atomics("hostile_native_rights"))
+		return;
+	Scene s;
+	GuardedRegion wo(s.env, FI_REMOTE_WRITE);
+	const uint64_t secret = 0x5ec2e75ec2e75ec2ull;
+	memcpy(wo.base(), &secret, sizeof secret);
+	const uint64_t zero = 0;
+	uint64_t got = 0;
+	fi_context ctx{};
+	post([&] {
+		return fi_fetch_atomic(s.honest.ep, &zero, 1, nullptr, &got, nullptr, s.honest.addr_of(s.victim),
+				       wo.addr(0), wo.key(), FI_UINT64, FI_SUM, &ctx);
+	}, "a native fetch-add of 0 on a write-only region");
+	expect_err(s.honest, &ctx, 0, "a native fetch-add of 0 on a write-only region");
+	ck_assert_msg(got != secret, "a write-only region was read by a device atomic");
+	wo.expect_canaries("the write-only region");
+}
+END_TEST
+
+// Item 6 (agreement): native atomics are agreed per connection. A native
+// victim refuses emulated requests on 64-bit integers from a peer that
+// does not announce native atomics (its CPU would update words the device
+// updates for other peers), and sends such a peer emulated requests, not
+// device atomics it cannot take.
+START_TEST(hostile_native_agreement)
+{
+	if (!atomic_test::with_native_atomics("hostile_native_agreement"))
+		return;
+	Scene s;
+	s.honest_round("before");
+	HostilePeer a(s.victim.name); // announces no native atomics
+	ck_assert(a.connect());
+	uint64_t one = 1;
+	auto req = atomic_request(11, vatomic::Kind::Fetch, FI_SUM, s.region.addr(8), s.region.key(), 1, 8);
+	memcpy(req.data() + rdm::atomic_request_head_bytes(1), &one, 8);
+	ck_assert_int_eq(a.send(req), IBV_WC_SUCCESS);
+	std::vector<uint8_t> got;
+	ck_assert_msg(a.next_message(got), "no answer to an emulated request");
+	rdm::RdmHeader h;
+	rdm::AtomicResponse resp;
+	ck_assert(rdm::decode_atomic_response(got.data(), got.size(), h, resp));
+	ck_assert_msg(h.msg_id == 11 && h.status == static_cast<uint8_t>(rdm::AtomicStatus::Unsupported),
+		      "an emulated 64-bit request to a native endpoint: id %u status %u", h.msg_id, h.status);
+	uint64_t word;
+	memcpy(&word, s.region.base() + 8, 8);
+	ck_assert_msg(word == 0, "the refused request changed the word to %" PRIu64, word);
+	// The victim's own atomic to that peer: an emulated request.
+	const fi_addr_t to = s.victim.insert_addr(a.claimed_sockaddr());
+	uint64_t old = 0;
+	fi_context ctx{};
+	post([&] {
+		return fi_fetch_atomic(s.victim.ep, &one, 1, nullptr, &old, nullptr, to, 0x1000, 0x77, FI_UINT64,
+				       FI_SUM, &ctx);
+	}, "the victim's fetch-add to a peer without native atomics");
+	ck_assert_msg(a.next_message(got), "the victim sent no atomic request (a device atomic?)");
+	rdm::AtomicRequest r;
+	ck_assert_msg(rdm::decode_atomic_request(got.data(), got.size(), h, r), "not an AtomicRequest: type %u",
+		      got.empty() ? 0u : got[0]);
+	ck_assert(r.op == FI_SUM && r.datatype == FI_UINT64 && r.nseg == 1 && r.segs[0].key == 0x77);
+	const uint64_t answer_value = 41;
+	std::vector<uint8_t> ans(rdm::kRdmHeaderBytes + 8);
+	rdm::encode_atomic_response(ans.data(), h.msg_id, rdm::AtomicStatus::Ok, &answer_value, 8);
+	ck_assert_int_eq(a.send(ans), IBV_WC_SUCCESS);
+	expect_ok(s.victim, &ctx, FI_ATOMIC | FI_READ, "the victim's emulated fetch-add");
+	ck_assert_uint_eq(old, answer_value);
+	s.honest_round("after");
+}
+END_TEST
+
+// Item 9: only an FI_RMA_PMEM endpoint answers commits (it announces the
+// service); a CommitRequest to any other, well-formed or not, drops the
+// connection instead of making the victim msync regions under its lock.
+START_TEST(hostile_commit_without_pmem)
+{
+	Scene s;
+	s.honest_round("before");
+	HostilePeer a(s.victim.name);
+	ck_assert(a.connect());
+	rdm::RdmHeader h;
+	h.msg_id = 3;
+	h.length = 64;
+	const rdm::CommitRange range{s.region.addr(0), 64, s.region.key()};
+	std::vector<uint8_t> m(rdm::kCommitRequestMax);
+	m.resize(rdm::encode_commit_request(m.data(), h, &range, 1));
+	a.send(m);
+	ck_assert_msg(a.wait_dropped(), "an endpoint without FI_RMA_PMEM kept a connection that asked for a commit");
+	std::vector<uint8_t> got;
+	ck_assert_msg(!a.next_message(got, 0), "the victim answered a commit request (%zu bytes)", got.size());
+	s.honest_round("after");
+}
+END_TEST
+
+// The mutation fuzzer: well-formed messages of every type, each mutated at
+// random (bytes flipped or set to edge values, length fields set to edge
+// values, the message cut or extended), sent one by one. A connection the
+// victim drops is replaced by a new one (same claimed address, new nonce).
+// Seeded: VRMA_TEST_SEED reproduces a run; VRMA_TEST_FUZZ sets the
+// count (default 10000).
+START_TEST(hostile_fuzz)
+{
+	if (!in_fresh_process("hostile_fuzz"))
+		return;
+	const char *seed_env = getenv("VRMA_TEST_SEED");
+	const uint64_t seed = seed_env ? strtoull(seed_env, nullptr, 0) : std::random_device{}();
+	const char *n_env = getenv("VRMA_TEST_FUZZ");
+	const size_t total = n_env ? strtoull(n_env, nullptr, 0) : 10000;
+	fprintf(stderr, "hostile_fuzz: seed %" PRIu64 " (VRMA_TEST_SEED), %zu messages\n", seed, total);
+	std::mt19937_64 rng(seed);
+	Scene s;
+	// The attacker's own region, which its well-formed atomics may change
+	// (the honest peer's word is elsewhere in the victim's memory).
+	GuardedRegion target(s.env);
+	s.honest_round("before the fuzzer");
+
+	std::vector<std::vector<uint8_t>> templates;
+	{
+		std::vector<uint8_t> eager = header_only(rdm::MsgType::EagerTagged, 1, 0, rdm::kFlagLastPiece, 64);
+		eager.resize(eager.size() + 64, 0xab);
+		templates.push_back(eager);
+		auto plain = header_only(rdm::MsgType::Eager, 2, 0, rdm::kFlagLastPiece | rdm::kFlagDeliveryComplete, 16);
+		plain.resize(plain.size() + 16, 0xcd);
+		templates.push_back(plain);
+		for (auto k : {vatomic::Kind::Plain, vatomic::Kind::Fetch, vatomic::Kind::Compare})
+			templates.push_back(atomic_request(3, k, k == vatomic::Kind::Compare ? FI_CSWAP : FI_SUM,
+							   target.addr(64), target.key(), 2, 16));
+		templates.push_back(atomic_request(4, vatomic::Kind::Fetch, FI_ATOMIC_READ, target.addr(0), target.key(), 4, 0));
+		for (auto t : {rdm::MsgType::RndvDone, rdm::MsgType::DeliveryAck, rdm::MsgType::AtomicResponse,
+			       rdm::MsgType::CommitAnswer, rdm::MsgType::KeyAnswer})
+			templates.push_back(header_only(t, 5));
+		auto key_req = header_only(rdm::MsgType::KeyRequest, 6);
+		key_req.resize(rdm::kKeyRequestBytes, 0);
+		rdm::le::put64(key_req.data() + rdm::kRdmHeaderBytes, target.key());
+		key_req[rdm::kRdmHeaderBytes + 8] = vrma::keys::kAccessRemoteRead;
+		templates.push_back(key_req);
+		templates.push_back(rndv_request(7));
+		{
+			rdm::RdmHeader ch;
+			ch.msg_id = 8;
+			ch.length = 16;
+			const rdm::CommitRange cr{target.addr(0), 16, target.key()};
+			std::vector<uint8_t> commit(rdm::kCommitRequestMax);
+			commit.resize(rdm::encode_commit_request(commit.data(), ch, &cr, 1));
+			templates.push_back(commit);
+		}
+		auto event = header_only(rdm::MsgType::RmaEvent, 0, static_cast<uint8_t>(rdm::RmaKind::Write), 0, 8);
+		event.resize(event.size() + 8 + 8, 0);
+		event[rdm::kRdmHeaderBytes] = 1;
+		rdm::le::put64(event.data() + rdm::kRdmHeaderBytes + 8, target.key());
+		templates.push_back(event);
+	}
+	static constexpr uint64_t edges[] = {0, 1, 2, 7, 8, 31, 32, 63, 64, 4095, 4096, 8192, 8193, 1u << 20,
+					     (1u << 20) + 1, 1ull << 31, 1ull << 32, 1ull << 60, 1ull << 61,
+					     1ull << 63, ~0ull, ~0ull - 7};
+	auto pick = [&](size_t n) { return static_cast<size_t>(rng() % n); };
+	auto mutate = [&](std::vector<uint8_t> m) {
+		const size_t rounds = 1 + pick(4);
+		for (size_t r = 0; r < rounds; r++) {
+			switch (pick(6)) {
+			case 0: // flip a bit in the first 128 bytes
+				if (!m.empty())
+					m[pick(std::min<size_t>(m.size(), 128))] ^= static_cast<uint8_t>(1u << pick(8));
+				break;
+			case 1: { // a byte to an edge value
+				static constexpr uint8_t b[] = {0, 1, 2, 4, 0x7f, 0x80, 0xfe, 0xff};
+				if (!m.empty())
+					m[pick(std::min<size_t>(m.size(), 128))] = b[pick(sizeof b)];
+				break;
+			}
+			case 2: // the header's length
+				if (m.size() >= rdm::kRdmHeaderBytes)
+					rdm::le::put64(m.data() + 24, edges[pick(std::size(edges))]);
+				break;
+			case 3: // a 64-bit field of the body
+				if (m.size() >= rdm::kRdmHeaderBytes + 16) {
+					const size_t off = rdm::kRdmHeaderBytes + 8 * pick((m.size() - rdm::kRdmHeaderBytes) / 8);
+					if (off + 8 <= m.size())
+						rdm::le::put64(m.data() + off, edges[pick(std::size(edges))]);
+				}
+				break;
+			case 4: // cut
+				m.resize(pick(m.size() + 1));
+				break;
+			case 5: // extend
+				m.resize(m.size() + 1 + pick(64), static_cast<uint8_t>(rng()));
+				break;
+			}
+		}
+		return m;
+	};
+
+	HostileOptions opt;
+	opt.recv_bytes = 8192 + rdm::kRdmHeaderBytes + 64;
+	auto attacker = std::make_unique<HostilePeer>(s.victim.name, opt);
+	ck_assert(attacker->connect());
+	opt.claim = attacker->claimed();
+	size_t drops = 0, refused = 0, events = 0;
+	for (size_t i = 0; i < total; i++) {
+		if (attacker->dropped()) {
+			drops++;
+			attacker.reset();
+			for (;;) {
+				attacker = std::make_unique<HostilePeer>(s.victim.name, opt);
+				if (attacker->connect())
+					break;
+				// The victim may still be closing the previous
+				// connection: a refusal is fine, a hang is not.
+				ck_assert_msg(++refused < total, "the victim refuses every connection");
+				attacker.reset();
+				settle(20);
+			}
+		}
+		const size_t ti = pick(templates.size());
+		const auto m = mutate(templates[ti]);
+		char label[160];
+		int n = snprintf(label, sizeof label, "message %zu, template %zu, %zu bytes:", i, ti, m.size());
+		for (size_t b = 0; b < std::min<size_t>(m.size(), 40) && n < int(sizeof label) - 4; b++)
+			n += snprintf(label + n, sizeof label - n, " %02x", m[b]);
+		attacker->label = label;
+		attacker->send(m);
+		std::vector<uint8_t> drain;
+		while (attacker->next_message(drain, 0)) {
+		}
+		if (i % 1000 == 999) {
+			s.region.expect_canaries("during the fuzzer");
+			target.expect_canaries("during the fuzzer");
+			events += s.drop_remote_events();
+			s.honest_round("during the fuzzer");
+		}
+	}
+	attacker.reset();
+	events += s.drop_remote_events();
+	fprintf(stderr,
+		"hostile_fuzz: %zu messages, %zu connections dropped, %zu reconnects refused, %zu remote events\n",
+		total, drops, refused, events);
+	s.region.expect_canaries("after the fuzzer");
+	target.expect_canaries("after the fuzzer");
+	s.honest_round("after the fuzzer");
+	ck_assert_msg(drops > total / 10, "only %zu of %zu mutated messages dropped a connection", drops, total);
+}
+END_TEST
+
+} // namespace
+
+Suite *hostile_suite()
+{
+	Suite *s = suite_create("hostile");
+	rdm_add_tcase(s, "hostile_messages", 120,
+		      {hostile_atomic_count_overflow, hostile_write_imm_replay, hostile_answer_kind,
+		       hostile_stale_unexpected, hostile_native_rights, hostile_native_agreement,
+		       hostile_commit_without_pmem});
+	rdm_add_tcase(s, "hostile_fuzz", 600, {hostile_fuzz});
+	return s;
+}
