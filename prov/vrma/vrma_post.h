@@ -534,6 +534,20 @@ inline ssize_t post_send_chain_locked(Conn *conn, ibv_send_wr *wrs, size_t n, co
 		if (conn->dc_open)
 			close_deferred(conn);
 		flush_more(conn);
+		// An RDM connection (conn->peer) is Connected when its caller
+		// took it (rdm_tx_conn, or a check of its own): it ended since,
+		// in progress the caller ran (conn_lost). That is no error of
+		// the call: -FI_EAGAIN, as every other post that finds it lost,
+		// and the retry meets the connection's end (the peer's error,
+		// or a new connection). Nothing of the call stays behind:
+		// operations entered in the peer's tables before the post are
+		// left to their caller by the failure's sweep (RdmTxOp::posted,
+		// RdmAtomicOp::posted), and a rendezvous' reads or an answer
+		// whose post was refused so end with the connection
+		// (post_reads, send_answer). A MSG endpoint's transmit after its
+		// connection's end is the application's error.
+		if (conn->peer)
+			return -FI_EAGAIN;
 		VRMA_WARN(FI_LOG_EP_DATA, "transmit on an endpoint that is not connected\n");
 		return -FI_ENOTCONN;
 	}

@@ -161,6 +161,13 @@ struct RdmTxOp {
 	size_t len = 0;
 	bool report = false;
 	Cntr *cntr = nullptr;
+	// Its request went out (RdmAwaited::posted). Until then it is its
+	// caller's, which enters it in the table before the post: progress
+	// the post runs may fail the connection, whose sweep
+	// (rdm_fail_waiting) then only takes it out of the table, and the
+	// caller's failed post (-FI_EAGAIN) is its one outcome; an answer
+	// to it is a protocol error (answered_op).
+	bool posted = false;
 	// Rendezvous: registrations of the sender's segments; commit: of the
 	// local buffers (the answer comes after the target received them all).
 	UserReg regs[kRdmIovLimit];
@@ -227,6 +234,11 @@ struct RdmAtomicOp {
 	size_t nresult = 0;
 	size_t result_bytes = 0;
 	int buf = -1;
+	// Emulated: its request went out. Until then it is its caller's
+	// (post_emulated), as an RdmTxOp before RdmTxOp::posted: the
+	// connection's sweep (rdm_fail_atomics) only takes it out of
+	// RdmPeer::atomics, and a response to it is a protocol error.
+	bool posted = false;
 };
 
 // A receive posted by the application.
@@ -565,7 +577,11 @@ public:
 	// Enters it in the peer's table: 0, or -FI_ENOMEM.
 	int wait() noexcept;
 	// Its request was posted: the answer, or the connection's end, frees it.
-	void posted() noexcept { op_.release(); }
+	void posted() noexcept
+	{
+		op_->posted = true;
+		(void)op_.release();
+	}
 	RdmTxOp *operator->() const noexcept { return op_.get(); }
 	explicit operator bool() const noexcept { return op_ != nullptr; }
 	RdmAwaited() = default;

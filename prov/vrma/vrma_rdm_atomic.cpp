@@ -287,6 +287,7 @@ ssize_t post_emulated(RdmEp *ep, RdmPeer *peer, Conn *conn, const AtomicCall &c,
 		return rc;
 	}
 	op->msg_id = h.msg_id;
+	op->posted = true;
 	return 0;
 }
 
@@ -657,6 +658,10 @@ void rdm_handle_atomic(RdmEp *ep, RdmPeer *peer, uint32_t qp_num, const uint8_t 
 		return;
 	}
 	RdmAtomicOp *op = it->second;
+	if (!op->posted) [[unlikely]] {
+		rdm_drop_malformed(peer, qp_num, "an atomic response to a request not sent yet");
+		return;
+	}
 	if (!rdm_answer_conn_ok(peer, op->conn, qp_num)) [[unlikely]] {
 		rdm_drop_malformed(peer, qp_num, "an atomic response over another connection than its request's");
 		return;
@@ -699,7 +704,8 @@ void rdm_fail_atomics(RdmPeer *peer, int err) noexcept
 	while (!peer->atomics.empty()) {
 		RdmAtomicOp *op = peer->atomics.begin()->second;
 		peer->atomics.erase(peer->atomics.begin());
-		finish(ep, op, err, 0);
+		if (op->posted) // else its caller's post fails: RdmAtomicOp::posted
+			finish(ep, op, err, 0);
 	}
 }
 

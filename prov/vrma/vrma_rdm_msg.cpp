@@ -153,6 +153,11 @@ void send_answer(RdmEp *ep, RdmPeer *peer, const uint8_t *hdr, const uint8_t *bo
 		return; // the peer's side fails its operation with the connection
 	if (ep->answer_backlog.empty() && post_answer(ep, conn, hdr, body, body_len) == 0)
 		return;
+	// Progress the post ran may have ended the connection, after its end
+	// cleared the backlog of the peer's answers: this one goes with it
+	// (queued, it would go out over a later connection).
+	if (conn_lost(conn))
+		return;
 	try {
 		RdmEp::Answer a{peer, {}, std::vector<uint8_t>(body, body + body_len)};
 		memcpy(a.hdr, hdr, kHdr);
@@ -252,6 +257,25 @@ bool release_now(RdmRecv &r)
 	return false;
 }
 
+// Retires receive r, which took a message, and ends its part in it with one
+// entry: report(flags) posts that entry, given `flags` plus FI_MULTI_RECV
+// when r is a multi-receive buffer whose release is reported now; then r is
+// freed if it was released now (a released buffer that rendezvous still
+// read into is not: its last one reports the release, finish_rndv). report
+// may read r (not free it) and must not throw. Returns whether r is gone
+// (retire_recv: freed, or owned by its rendezvous).
+template <class Report>
+bool retire_and_report(RdmEp *ep, RdmRecv *r, uint64_t flags, Report &&report) noexcept
+{
+	bool release;
+	const bool gone = retire_recv(ep, *r, release);
+	const bool freed = gone && (!release || release_now(*r));
+	report(flags | (release && freed ? FI_MULTI_RECV : 0));
+	if (freed)
+		rdm_put_recv(ep, r);
+	return gone;
+}
+
 // The cancellation entry of receive r.
 CqPending cancel_entry(const RdmRecv &r)
 {
@@ -271,17 +295,13 @@ bool place_eager(RdmEp *ep, RdmRecv *r, RdmPeer *peer, const rdm::RdmHeader &h,
 	void *buf;
 	const size_t fits = reserve_space(*r, h.length, piece, dst, count, buf);
 	const size_t placed = copy_to_iov(dst, count, 0, payload, fits);
-	bool release;
-	const bool gone = retire_recv(ep, *r, release);
-	const bool freed = gone && (!release || release_now(*r));
-	const uint64_t flags = rx_flags(r->kind, h) | (release && freed ? FI_MULTI_RECV : 0);
-	if (placed < h.length)
-		rdm_report_rx_error(ep, rdm_error_entry(r->context, flags, buf, placed, h.length - placed,
-							h.cq_data, h.tag, src, FI_ETRUNC));
-	else
-		rdm_complete_rx(ep, r->report, {r->context, flags, placed, buf, h.cq_data, h.tag}, src);
-	if (freed)
-		rdm_put_recv(ep, r);
+	const bool gone = retire_and_report(ep, r, rx_flags(r->kind, h), [&](uint64_t flags) noexcept {
+		if (placed < h.length)
+			rdm_report_rx_error(ep, rdm_error_entry(r->context, flags, buf, placed, h.length - placed,
+								h.cq_data, h.tag, src, FI_ETRUNC));
+		else
+			rdm_complete_rx(ep, r->report, {r->context, flags, placed, buf, h.cq_data, h.tag}, src);
+	});
 	if (h.flags & rdm::kFlagDeliveryComplete) {
 		uint8_t a[kHdr];
 		rdm::encode_delivery_ack(a, h.msg_id);
@@ -331,22 +351,20 @@ bool start_rndv(RdmEp *ep, RdmRecv *r, RdmPeer *peer, const rdm::RdmHeader &h,
 	size_t count;
 	void *buf;
 	const size_t fits = reserve_space(*r, h.length, piece, dst, count, buf);
-	bool release;
-	const bool done = retire_recv(ep, *r, release);
 	auto *op = new (std::nothrow) RdmRxOp;
 	if (!op) {
 		VRMA_WARN(FI_LOG_EP_DATA, "RDM: out of memory for a rendezvous receive\n");
-		const bool freed = done && (!release || release_now(*r));
-		const uint64_t flags = rx_flags(r->kind, h) | (release && freed ? FI_MULTI_RECV : 0);
-		rdm_report_rx_error(ep, rdm_error_entry(r->context, flags, buf, 0, 0, h.cq_data, h.tag,
-							src, FI_ENOMEM));
-		if (freed)
-			rdm_put_recv(ep, r);
+		const bool done = retire_and_report(ep, r, rx_flags(r->kind, h), [&](uint64_t flags) noexcept {
+			rdm_report_rx_error(ep, rdm_error_entry(r->context, flags, buf, 0, 0, h.cq_data, h.tag,
+								src, FI_ENOMEM));
+		});
 		uint8_t a[kHdr];
 		rdm::encode_rndv_done(a, h.msg_id, rdm::RndvStatus::Failed);
 		send_answer(ep, peer, a);
 		return done;
 	}
+	bool release;
+	const bool done = retire_recv(ep, *r, release);
 	op->peer = peer;
 	op->msg_id = h.msg_id;
 	op->context = r->context;
@@ -512,10 +530,19 @@ bool post_reads(RdmEp *ep, RdmRxOp *op)
 			done += chunk;
 		}
 	}
+	// Progress run here (rdm_tx_room's, or the post's when the queue is
+	// full; none inside progress, which does not nest) may end the
+	// connection after its end finished the rendezvous in read_backlog:
+	// this one ends too rather than wait there (its reads must not go
+	// over a later connection, to a sender whose send already failed).
 	// A chain longer than the credits goes alone (else it never would).
 	if (!rdm_tx_room(ep, nwr) || conn->tx.outstanding() + nwr > conn->tx_depth ||
-	    (conn->reads_out && conn->reads_out + nwr > conn->read_credits))
-		return false;
+	    (conn->reads_out && conn->reads_out + nwr > conn->read_credits)) {
+		if (!conn_lost(conn))
+			return false;
+		finish_rndv(ep, op, FI_ECONNRESET, 0);
+		return true;
+	}
 	TxOp top{op, 0, op->len, true, nullptr};
 	top.aux = rdm_aux(RdmTx::RndvRead, 0);
 	// Counted by the slots that stay in the ring (a failed post keeps
@@ -525,9 +552,11 @@ bool post_reads(RdmEp *ep, RdmRxOp *op)
 	const auto pushed = static_cast<uint32_t>(conn->tx.head() - head);
 	ep->tx_wrs += pushed;
 	conn->reads_out += pushed;
-	if (rc) {
-		if (rc == -FI_EAGAIN && !pushed)
+	if (rc == -FI_EAGAIN && !pushed) {
+		if (!conn_lost(conn))
 			return false;
+		finish_rndv(ep, op, FI_ECONNRESET, 0);
+	} else if (rc) {
 		finish_rndv(ep, op, static_cast<int>(-rc), 0);
 	}
 	return true;
@@ -731,15 +760,10 @@ bool deliver_unexpected(RdmEp *ep, RdmRecv *r, RdmMsg *m)
 	(void)ep->matcher.remove(*m);
 	std::unique_ptr<RdmMsg> owner(m);
 	if (m->stale) [[unlikely]] {
-		bool release;
-		const bool done = retire_recv(ep, *r, release);
-		const bool freed = done && (!release || release_now(*r));
-		rdm_report_rx_error(ep, rdm_error_entry(r->context,
-							rx_flags(r->kind, m->hdr) | (release && freed ? FI_MULTI_RECV : 0),
-							nullptr, 0, 0, m->hdr.cq_data, m->hdr.tag, m->src, m->stale));
-		if (freed)
-			rdm_put_recv(ep, r);
-		return done;
+		return retire_and_report(ep, r, rx_flags(r->kind, m->hdr), [&](uint64_t flags) noexcept {
+			rdm_report_rx_error(ep, rdm_error_entry(r->context, flags, nullptr, 0, 0, m->hdr.cq_data,
+								m->hdr.tag, m->src, m->stale));
+		});
 	}
 	if (m->rndv)
 		return start_rndv(ep, r, m->peer, m->hdr, m->segs, m->nsegs, m->src);
@@ -890,6 +914,10 @@ RdmTxOp *answered_op(RdmPeer *peer, uint32_t qp_num, const rdm::RdmHeader &h)
 		return nullptr;
 	}
 	RdmTxOp *op = w->second;
+	if (!op->posted) [[unlikely]] {
+		rdm_drop_malformed(peer, qp_num, "an answer to a request not sent yet");
+		return nullptr;
+	}
 	if (op->answer != h.type) [[unlikely]] {
 		rdm_drop_malformed(peer, qp_num, "an answer of the wrong kind");
 		return nullptr;
@@ -1056,8 +1084,13 @@ void rdm_put_recv(RdmEp *ep, RdmRecv *r) noexcept
 void rdm_fail_waiting(RdmPeer *peer, int err) noexcept
 {
 	RdmEp *ep = peer->ep;
-	while (!peer->waiting.empty())
-		complete_tx_op(ep, peer->waiting.begin()->second, err, 0);
+	while (!peer->waiting.empty()) {
+		RdmTxOp *op = peer->waiting.begin()->second;
+		if (op->posted)
+			complete_tx_op(ep, op, err, 0);
+		else // its caller's post fails: RdmTxOp::posted
+			peer->waiting.erase(peer->waiting.begin());
+	}
 	rdm_fail_atomics(peer, err);
 	// Unexpected messages of the peer that owe it an answer: their sends
 	// failed with the connection, so they are not delivered (a resend

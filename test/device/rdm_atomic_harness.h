@@ -8,8 +8,10 @@
 #include <rdma/fi_atomic.h>
 #include <rdma/fi_rma.h>
 
+#include <algorithm>
 #include <cinttypes>
 #include <cstdlib>
+#include <span>
 #include <vector>
 
 namespace atomic_test {
@@ -59,13 +61,25 @@ struct AtomicEnv : private Hints, vt::RdmEnv {
 	}
 };
 
+// Canaries on both sides of a Region: `bytes` of `byte` each, in the same
+// allocation but outside the registration, that nothing may touch
+// (Region::expect_canaries). bytes 0: none.
+struct Guard {
+	size_t bytes = 0;
+	uint8_t byte = 0x5a;
+};
+
 // A registered target region of `bytes`, 0xcc everywhere; `key` is the
-// requested key (used with scalable keys).
+// requested key (used with scalable keys); `guard`: canaries around it.
 struct Region {
-	std::vector<uint8_t> mem;
+	std::vector<uint8_t> storage; // the canaries and the region between them
+	std::span<uint8_t> mem;       // the region, registered
+	Guard guard;
 	fid_mr *mr = nullptr;
-	Region(vt::RdmEnv &env, size_t bytes, uint64_t access = kRemote, uint64_t key = 0) : mem(bytes, 0xcc)
+	Region(vt::RdmEnv &env, size_t bytes, uint64_t access = kRemote, uint64_t key = 0, Guard g = {})
+		: storage(g.bytes + bytes + g.bytes, g.byte), mem(storage.data() + g.bytes, bytes), guard(g)
 	{
+		std::fill(mem.begin(), mem.end(), 0xcc);
 		const int rc = fi_mr_reg(env.domain, mem.data(), bytes, access, 0, key, 0, &mr, nullptr);
 		ck_assert_msg(rc == 0, "fi_mr_reg: %d (%s)", rc, fi_strerror(-rc));
 	}
@@ -78,6 +92,12 @@ struct Region {
 	Region &operator=(const Region &) = delete;
 	uint64_t key() const { return fi_mr_key(mr); }
 	uint64_t addr(size_t off) const { return reinterpret_cast<uintptr_t>(mem.data()) + off; }
+	// Asserts that both canaries are intact (none: nothing to check).
+	void expect_canaries(const char *what) const
+	{
+		vt::expect_filled(storage.data(), guard.bytes, guard.byte, what);
+		vt::expect_filled(storage.data() + guard.bytes + mem.size(), guard.bytes, guard.byte, what);
+	}
 };
 
 inline void expect_rc(ssize_t rc, ssize_t want, const char *what)

@@ -18,48 +18,26 @@ using namespace vt;
 namespace rdm = vrma::rdm;
 namespace vatomic = vrma::atomic;
 using atomic_test::AtomicEnv;
+using atomic_test::Region; // not the MSG harness's vt::Region
 
+// The regions the attacks aim at: kRegion bytes between two canaries of
+// 4096 bytes that nothing may touch.
 constexpr size_t kRegion = 4096;
-constexpr size_t kCanary = 4096;
-constexpr uint8_t kCanaryByte = 0x5a;
-
-// A registered region of kRegion bytes (0 everywhere) between two canaries
-// of kCanary bytes that nothing may touch.
-struct GuardedRegion {
-	std::vector<uint8_t> mem;
-	fid_mr *mr = nullptr;
-	explicit GuardedRegion(RdmEnv &env, uint64_t access = FI_REMOTE_READ | FI_REMOTE_WRITE)
-		: mem(kCanary + kRegion + kCanary, kCanaryByte)
-	{
-		memset(base(), 0, kRegion);
-		const int rc = fi_mr_reg(env.domain, base(), kRegion, access, 0, 0, 0, &mr, nullptr);
-		ck_assert_msg(rc == 0, "fi_mr_reg: %d (%s)", rc, fi_strerror(-rc));
-	}
-	~GuardedRegion()
-	{
-		if (mr)
-			fi_close(&mr->fid);
-	}
-	GuardedRegion(const GuardedRegion &) = delete;
-	GuardedRegion &operator=(const GuardedRegion &) = delete;
-	uint8_t *base() { return mem.data() + kCanary; }
-	uint64_t addr(size_t off) { return reinterpret_cast<uintptr_t>(base()) + off; }
-	uint64_t key() const { return fi_mr_key(mr); }
-	void expect_canaries(const char *what)
-	{
-		expect_filled(mem.data(), kCanary, kCanaryByte, what);
-		expect_filled(mem.data() + kCanary + kRegion, kCanary, kCanaryByte, what);
-	}
-};
+constexpr atomic_test::Guard kGuard{4096, 0x5a};
 
 // The victim, its honest peer and the victim's region.
 struct Scene {
 	AtomicEnv env;
 	RdmNode victim{env};
 	RdmNode honest{env};
-	GuardedRegion region{env};
+	Region region{env, kRegion, atomic_test::kRemote, 0, kGuard};
 	uint64_t rounds = 0; // honest fetch-adds applied to region word 0
-	Scene() { connect_all({&victim, &honest}); }
+	Scene()
+	{
+		// Word 0 counts the honest fetch-adds; word 1 no one may change.
+		std::fill(region.mem.begin(), region.mem.end(), 0);
+		connect_all({&victim, &honest});
+	}
 
 	// One exact exchange each way: tagged messages (eager and rendezvous)
 	// and a fetch-add by the honest peer on the victim's region.
@@ -101,7 +79,7 @@ struct Scene {
 		ck_assert_msg(old == rounds, "%s: fetch-add returned %" PRIu64 ", expected %" PRIu64, when, old, rounds);
 		rounds++;
 		uint64_t now;
-		memcpy(&now, region.base(), sizeof now);
+		memcpy(&now, region.mem.data(), sizeof now);
 		ck_assert_msg(now == rounds, "%s: region word %" PRIu64 ", expected %" PRIu64, when, now, rounds);
 		region.expect_canaries(when);
 	}
@@ -362,9 +340,9 @@ START_TEST(hostile_native_rights)
 	if (!atomic_test::with_native_atomics("hostile_native_rights"))
 		return;
 	Scene s;
-	GuardedRegion wo(s.env, FI_REMOTE_WRITE);
+	Region wo(s.env, kRegion, FI_REMOTE_WRITE, 0, kGuard);
 	const uint64_t secret = 0x5ec2e75ec2e75ec2ull;
-	memcpy(wo.base(), &secret, sizeof secret);
+	memcpy(wo.mem.data(), &secret, sizeof secret);
 	const uint64_t zero = 0;
 	uint64_t got = 0;
 	fi_context ctx{};
@@ -403,7 +381,7 @@ START_TEST(hostile_native_agreement)
 	ck_assert_msg(h.msg_id == 11 && h.status == static_cast<uint8_t>(rdm::AtomicStatus::Unsupported),
 		      "an emulated 64-bit request to a native endpoint: id %u status %u", h.msg_id, h.status);
 	uint64_t word;
-	memcpy(&word, s.region.base() + 8, 8);
+	memcpy(&word, s.region.mem.data() + 8, 8);
 	ck_assert_msg(word == 0, "the refused request changed the word to %" PRIu64, word);
 	// The victim's own atomic to that peer: an emulated request.
 	const fi_addr_t to = s.victim.insert_addr(a.claimed_sockaddr());
@@ -470,7 +448,7 @@ START_TEST(hostile_fuzz)
 	Scene s;
 	// The attacker's own region, which its well-formed atomics may change
 	// (the honest peer's word is elsewhere in the victim's memory).
-	GuardedRegion target(s.env);
+	Region target(s.env, kRegion, atomic_test::kRemote, 0, kGuard);
 	s.honest_round("before the fuzzer");
 
 	std::vector<std::vector<uint8_t>> templates;

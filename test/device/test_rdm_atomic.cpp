@@ -748,7 +748,7 @@ void check_atomic_read_null_operand(bool native)
 	const int32_t v32 = 0x7eadbeef;
 	memcpy(r.mem.data() + 8, &v64, 8);
 	memcpy(r.mem.data() + 20, &v32, 4);
-	const std::vector<uint8_t> before = r.mem;
+	const std::vector<uint8_t> before(r.mem.begin(), r.mem.end());
 	int64_t old64 = 0;
 	int32_t old32 = 0;
 	const fi_ioc none{nullptr, 1};
