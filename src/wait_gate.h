@@ -68,6 +68,16 @@ public:
 	// limit). check() runs after the snapshot, so a change announced between
 	// it and the sleep wakes the sleeper at once. The role is given up on
 	// every return.
+	//
+	// A caller that has just taken the role checks again before it sleeps
+	// on the descriptors: a change made after its check may have been
+	// announced there already, and the previous holder, still sleeping on
+	// them then, cleared the eventfd and left, content with the change
+	// (its check saw it; so does the new holder's, which comes after that
+	// holder let go). Sleeping at once, the new holder would wait for the
+	// next change: 4 waiters and a producer in rounds (unit test
+	// test_many_waiters_lose_nothing) lost a round's only wakeup about
+	// once in 30 runs, and under TSan's scheduling once in 3.
 	static constexpr int kAgain = 1;
 	template <class Check, class SleepOnFds, class RemainingMs>
 	int wait_until(Check &&check, SleepOnFds &&sleep_on_fds, RemainingMs &&remaining_ms) noexcept
@@ -77,12 +87,12 @@ public:
 			const uint32_t seen = snapshot();
 			if (const int r = check(); r != kAgain)
 				return r;
-			if (!role.hold()) {
+			if (role.held()) {
+				if (const int r = sleep_on_fds(); r < 0)
+					return r;
+			} else if (!role.take()) {
 				wait(seen, remaining_ms());
-				continue;
-			}
-			if (const int r = sleep_on_fds(); r < 0)
-				return r;
+			} // else just taken: check again first
 		}
 	}
 
@@ -112,8 +122,10 @@ private:
 		}
 		FdRole(const FdRole &) = delete;
 		FdRole &operator=(const FdRole &) = delete;
-		// Whether this wait holds the role, taking it when free.
-		bool hold() noexcept { return held_ || (held_ = gate_.take_fd_role()); }
+		// Whether this wait holds the role.
+		bool held() const noexcept { return held_; }
+		// Takes the role if it is free; whether it did.
+		bool take() noexcept { return held_ = gate_.take_fd_role(); }
 
 	private:
 		WaitGate &gate_;

@@ -5,6 +5,11 @@
 # fi_getinfo finds nothing.
 set -u
 export FI_PROVIDER_PATH="${VRMA_BUILDDIR:-.}/.libs"
+# A sanitizer build's provider (configure --enable-sanitizers) loads only into
+# a program whose sanitizer runtime came first; the stock fi_info has none.
+if [ -n "${VRMA_SANITIZER_PRELOAD:-}" ]; then
+	fi_info() { LD_PRELOAD="$VRMA_SANITIZER_PRELOAD${LD_PRELOAD:+ $LD_PRELOAD}" command fi_info "$@"; }
+fi
 passed=0
 failed=0
 check() { # name, command...

@@ -8,6 +8,7 @@
 #include "reg_cache.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <deque>
@@ -26,24 +27,27 @@ using vrma::RegRetired;
 // Counting (and, when armed, failing) global allocation: lookups must not
 // allocate, and an insert that runs out of memory must neither throw nor
 // change anything. Replaces the allocator of the whole unit test binary;
-// disarmed it only counts.
+// disarmed it only counts. Atomic: the threads of other suites in the binary
+// (slot_ring, mem_monitor, fast_mutex, wait_gate) allocate and free through
+// it at once (a data race under TSan with plain counters).
 namespace {
-size_t g_allocs = 0;
-size_t g_frees = 0; // operator delete of a non-null pointer
-long g_fail_in = -1; // allocations before one throws; -1 for never
+std::atomic<size_t> g_allocs{0};
+std::atomic<size_t> g_frees{0}; // operator delete of a non-null pointer
+std::atomic<long> g_fail_in{-1}; // allocations before one throws; -1 for never
 } // namespace
 
 // Out of line: GCC would otherwise see free() meet operator new's pointer
 // (-Wmismatched-new-delete) where the delete is inlined.
 __attribute__((noinline)) void *operator new(size_t n)
 {
-	g_allocs++;
-	if (g_fail_in == 0) {
-		g_fail_in = -1;
-		throw std::bad_alloc();
+	g_allocs.fetch_add(1, std::memory_order_relaxed);
+	// Armed: count down to 0, where this allocation throws and disarms.
+	long left = g_fail_in.load(std::memory_order_relaxed);
+	while (left >= 0 && !g_fail_in.compare_exchange_weak(left, left == 0 ? -1 : left - 1,
+							       std::memory_order_relaxed)) {
 	}
-	if (g_fail_in > 0)
-		g_fail_in--;
+	if (left == 0)
+		throw std::bad_alloc();
 	if (void *p = std::malloc(n ? n : 1))
 		return p;
 	throw std::bad_alloc();
@@ -59,13 +63,13 @@ __attribute__((noinline)) void *operator new(size_t n, const std::nothrow_t &) n
 }
 __attribute__((noinline)) void operator delete(void *p) noexcept
 {
-	g_frees += p != nullptr;
+	if (p)
+		g_frees.fetch_add(1, std::memory_order_relaxed);
 	std::free(p);
 }
 __attribute__((noinline)) void operator delete(void *p, size_t) noexcept
 {
-	g_frees += p != nullptr;
-	std::free(p);
+	::operator delete(p);
 }
 
 namespace {
