@@ -1,5 +1,9 @@
 #include "info_match.h"
 
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
 #include <rdma/fi_domain.h>
 #include <rdma/fi_endpoint.h>
 
@@ -86,7 +90,7 @@ bool ep_match(const fi_ep_attr &cap, const fi_ep_attr *h, std::string &why)
 		return fail(why, "ep_attr shared contexts");
 	if (h->rx_ctx_cnt > cap.rx_ctx_cnt)
 		return fail(why, "ep_attr->rx_ctx_cnt");
-	if (h->auth_key_size > cap.auth_key_size)
+	if (h->auth_key_size > cap.auth_key_size || (h->auth_key_size && !h->auth_key))
 		return fail(why, "ep_attr->auth_key_size");
 	return true;
 }
@@ -123,7 +127,7 @@ bool domain_match(uint32_t version, const fi_domain_attr &cap, const fi_domain_a
 		return fail(why, "domain_attr->caps");
 	if (!subset(cap.mode, h->mode | user_mode))
 		return fail(why, "domain_attr->mode");
-	if (h->auth_key_size > 0)
+	if (h->auth_key_size > cap.auth_key_size || (h->auth_key_size && !h->auth_key))
 		return fail(why, "domain_attr->auth_key_size");
 	return true;
 }
@@ -238,8 +242,27 @@ void apply_hints(uint32_t api_version, fi_info &out, const fi_info *hints,
 	// report none rather than the set of flags we merely support.
 	out.tx_attr->op_flags = 0;
 	out.rx_attr->op_flags = 0;
+	// A capability's auth_key_size is the longest key it takes; an info
+	// carries the hints' keys (copied: fi_freeinfo frees them), or none.
+	out.domain_attr->auth_key_size = 0;
+	out.ep_attr->auth_key_size = 0;
 	if (!hints)
 		return;
+	auto copy_key = [](const uint8_t *key, size_t size, uint8_t *&to, size_t &to_size) {
+		if (!size || !key)
+			return;
+		to = static_cast<uint8_t *>(malloc(size));
+		if (!to)
+			throw std::bad_alloc();
+		memcpy(to, key, size);
+		to_size = size;
+	};
+	if (hints->domain_attr)
+		copy_key(hints->domain_attr->auth_key, hints->domain_attr->auth_key_size,
+			 out.domain_attr->auth_key, out.domain_attr->auth_key_size);
+	if (hints->ep_attr)
+		copy_key(hints->ep_attr->auth_key, hints->ep_attr->auth_key_size, out.ep_attr->auth_key,
+			 out.ep_attr->auth_key_size);
 
 	if (hints->caps) {
 		// Local/remote communication are implied when neither is named.

@@ -20,7 +20,8 @@ bool hints_match(uint32_t api_version, const fi_info &cap, const fi_info *hints,
 
 // Narrows `out` (a fi_dupinfo() of `cap`) to what the hints asked for:
 // requested caps (with implied direction bits), requested sizes, requested
-// op_flags, legacy mr_mode spelling. Precondition: hints_match() returned true.
+// op_flags, legacy mr_mode spelling, the hints' auth keys (copied; throws
+// std::bad_alloc). Precondition: hints_match() returned true.
 // `default_tx_size`/`default_rx_size` are used when the hints ask for none;
 // `optional_modes` are modes the provider can use but does not require.
 void apply_hints(uint32_t api_version, fi_info &out, const fi_info *hints,

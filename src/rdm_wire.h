@@ -24,6 +24,7 @@
 //    what they are given must satisfy what decode checks.
 #pragma once
 
+#include <array>
 #include <bit>
 #include <cstddef>
 #include <cstdint>
@@ -224,26 +225,41 @@ bool nth_addr(const RdmAddr &base, uint64_t node_index, uint64_t service_index,
 	      RdmAddr &out) noexcept;
 
 // ---------------------------------------------------------------------------
-// Connection header: the rdma_cm private data of an RDM connect request, and
-// of the acceptor's answer (rdma_accept) with kConnFlagAccept.
+// Connection header: the rdma_cm private data of an RDM connect request, of
+// the acceptor's answer (rdma_accept) with kConnFlagAccept, and of a reject
+// that tells the initiator what to do (kConnFlagCrossing, kConnFlagBusy,
+// kConnFlagChallenge).
 //
 //   0  u8   kConnMagic (differs from the MSG endpoint's wire::kCmMagic, so
 //           neither kind of endpoint accepts the other's requests)
 //   1  u8   kConnVersion
-//   2  u8   flags (kConnFlag*)
+//   2  u8   flags, low byte (kConnFlag* below 1 << 8)
 //   3  u8   family of addr: 4 or 6 (wire_family)
 //   4  u16  port of addr
-//   6  u16  reserved, 0
+//   6  u8   flags, high byte (kConnFlag* from 1 << 8)
+//   7  u8   reserved, 0
 //   8  16   addr: the sender's own listening address, network order (IPv4 in
 //           the first 4 bytes, the rest 0)
 //   24 u64  nonce: the sender endpoint's instance id, random, never 0
 //   32
-// With kConnFlagKeyTable, the sender's scalable-key table (key_table.h)
-// follows:
-//   32 u64  addr of the table
-//   40 u32  rkey of the table (remote read)
-//   44 u32  bucket count: a power of two, at most 2^20
-//   48
+// What follows depends on the message (conn_header_bytes):
+//  - request, kConnFlagAsk (conn_auth.h): 16 bytes, the initiator's fresh
+//    challenge (48); never the table;
+//  - request, kConnFlagAuth: u64 cookie, 16 bytes answer (56: all an IB/RoCE
+//    request has). Its kConnFlagKeyTable says that the table follows in a
+//    KeyTable message;
+//  - other requests, kConnFlagKeyTable: the table (48);
+//  - answer (kConnFlagAccept), kConnFlagAuth: 16 bytes proof, then the table
+//    with kConnFlagKeyTable (48 or 64);
+//  - answer without kConnFlagAuth: the table with kConnFlagKeyTable (32 or 48);
+//  - reject with kConnFlagChallenge: u64 cookie, 16 bytes the acceptor's
+//    proof over the initiator's challenge (56); other rejects: 32.
+//    A reject never carries the table.
+// The table is the sender's scalable-key table (key_table.h):
+//   +0  u64  addr of the table
+//   +8  u32  rkey of the table (remote read)
+//   +12 u32  bucket count: a power of two, at most 2^20
+//   +16
 //
 // The address is the sender's *listening* address (what its fi_getname
 // returns and peers insert into their AVs), not the source address of the
@@ -260,36 +276,59 @@ inline constexpr uint8_t kConnMagic = 0xA8;
 inline constexpr uint8_t kConnVersion = 1;
 inline constexpr size_t kConnHeaderBytes = 32;
 inline constexpr size_t kConnKeyTableBytes = 16;
-inline constexpr size_t kConnHeaderMax = kConnHeaderBytes + kConnKeyTableBytes;
-// rdma_cm leaves 56 bytes of an IB/RoCE connect request (REQ) to its user; the
-// header keeps 8 of them free for later.
+inline constexpr size_t kConnCookieBytes = 8;
+inline constexpr size_t kConnMacBytes = 16;
+// rdma_cm leaves 56 bytes of an IB/RoCE connect request (REQ) to its user,
+// 196 of an answer (REP) and 148 of a reject (REJ).
 inline constexpr size_t kConnPrivateDataMax = 56;
-static_assert(kConnHeaderMax <= 48 && kConnHeaderMax <= kConnPrivateDataMax,
-	      "RdmConnHeader fits an RC connect request's private data");
+inline constexpr size_t kConnAnswerMax = 196;
+inline constexpr size_t kConnRejectMax = 148;
+// The most any of them holds here (an authenticated answer with its table).
+inline constexpr size_t kConnHeaderMax = kConnHeaderBytes + kConnMacBytes + kConnKeyTableBytes;
+static_assert(kConnHeaderBytes + kConnCookieBytes + kConnMacBytes <= kConnPrivateDataMax &&
+		      kConnHeaderBytes + kConnKeyTableBytes <= kConnPrivateDataMax,
+	      "every connect request fits an RC REQ's private data");
+static_assert(kConnHeaderMax <= kConnAnswerMax &&
+		      kConnHeaderBytes + kConnCookieBytes + kConnMacBytes <= kConnRejectMax,
+	      "answers fit a REP, rejects a REJ");
 
 // Flags are capabilities and roles: a receiver ignores the ones it does not
 // know (decode passes them through), so a newer peer may announce more.
-inline constexpr uint8_t kConnFlagAccept = 1 << 0; // this is the acceptor's answer
+inline constexpr uint16_t kConnFlagAccept = 1 << 0; // this is the acceptor's answer
 // In a reject's private data: two connections crossed and the rejecting side
 // keeps its own (keep_initiated); the rejected side waits for it instead of
 // reporting a failure.
-inline constexpr uint8_t kConnFlagCrossing = 1 << 1;
+inline constexpr uint16_t kConnFlagCrossing = 1 << 1;
 // The sender counts RMA events (FI_RMA_EVENT): the peer follows each of its
 // RMA operations with an RmaEvent message.
-inline constexpr uint8_t kConnFlagRmaEvents = 1 << 2;
-// The sender's domain publishes scalable keys: its key table follows.
-inline constexpr uint8_t kConnFlagKeyTable = 1 << 3;
+inline constexpr uint16_t kConnFlagRmaEvents = 1 << 2;
+// The sender's domain publishes scalable keys: its key table follows (or,
+// in an authenticated request, comes in a KeyTable message).
+inline constexpr uint16_t kConnFlagKeyTable = 1 << 3;
 // The sender is an FI_RMA_PMEM endpoint: it answers CommitRequests.
-inline constexpr uint8_t kConnFlagCommitService = 1 << 4;
+inline constexpr uint16_t kConnFlagCommitService = 1 << 4;
 // The sender's domain declared that RDMA writes land in its persistence
 // domain (fi_vrma_domain_ops::set_direct_write_to_pmem): a read-back after
 // the writes makes them durable, no request needed.
-inline constexpr uint8_t kConnFlagDirectWritePmem = 1 << 5;
+inline constexpr uint16_t kConnFlagDirectWritePmem = 1 << 5;
 // The sender's 64-bit integer atomics run on its device
 // (FI_VRMA_RDM_NATIVE_ATOMICS): a peer uses device atomics for the ops the
 // device has, and the sender refuses (Unsupported) emulated requests on
 // 64-bit integers, which its CPU would run unatomically with the device's.
-inline constexpr uint8_t kConnFlagNativeAtomics = 1 << 6;
+inline constexpr uint16_t kConnFlagNativeAtomics = 1 << 6;
+// A request: the cookie of the acceptor's challenge and the answer follow;
+// an answer: the acceptor's proof follows (conn_auth.h).
+inline constexpr uint16_t kConnFlagAuth = 1 << 8;
+// In a reject: the acceptor requires a job key; its cookie follows, to be
+// answered in the next request, and its proof of the key.
+inline constexpr uint16_t kConnFlagChallenge = 1 << 9;
+// In a reject: the claimed address has a live connection here, which the
+// acceptor is probing; the initiator tries again a little later (a restarted
+// peer gets in once the probe has failed the old connection).
+inline constexpr uint16_t kConnFlagBusy = 1 << 10;
+// A request: the initiator holds a job key; its fresh challenge follows, to
+// be proved in the acceptor's kConnFlagChallenge reject.
+inline constexpr uint16_t kConnFlagAsk = 1 << 11;
 static_assert(24 + sizeof(uint64_t) == kConnHeaderBytes, "the nonce ends the header");
 
 // Where a peer's scalable-key table is (key_table.h).
@@ -305,48 +344,95 @@ inline constexpr bool valid_key_table_buckets(uint32_t n) noexcept
 }
 
 struct RdmConnHeader {
-	uint8_t flags = 0;
+	uint16_t flags = 0;
 	RdmAddr addr;       // sender's listening address; connectable()
 	uint64_t nonce = 0; // sender's instance id; not 0
-	KeyTableRef key_table; // with kConnFlagKeyTable
+	KeyTableRef key_table; // with kConnFlagKeyTable, where it is inline
+	uint64_t cookie = 0;   // request with kConnFlagAuth, reject with kConnFlagChallenge
+	// kConnFlagAsk: the challenge; kConnFlagAuth: the answer (request) or
+	// the proof (answer); kConnFlagChallenge: the proof
+	std::array<uint8_t, kConnMacBytes> mac{};
 };
+
+inline constexpr bool conn_is_reject(uint16_t flags) noexcept
+{
+	return flags & (kConnFlagCrossing | kConnFlagBusy | kConnFlagChallenge);
+}
+
+// Whether the key table travels in this header (see the layout above).
+inline constexpr bool conn_table_inline(uint16_t flags) noexcept
+{
+	return (flags & kConnFlagKeyTable) && !conn_is_reject(flags) &&
+	       ((flags & kConnFlagAccept) || !(flags & (kConnFlagAuth | kConnFlagAsk)));
+}
 
 inline constexpr size_t conn_header_bytes(const RdmConnHeader &h) noexcept
 {
-	return (h.flags & kConnFlagKeyTable) ? kConnHeaderMax : kConnHeaderBytes;
+	size_t n = kConnHeaderBytes;
+	if (conn_is_reject(h.flags))
+		return n + ((h.flags & kConnFlagChallenge) ? kConnCookieBytes + kConnMacBytes : 0);
+	if (h.flags & kConnFlagAuth)
+		n += (h.flags & kConnFlagAccept) ? kConnMacBytes : kConnCookieBytes + kConnMacBytes;
+	else if ((h.flags & kConnFlagAsk) && !(h.flags & kConnFlagAccept))
+		n += kConnMacBytes;
+	if (conn_table_inline(h.flags))
+		n += kConnKeyTableBytes;
+	return n;
 }
 
 // Writes conn_header_bytes(h) into buf. False (nothing written) if h.addr is
-// not connectable, h.nonce is 0 or a key table has no valid bucket count:
-// the peer would refuse it.
+// not connectable, h.nonce is 0, a table that travels has no valid bucket
+// count, or the flags name two kinds of reject: the peer would refuse it.
 inline bool encode_conn_header(uint8_t *buf, const RdmConnHeader &h) noexcept
 {
-	if (!connectable(h.addr) || h.nonce == 0 ||
-	    ((h.flags & kConnFlagKeyTable) && !valid_key_table_buckets(h.key_table.buckets)))
+	const uint16_t rejects = h.flags & (kConnFlagCrossing | kConnFlagBusy | kConnFlagChallenge);
+	if (!connectable(h.addr) || h.nonce == 0 || (rejects & (rejects - 1)) ||
+	    (conn_table_inline(h.flags) && !valid_key_table_buckets(h.key_table.buckets)))
 		return false;
 	buf[0] = kConnMagic;
 	buf[1] = kConnVersion;
-	buf[2] = h.flags;
+	buf[2] = static_cast<uint8_t>(h.flags);
 	buf[3] = wire_family(h.addr.family);
 	le::put16(buf + 4, h.addr.port);
-	le::put16(buf + 6, 0);
+	buf[6] = static_cast<uint8_t>(h.flags >> 8);
+	buf[7] = 0;
 	memcpy(buf + 8, h.addr.addr, 16);
 	le::put64(buf + 24, h.nonce);
-	if (h.flags & kConnFlagKeyTable) {
-		le::put64(buf + 32, h.key_table.addr);
-		le::put32(buf + 40, h.key_table.rkey);
-		le::put32(buf + 44, h.key_table.buckets);
+	size_t off = kConnHeaderBytes;
+	if (conn_is_reject(h.flags)) {
+		if (h.flags & kConnFlagChallenge) {
+			le::put64(buf + off, h.cookie);
+			memcpy(buf + off + kConnCookieBytes, h.mac.data(), kConnMacBytes);
+		}
+		return true;
+	}
+	if (h.flags & kConnFlagAuth) {
+		if (!(h.flags & kConnFlagAccept)) {
+			le::put64(buf + off, h.cookie);
+			off += kConnCookieBytes;
+		}
+		memcpy(buf + off, h.mac.data(), kConnMacBytes);
+		off += kConnMacBytes;
+	} else if ((h.flags & kConnFlagAsk) && !(h.flags & kConnFlagAccept)) {
+		memcpy(buf + off, h.mac.data(), kConnMacBytes);
+		off += kConnMacBytes;
+	}
+	if (conn_table_inline(h.flags)) {
+		le::put64(buf + off, h.key_table.addr);
+		le::put32(buf + off + 8, h.key_table.rkey);
+		le::put32(buf + off + 12, h.key_table.buckets);
 	}
 	return true;
 }
 
 // Parses private data of len bytes (rdma_cm pads it to the transport's
 // maximum, so longer is fine). Refuses a non-canonical or unconnectable
-// address and a zero nonce as well as the usual.
+// address, a zero nonce, two kinds of reject at once and data shorter than
+// its flags say, as well as the usual.
 inline bool decode_conn_header(const uint8_t *buf, size_t len, RdmConnHeader &h) noexcept
 {
-	if (len < kConnHeaderBytes || buf[0] != kConnMagic || buf[1] != kConnVersion ||
-	    le::get16(buf + 6) != 0)
+	if (!buf || len < kConnHeaderBytes || buf[0] != kConnMagic || buf[1] != kConnVersion ||
+	    buf[7] != 0)
 		return false;
 	RdmAddr a;
 	if (buf[3] == 4)
@@ -358,16 +444,37 @@ inline bool decode_conn_header(const uint8_t *buf, size_t len, RdmConnHeader &h)
 	a.port = le::get16(buf + 4);
 	memcpy(a.addr, buf + 8, 16);
 	const uint64_t nonce = le::get64(buf + 24);
-	if (!connectable(a) || nonce == 0)
+	const uint16_t flags = static_cast<uint16_t>(buf[2] | buf[6] << 8);
+	const uint16_t rejects = flags & (kConnFlagCrossing | kConnFlagBusy | kConnFlagChallenge);
+	if (!connectable(a) || nonce == 0 || (rejects & (rejects - 1)))
 		return false;
-	h.flags = buf[2];
+	h = RdmConnHeader{};
+	h.flags = flags;
 	h.addr = a;
 	h.nonce = nonce;
-	h.key_table = {};
-	if (h.flags & kConnFlagKeyTable) {
-		if (len < kConnHeaderMax)
-			return false;
-		h.key_table = {le::get64(buf + 32), le::get32(buf + 40), le::get32(buf + 44)};
+	if (len < conn_header_bytes(h))
+		return false;
+	size_t off = kConnHeaderBytes;
+	if (conn_is_reject(flags)) {
+		if (flags & kConnFlagChallenge) {
+			h.cookie = le::get64(buf + off);
+			memcpy(h.mac.data(), buf + off + kConnCookieBytes, kConnMacBytes);
+		}
+		return true;
+	}
+	if (flags & kConnFlagAuth) {
+		if (!(flags & kConnFlagAccept)) {
+			h.cookie = le::get64(buf + off);
+			off += kConnCookieBytes;
+		}
+		memcpy(h.mac.data(), buf + off, kConnMacBytes);
+		off += kConnMacBytes;
+	} else if ((flags & kConnFlagAsk) && !(flags & kConnFlagAccept)) {
+		memcpy(h.mac.data(), buf + off, kConnMacBytes);
+		off += kConnMacBytes;
+	}
+	if (conn_table_inline(flags)) {
+		h.key_table = {le::get64(buf + off), le::get32(buf + off + 8), le::get32(buf + off + 12)};
 		if (!valid_key_table_buckets(h.key_table.buckets))
 			return false;
 	}
@@ -474,6 +581,11 @@ inline bool keep_initiated(const RdmAddr &self, uint64_t self_nonce, const RdmAd
 //  - KeyAnswer: answers a KeyRequest: msg_id is the request's, status a
 //    KeyStatus; the body (encode_key_answer) is the region's key entry
 //    (key_table.h's fields) with Ok, the key alone otherwise.
+//  - KeyTable: where the sender's scalable-key table is (the body is a
+//    KeyTableRef: u64 addr, u32 rkey, u32 buckets). Sent once, when the
+//    connection is up, by an initiator whose authenticated connect request
+//    had no room for it (kConnFlagAuth with kConnFlagKeyTable); from anyone
+//    else, or twice, it is malformed. msg_id 0, length 0.
 //
 // msg_id: chosen by the message's sender, unique among its messages on that
 // connection still waiting for an answer (a wrapping counter per connection
@@ -499,8 +611,9 @@ enum class MsgType : uint8_t {
 	CommitAnswer = 13,
 	KeyRequest = 14,
 	KeyAnswer = 15,
+	KeyTable = 16,
 };
-inline constexpr uint8_t kMsgTypeMax = 15;
+inline constexpr uint8_t kMsgTypeMax = 16;
 
 inline constexpr uint8_t kFlagCqData = 1 << 0;            // cq_data is remote CQ data
 inline constexpr uint8_t kFlagDeliveryComplete = 1 << 1;  // answer with DeliveryAck
@@ -870,6 +983,8 @@ inline bool decode_header(const uint8_t *buf, size_t len, RdmHeader &h) noexcept
 		return h.msg_id != 0 && h.length == 0 && payload == kKeyRequestBodyBytes;
 	if (h.type == MsgType::KeyAnswer)
 		return h.msg_id != 0 && h.length == 0 && payload == kKeyAnswerBodyBytes;
+	if (h.type == MsgType::KeyTable)
+		return h.msg_id == 0 && h.length == 0 && payload == kConnKeyTableBytes;
 	// RndvDone, DeliveryAck: answers, to ids that are never 0.
 	return h.msg_id != 0 && payload == 0 && h.length == 0;
 }
@@ -1229,6 +1344,30 @@ inline bool decode_key_answer(const uint8_t *buf, size_t len, RdmHeader &h, KeyA
 	return e.len != 0 && e.va <= UINT64_MAX - (e.len - 1) && e.start <= UINT64_MAX - (e.len - 1) &&
 	       (e.access & kKeyRights) != 0 && (e.access & ~keys::kAccessKnown) == 0 &&
 	       (!(e.access & keys::kAccessUnregistered) || e.rkey == 0);
+}
+
+// A KeyTable message (kKeyTableMsgBytes) for t.
+inline constexpr size_t kKeyTableMsgBytes = kRdmHeaderBytes + kConnKeyTableBytes;
+inline void encode_key_table(uint8_t *buf, const KeyTableRef &t) noexcept
+{
+	RdmHeader h;
+	h.type = MsgType::KeyTable;
+	encode_header(buf, h);
+	le::put64(buf + kRdmHeaderBytes, t.addr);
+	le::put32(buf + kRdmHeaderBytes + 8, t.rkey);
+	le::put32(buf + kRdmHeaderBytes + 12, t.buckets);
+}
+
+// Parses a whole KeyTable message of len bytes; refuses an invalid bucket
+// count.
+inline bool decode_key_table(const uint8_t *buf, size_t len, KeyTableRef &t) noexcept
+{
+	RdmHeader h;
+	if (!decode_header(buf, len, h) || h.type != MsgType::KeyTable)
+		return false;
+	const uint8_t *b = buf + kRdmHeaderBytes;
+	t = {le::get64(b), le::get32(b + 8), le::get32(b + 12)};
+	return valid_key_table_buckets(t.buckets);
 }
 
 } // namespace vrma::rdm

@@ -31,6 +31,7 @@
 #include <rdma/fi_rma.h>
 #include <rdma/providers/fi_log.h>
 
+#include "conn_auth.h"
 #include "key_table.h"
 #include <rdma/providers/fi_prov.h>
 
@@ -360,6 +361,10 @@ struct Domain final : fid_domain {
 	// Persistent memory. Declared by the application (fi_ext_vrma.h):
 	// RDMA writes into this domain land in the persistence domain.
 	std::atomic<bool> direct_write_to_pmem{false};
+	// The job key of its RDM endpoints (domain_attr->auth_key, else
+	// FI_VRMA_AUTH_KEY; an endpoint's ep_attr->auth_key overrides it);
+	// empty: connections are not authenticated (vrma_rdm_conn.cpp).
+	auth::Key auth_key;
 	// Regions by rkey: the commit service checks requested ranges here,
 	// RMA events name regions by it.
 	std::mutex mr_lock;

@@ -126,6 +126,36 @@ constexpr fi_ops_domain domain_ops = {
 
 } // namespace
 
+namespace {
+
+// The domain's job key: domain_attr->auth_key, else FI_VRMA_AUTH_KEY (read
+// now, so a process may set it before opening its domain). Keys are for RDM
+// endpoints: a MSG endpoint's connections are the application's to accept.
+int domain_auth_key(const fi_info &info, auth::Key &out) noexcept
+{
+	const fi_domain_attr *d = info.domain_attr;
+	if (d && (d->auth_key_size || d->auth_key)) {
+		if (!d->auth_key || !out.assign(d->auth_key, d->auth_key_size)) {
+			VRMA_WARN(FI_LOG_DOMAIN, "fi_domain: auth_key must be 1 to %zu bytes (auth_key_size %zu%s)\n",
+				  auth::kKeyMax, d->auth_key_size, d->auth_key ? "" : ", auth_key NULL");
+			return -FI_EINVAL;
+		}
+	} else {
+		char *env = nullptr;
+		if (fi_param_get_str(&provider, "auth_key", &env) == FI_SUCCESS && env && *env &&
+		    !out.assign(env, strlen(env))) {
+			VRMA_WARN(FI_LOG_DOMAIN, "fi_domain: FI_VRMA_AUTH_KEY must be 1 to %zu bytes\n",
+				  auth::kKeyMax);
+			return -FI_EINVAL;
+		}
+	}
+	if (!out.empty() && !(info.ep_attr && info.ep_attr->type == FI_EP_RDM))
+		VRMA_INFO(FI_LOG_DOMAIN, "fi_domain: the job key applies to RDM endpoints only\n");
+	return 0;
+}
+
+} // namespace
+
 int domain_open(fid_fabric *fabric, fi_info *info, fid_domain **domain, void *context) noexcept
 try {
 	if (!fabric || !info || !domain || !info->domain_attr || !info->domain_attr->name) {
@@ -175,6 +205,8 @@ try {
 	dom->info.reset(fi_dupinfo(info));
 	if (!dom->info)
 		return -FI_ENOMEM;
+	if (int rc = domain_auth_key(*info, dom->auth_key))
+		return rc;
 	// FI_PROGRESS_AUTO for MSG endpoints: a thread polls their CQs. RDM
 	// endpoints progress themselves (RdmEp::data_thread).
 	const bool rdm = info->ep_attr && info->ep_attr->type == FI_EP_RDM;

@@ -712,6 +712,10 @@ try {
 		return -FI_EINVAL;
 	}
 	Domain *dom = from_fid<Domain>(&domain->fid);
+	if (info->ep_attr && (info->ep_attr->auth_key_size || info->ep_attr->auth_key)) {
+		VRMA_WARN(FI_LOG_EP_CTRL, "fi_endpoint: auth keys are for RDM endpoints; a MSG endpoint's connections are the application's to accept\n");
+		return -FI_EINVAL;
+	}
 	if (dom->scalable_keys && (!info->caps || (info->caps & (FI_RMA | FI_ATOMIC)))) {
 		VRMA_WARN(FI_LOG_EP_CTRL, "fi_endpoint: MSG endpoints name regions by provider keys; this domain uses scalable keys (open it with an FI_EP_MSG info)\n");
 		return -FI_EINVAL;

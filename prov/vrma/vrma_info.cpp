@@ -344,6 +344,9 @@ fi_info *build_rdm_cap_info(const Port &p, const PortAddr &a, int inline_size)
 	dom.cq_data_size = kRdmCqDataSize;
 	dom.av_type = FI_AV_UNSPEC;
 	dom.max_err_data = 0;
+	// Job keys (vrma_rdm_conn.cpp): apply_hints gives an info the hints'.
+	dom.auth_key_size = auth::kKeyMax;
+	info->ep_attr->auth_key_size = auth::kKeyMax;
 	return info;
 }
 

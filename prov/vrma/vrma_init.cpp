@@ -136,6 +136,9 @@ void params_init() noexcept
 		    &mr_cache_params.max_size);
 	define_size("mr_cache_max_count", "RDM endpoints: cached registrations a domain keeps at most (default: 1024)",
 		    &mr_cache_params.max_count);
+	// Read at each fi_domain (domain_auth_key), defined here for fi_info -e.
+	fi_param_define(&provider, "auth_key", FI_PARAM_STRING,
+			"RDM endpoints: the job key (1 to 64 bytes) of domains opened without domain_attr->auth_key: only peers that hold the same key connect; it never crosses the wire (default: none, connections are not authenticated)");
 	{
 		int layering = 0;
 		fi_param_define(&provider, "util_layering", FI_PARAM_BOOL,

@@ -330,7 +330,23 @@ struct RdmPeer {
 	// lives as long as the connection: rdm_conn_failed empties it, so a key
 	// the peer registered again is read again.
 	rdm::KeyTableRef key_table;
+	// The table comes in the peer's first message (an authenticated request
+	// has no room for it): key translations wait until it has come.
+	bool key_table_pending = false;
 	std::unordered_map<uint64_t, RemoteKey> keys;
+	// Authentication (conn_auth.h), as initiator: the acceptor's challenge
+	// to answer in the next request, and the answer sent, which the
+	// acceptor's proof is checked against.
+	auth::Mac auth_ask{};         // the challenge conn's first request carried
+	bool auth_challenged = false; // auth_cookie/auth_peer_nonce are the acceptor's challenge
+	bool auth_answered = false;   // conn's request carried auth_answer
+	uint64_t auth_cookie = 0;
+	uint64_t auth_peer_nonce = 0;
+	auth::Mac auth_answer{};
+	// As acceptor: a newcomer that claims this peer's address while its
+	// connection is up is turned away and the connection probed, at most
+	// once per kProbeInterval (vrma_rdm_conn.cpp).
+	std::chrono::steady_clock::time_point probe_after{};
 	std::unordered_map<uint32_t, RdmAtomicOp *> atomics; // emulated, by msg_id
 };
 
@@ -371,6 +387,9 @@ struct RdmEp final : fid_ep {
 	size_t inject_size = 0;  // fi_inject: eager, copied at once
 	size_t peer_tx_depth = 0;
 	bool enabled = false;
+	// fi_close is letting what it posted go out (rdm_linger): received
+	// messages are no longer served.
+	bool closing = false;
 	bool scalable_keys = false; // the domain's (Domain::scalable_keys)
 	bool native_atomics = false; // rdm_params.native_atomics and a device that has them
 	// Atomic requests are built here (eager_size bytes), and target-side
@@ -383,6 +402,13 @@ struct RdmEp final : fid_ep {
 	bool name_set = false;
 	rdm::RdmAddr self;       // the listening address, canonical
 	uint64_t nonce = 0;
+	// Authentication (conn_auth.h): the job key (empty: none), the secret
+	// this endpoint's challenges are made with, and the answers it took
+	// (bounded: kAuthReplayMax).
+	auth::Key auth_key;
+	auth::Secret auth_secret{};
+	std::unique_ptr<auth::ReplayCache> auth_replays;
+	static constexpr size_t kAuthReplayMax = 1024;
 	EventChannelPtr cm_channel;
 	CmIdPtr listen_id;
 	CompChannelPtr channel; // the internal CQ's events
@@ -714,7 +740,7 @@ void rdm_rma_op_done(RdmEp *ep, Conn *c, const RdmRmaDone &d) noexcept;
 void rdm_handle_commit(RdmEp *ep, RdmPeer *peer, uint32_t qp_num, const uint8_t *buf,
 		       size_t len) noexcept;
 // The wire::kCmFlag* a peer's connection header announces (Conn::peer_cm_flags).
-inline uint8_t rdm_peer_cm_flags(uint8_t conn_flags) noexcept
+inline uint8_t rdm_peer_cm_flags(uint16_t conn_flags) noexcept
 {
 	return ((conn_flags & rdm::kConnFlagRmaEvents) ? wire::kCmFlagRmaEvents : 0) |
 	       ((conn_flags & rdm::kConnFlagCommitService) ? wire::kCmFlagCommitService : 0) |
@@ -806,6 +832,9 @@ void rdm_handle_key_request(RdmEp *ep, RdmPeer *peer, uint32_t qp_num, const uin
 // A KeyAnswer from a peer: the key's state.
 void rdm_handle_key_answer(RdmEp *ep, RdmPeer *peer, uint32_t qp_num, const uint8_t *buf,
 			   size_t len) noexcept;
+// A KeyTable message: where the peer's table is, once, over the connection
+// whose authenticated request announced it.
+void rdm_handle_key_table(RdmPeer *peer, uint32_t qp_num, const uint8_t *buf, size_t len) noexcept;
 
 // vrma_rdm_atomic.cpp
 extern const fi_ops_atomic rdm_atomic_ops;

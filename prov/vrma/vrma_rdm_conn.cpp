@@ -9,8 +9,18 @@
 //    instead of failing or connecting again;
 //  - an endpoint sending to itself: its request arrives at its own listener
 //    and both ends live in one peer (conn sends, loopback receives);
-//  - a restarted peer (same address, new nonce): the old connection and what
-//    waits on it fail, the new one is accepted;
+//  - a request that claims the address of a peer whose connection is up
+//    (an impostor, or that peer restarted before this side noticed): the
+//    connection stays, the newcomer is turned away (kConnFlagBusy) and the
+//    connection probed; once the probe has failed it (a restart), the
+//    newcomer's next attempt gets in. A request that claims another host's
+//    address than the one it comes from is refused;
+//  - a job key (conn_auth.h): a request without its answer is rejected with
+//    a challenge before anything is made for it, and a connection is used
+//    only after the acceptor proved the key in its answer;
+//  - a restarted peer (same address, new nonce) whose connection was not up
+//    yet: the old connection and what waits on it fail, the new one is
+//    accepted;
 //  - rdma_destroy_id waits for the id's events to be acked: every event is
 //    fetched, handled and acked under the endpoint's lock, so an id destroyed
 //    under the lock has none outstanding; the id of the event being handled
@@ -83,12 +93,31 @@ int create_qp(RdmEp *ep, Conn &c)
 	return 0;
 }
 
+// An address for a log line.
+struct AddrStr {
+	char s[rdm::kAddrStrMax];
+	explicit AddrStr(const rdm::RdmAddr &a) { rdm::format_addr(a, s, sizeof s); }
+	const char *c_str() const { return s; }
+};
+
+rdm::KeyTableRef key_table_ref(const Domain *dom)
+{
+	return {reinterpret_cast<uintptr_t>(dom->key_table_mem.get()), dom->key_table_mr->rkey,
+		static_cast<uint32_t>(dom->key_table.buckets())};
+}
+
 struct ConnParam {
 	uint8_t hdr[rdm::kConnHeaderMax];
 	rdma_conn_param param{};
 };
 
-void fill_param(RdmEp *ep, ConnParam &p, uint8_t flags)
+// The connection header of a request (flags 0) or an answer
+// (kConnFlagAccept). With a job key, a request carries the answer to the
+// peer's challenge (an initiator connects only after one: a first request
+// goes without, and without the key table, and is rejected), and an answer
+// the proof over the initiator's answer.
+void fill_param(RdmEp *ep, ConnParam &p, uint16_t flags, RdmPeer *peer = nullptr,
+		const auth::Mac *answer = nullptr)
 {
 	rdm::RdmConnHeader h;
 	h.flags = flags | (ep->rma_events ? rdm::kConnFlagRmaEvents : 0) |
@@ -97,10 +126,34 @@ void fill_param(RdmEp *ep, ConnParam &p, uint8_t flags)
 		  (ep->native_atomics ? rdm::kConnFlagNativeAtomics : 0);
 	h.addr = ep->self;
 	h.nonce = ep->nonce;
-	if (const Domain *dom = ep->domain; dom->scalable_keys) {
+	const bool keyed = !ep->auth_key.empty();
+	if (keyed && (flags & rdm::kConnFlagAccept) && answer) {
+		h.flags |= rdm::kConnFlagAuth;
+		h.mac = auth::acceptor_proof(ep->auth_key, *answer);
+	} else if (keyed && !(flags & rdm::kConnFlagAccept) && peer && peer->auth_challenged) {
+		h.flags |= rdm::kConnFlagAuth;
+		h.cookie = peer->auth_cookie;
+		peer->auth_answer = auth::initiator_answer(ep->auth_key, peer->auth_cookie, ep->self, ep->nonce,
+							   peer->addr, peer->auth_peer_nonce);
+		h.mac = peer->auth_answer;
+		peer->auth_challenged = false;
+		peer->auth_answered = true;
+	} else if (keyed && !(flags & rdm::kConnFlagAccept) && peer) {
+		// A first request: the acceptor proves the key over this before
+		// we answer its challenge.
+		h.flags |= rdm::kConnFlagAsk;
+		if (!auth::random_bytes(peer->auth_ask.data(), peer->auth_ask.size()))
+			VRMA_WARN(FI_LOG_EP_CTRL, "RDM: no random bytes for a challenge: %s\n", strerror(errno));
+		h.mac = peer->auth_ask;
+	}
+	// The table's rkey goes only where it cannot reach an unproven peer:
+	// never in a keyed first request (it is rejected), in a keyed request
+	// only as a flag (the KeyTable message follows once the acceptor has
+	// proved the key).
+	const bool first_keyed_request = (h.flags & rdm::kConnFlagAsk) != 0;
+	if (const Domain *dom = ep->domain; dom->scalable_keys && !first_keyed_request) {
 		h.flags |= rdm::kConnFlagKeyTable;
-		h.key_table = {reinterpret_cast<uintptr_t>(dom->key_table_mem.get()),
-			       dom->key_table_mr->rkey, static_cast<uint32_t>(dom->key_table.buckets())};
+		h.key_table = key_table_ref(dom);
 	}
 	rdm::encode_conn_header(p.hdr, h);
 	p.param.private_data = p.hdr;
@@ -110,6 +163,52 @@ void fill_param(RdmEp *ep, ConnParam &p, uint8_t flags)
 	p.param.initiator_depth = static_cast<uint8_t>(std::min(d.max_qp_init_rd_atom, 16));
 	p.param.retry_count = 7;
 	p.param.rnr_retry_count = 7; // infinite: the SRQ refills as progress runs
+}
+
+// Rejects id with only this endpoint's header (flags: one reject kind) and,
+// with kConnFlagChallenge, the cookie and proof: never the key table.
+void reject_with(RdmEp *ep, rdma_cm_id *id, uint16_t flags, uint64_t cookie = 0,
+		 const auth::Mac &proof = {})
+{
+	rdm::RdmConnHeader h;
+	h.flags = flags;
+	h.addr = ep->self;
+	h.nonce = ep->nonce;
+	h.cookie = cookie;
+	h.mac = proof;
+	uint8_t buf[rdm::kConnHeaderMax];
+	if (rdm::encode_conn_header(buf, h))
+		rdma_reject(id, buf, static_cast<uint8_t>(rdm::conn_header_bytes(h)));
+	else
+		rdma_reject(id, nullptr, 0);
+}
+
+// The current time bucket of challenges (conn_auth.h).
+uint64_t auth_now()
+{
+	const auto t = std::chrono::steady_clock::now().time_since_epoch();
+	return auth::bucket_of(static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::seconds>(t).count()));
+}
+
+// A zero-byte RDMA WRITE on a connection that is up: a live peer's device
+// acknowledges it and its vrma sees nothing (no key is checked for zero
+// bytes, no receive is consumed); a dead peer's does not, and the failed
+// completion (retries exhausted) fails the connection in rdm_handle_wc. At
+// most one per kProbeInterval per peer.
+constexpr auto kProbeInterval = std::chrono::milliseconds(100);
+void probe(RdmEp *ep, RdmPeer *peer, Conn *c)
+{
+	const auto now = std::chrono::steady_clock::now();
+	if (now < peer->probe_after)
+		return;
+	peer->probe_after = now + kProbeInterval;
+	if (!rdm_tx_room(ep, 1) || peer->conn.get() != c ||
+	    c->state.load(std::memory_order_relaxed) != EpState::Connected)
+		return; // nested progress ended it, or no room: the next request probes
+	ibv_send_wr wr{};
+	wr.opcode = IBV_WR_RDMA_WRITE;
+	if (post_send_one(c, wr, nullptr, 0, 0, false, nullptr, false, rdm_aux(RdmTx::Internal, 0)) == 0)
+		ep->tx_wrs++;
 }
 
 int start_connect(RdmPeer *peer)
@@ -144,6 +243,7 @@ int start_connect(RdmPeer *peer)
 	c->state.store(EpState::Connecting);
 	peer->conn = std::move(c);
 	peer->initiated = true;
+	peer->auth_answered = false; // fill_param answers a challenge it holds
 	ep->connecting++;
 	return 0;
 }
@@ -187,6 +287,49 @@ RdmPeer *find_or_add_peer(RdmEp *ep, const rdm::RdmAddr &addr)
 	return raw;
 }
 
+// Where a connect request really comes from (rdma_cm's view; port
+// ignored): false if rdma_cm cannot say.
+bool request_source(rdma_cm_id *id, rdm::RdmAddr &out)
+{
+	const sockaddr *sa = rdma_get_peer_addr(id);
+	if (!sa)
+		return false;
+	const size_t len = sa->sa_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in);
+	return rdm::from_sockaddr(sa, len, out);
+}
+
+// With a job key: whether the request proves it. If not, it has been
+// rejected: with a challenge when it carried no answer (nothing is kept
+// for it), plainly otherwise (one warning).
+bool authenticated(RdmEp *ep, rdma_cm_id *id, const rdm::RdmConnHeader &h, const rdm::RdmAddr &src)
+{
+	const uint64_t now = auth_now();
+	if (!(h.flags & rdm::kConnFlagAuth)) {
+		// A request without the kConnFlagAsk challenge (an initiator
+		// without a key) gets a proof over zeros: it only learns that a
+		// key is needed.
+		const uint64_t cookie = auth::make_cookie(ep->auth_secret, h.addr, h.nonce, src, now);
+		const auth::Mac ask = (h.flags & rdm::kConnFlagAsk) ? h.mac : auth::Mac{};
+		reject_with(ep, id, rdm::kConnFlagChallenge, cookie,
+			    auth::challenge_proof(ep->auth_key, ask, cookie, ep->self, ep->nonce, h.addr, h.nonce));
+		return false;
+	}
+	const char *why = nullptr;
+	if (!auth::cookie_fresh(ep->auth_secret, h.addr, h.nonce, src, h.cookie, now))
+		why = "its challenge is not one this endpoint made for it, or is stale";
+	else if (!auth::mac_equal(h.mac, auth::initiator_answer(ep->auth_key, h.cookie, h.addr, h.nonce,
+								ep->self, ep->nonce)))
+		why = "a wrong answer (no job key, or another one)";
+	else if (!ep->auth_replays->record(h.cookie, now))
+		why = "an answer given before (a replay), or too many connect requests at once";
+	if (!why)
+		return true;
+	VRMA_WARN(FI_LOG_EP_CTRL, "RDM: refusing a connect request from %s: %s\n",
+		  AddrStr(h.addr).c_str(), why);
+	rdma_reject(id, nullptr, 0);
+	return false;
+}
+
 // A connect request at the listener. Returns the id to destroy after the ack
 // (a refused request), or nullptr.
 rdma_cm_id *accept_request(RdmEp *ep, rdma_cm_event *ev)
@@ -195,11 +338,23 @@ rdma_cm_id *accept_request(RdmEp *ep, rdma_cm_event *ev)
 	rdm::RdmConnHeader h;
 	if (!rdm::decode_conn_header(static_cast<const uint8_t *>(ev->param.conn.private_data),
 				     ev->param.conn.private_data_len, h) ||
-	    (h.flags & rdm::kConnFlagAccept)) {
+	    (h.flags & rdm::kConnFlagAccept) || rdm::conn_is_reject(h.flags)) {
 		VRMA_WARN(FI_LOG_EP_CTRL, "RDM: refusing a connect request that is not vrma RDM's\n");
 		rdma_reject(id, nullptr, 0);
 		return id;
 	}
+	// The claimed address must be the host the request comes from (its
+	// port is the listener's, the request's is ephemeral).
+	rdm::RdmAddr src;
+	if (!request_source(id, src) || src.family != h.addr.family ||
+	    memcmp(src.addr, h.addr.addr, sizeof src.addr) != 0) {
+		VRMA_WARN(FI_LOG_EP_CTRL, "RDM: refusing a connect request from %s that claims to be %s\n",
+			  AddrStr(src).c_str(), AddrStr(h.addr).c_str());
+		rdma_reject(id, nullptr, 0);
+		return id;
+	}
+	if (!ep->auth_key.empty() && !authenticated(ep, id, h, src))
+		return id;
 	const bool self = h.addr == ep->self && h.nonce == ep->nonce;
 	RdmPeer *peer;
 	try {
@@ -209,20 +364,29 @@ rdma_cm_id *accept_request(RdmEp *ep, rdma_cm_event *ev)
 		return id;
 	}
 	if (!self) {
-		if (peer->nonce && peer->nonce != h.nonce && peer->conn) {
+		Conn *cur = peer->conn.get();
+		if (cur && cur->state.load() == EpState::Connected) {
+			// Alive until proven dead: an impostor must not displace
+			// it, a restarted peer gets in once the probe failed it.
+			VRMA_INFO(FI_LOG_EP_CTRL,
+				  "RDM: a connect request claims %s, whose connection is up: turned away while it is probed\n",
+				  AddrStr(h.addr).c_str());
+			probe(ep, peer, cur);
+			reject_with(ep, id, rdm::kConnFlagBusy);
+			return id;
+		}
+		if (cur && peer->nonce && peer->nonce != h.nonce) {
 			VRMA_INFO(FI_LOG_EP_CTRL, "RDM: peer %016llx restarted\n",
 				  static_cast<unsigned long long>(h.nonce));
-			rdm_conn_failed(peer, peer->conn.get(), FI_ECONNRESET);
+			rdm_conn_failed(peer, cur, FI_ECONNRESET);
+			cur = nullptr;
 		}
 		peer->nonce = h.nonce;
-		if (Conn *cur = peer->conn.get()) {
-			const bool connecting = cur->state.load() != EpState::Connected;
-			if (peer->initiated && connecting) {
+		if (cur) {
+			if (peer->initiated) {
 				if (rdm::keep_initiated(ep->self, ep->nonce, h.addr, h.nonce)) {
 					// Ours wins: the peer accepts it and waits.
-					ConnParam p;
-					fill_param(ep, p, rdm::kConnFlagCrossing);
-					rdma_reject(id, p.hdr, sizeof p.hdr);
+					reject_with(ep, id, rdm::kConnFlagCrossing);
 					return id;
 				}
 				// Theirs wins: ours will be rejected; drop it now.
@@ -230,12 +394,11 @@ rdma_cm_id *accept_request(RdmEp *ep, rdma_cm_event *ev)
 					  static_cast<unsigned long long>(h.nonce));
 				rdm_conn_failed(peer, cur, 0);
 			} else {
-				// The same peer connects again: it lost the old one.
+				// The same peer connects again before the connection
+				// it asked for was up: it gave that one up.
 				VRMA_INFO(FI_LOG_EP_CTRL,
-					  "RDM: peer %016llx connects again (its connection was %s, %s by us)\n",
-					  static_cast<unsigned long long>(h.nonce),
-					  cur->state.load() == EpState::Connected ? "up" : "connecting",
-					  peer->initiated ? "initiated" : "accepted");
+					  "RDM: peer %016llx connects again (its accepted connection was not up yet)\n",
+					  static_cast<unsigned long long>(h.nonce));
 				rdm_conn_failed(peer, cur, FI_ECONNRESET);
 			}
 		}
@@ -250,13 +413,18 @@ rdma_cm_id *accept_request(RdmEp *ep, rdma_cm_event *ev)
 	c->id.reset(id);
 	id->context = c.get();
 	c->peer_cm_flags.store(rdm_peer_cm_flags(h.flags));
-	peer->key_table = h.key_table;
+	if (!self) {
+		peer->key_table = h.key_table;
+		// An authenticated request had no room for the table.
+		peer->key_table_pending = (h.flags & rdm::kConnFlagKeyTable) && !rdm::conn_table_inline(h.flags);
+	}
 	if (create_qp(ep, *c)) {
 		rdma_reject(id, nullptr, 0);
 		return c->id.release();
 	}
 	ConnParam p;
-	fill_param(ep, p, rdm::kConnFlagAccept);
+	const bool proven = !ep->auth_key.empty();
+	fill_param(ep, p, rdm::kConnFlagAccept, nullptr, proven ? &h.mac : nullptr);
 	// READs this side issues are answered by the peer's responder
 	// resources, and the other way round: never more than it offered.
 	p.param.initiator_depth = std::min(p.param.initiator_depth, ev->param.conn.responder_resources);
@@ -420,6 +588,8 @@ void rdm_conn_failed(RdmPeer *peer, Conn *conn, int err) noexcept
 	}
 	if (slot == &peer->conn) {
 		peer->keys.clear(); // read again over the next connection
+		peer->key_table_pending = false;
+		peer->auth_challenged = false; // a challenge answers one attempt
 		// Answers to what was sent on it will not come.
 		rdm_fail_waiting(peer, err ? err : FI_ECONNRESET);
 		if (was_connecting && err)
@@ -445,6 +615,41 @@ void rdm_reap(RdmEp *ep) noexcept
 		ep->dying.erase(ep->dying.begin() + static_cast<std::ptrdiff_t>(i));
 	}
 }
+
+namespace {
+
+// How long an initiator turned away with kConnFlagBusy waits before it tries
+// again: a few probes.
+constexpr auto kBusyRetry = std::chrono::milliseconds(250);
+
+// The acceptor's challenge (a kConnFlagChallenge reject of c): answered with
+// a new connection once the acceptor proved the key; c ends either way.
+void answer_challenge(RdmEp *ep, RdmPeer *peer, Conn *c, const rdm::RdmConnHeader &h)
+{
+	const char *why = nullptr;
+	if (ep->auth_key.empty())
+		why = "it requires a job key (auth_key, FI_VRMA_AUTH_KEY) and this endpoint has none";
+	else if (peer->auth_answered)
+		why = "it challenged our answer again";
+	else if (!(h.addr == peer->addr))
+		why = "its challenge names another address";
+	else if (!auth::mac_equal(h.mac, auth::challenge_proof(ep->auth_key, peer->auth_ask, h.cookie, h.addr,
+								h.nonce, ep->self, ep->nonce)))
+		why = "it did not prove the job key (another key, or not the peer)";
+	if (why) {
+		VRMA_WARN(FI_LOG_EP_CTRL, "RDM: not connecting to %s: %s\n", AddrStr(peer->addr).c_str(), why);
+		rdm_conn_failed(peer, c, FI_ECONNREFUSED);
+		return;
+	}
+	rdm_conn_failed(peer, c, 0);
+	peer->auth_challenged = true;
+	peer->auth_cookie = h.cookie;
+	peer->auth_peer_nonce = h.nonce;
+	if (int rc = start_connect(peer))
+		peer->error = -rc;
+}
+
+} // namespace
 
 void rdm_cm_event(RdmEp *ep, rdma_cm_event *ev, rdma_cm_id *&destroy) noexcept
 {
@@ -472,43 +677,79 @@ void rdm_cm_event(RdmEp *ep, rdma_cm_event *ev, rdma_cm_id *&destroy) noexcept
 			break;
 		}
 		ConnParam p;
-		fill_param(ep, p, 0);
+		fill_param(ep, p, 0, peer);
 		if (rdma_connect(c->id.get(), &p.param)) {
 			VRMA_WARN(FI_LOG_EP_CTRL, "RDM: rdma_connect: %s\n", strerror(errno));
 			rdm_conn_failed(peer, c, FI_ECONNREFUSED);
 		}
 		break;
 	}
-	case RDMA_CM_EVENT_ESTABLISHED:
-		if (peer->conn.get() == c) {
-			if (peer->initiated) {
-				rdm::RdmConnHeader h;
-				if (rdm::decode_conn_header(
-					    static_cast<const uint8_t *>(ev->param.conn.private_data),
-					    ev->param.conn.private_data_len, h) &&
-				    (h.flags & rdm::kConnFlagAccept)) {
-					peer->nonce = h.nonce;
-					c->peer_cm_flags.store(rdm_peer_cm_flags(h.flags));
-					peer->key_table = h.key_table;
-				}
-
+	case RDMA_CM_EVENT_ESTABLISHED: {
+		const bool ours = peer->conn.get() == c && peer->initiated;
+		if (ours) {
+			rdm::RdmConnHeader h;
+			const bool decoded = rdm::decode_conn_header(
+				static_cast<const uint8_t *>(ev->param.conn.private_data),
+				ev->param.conn.private_data_len, h) && (h.flags & rdm::kConnFlagAccept);
+			if (!ep->auth_key.empty() &&
+			    (!decoded || !(h.flags & rdm::kConnFlagAuth) || !peer->auth_answered ||
+			     !auth::mac_equal(h.mac, auth::acceptor_proof(ep->auth_key, peer->auth_answer)))) {
+				VRMA_WARN(FI_LOG_EP_CTRL,
+					  "RDM: the peer at %s did not prove the job key in its answer: connection dropped\n",
+					  AddrStr(peer->addr).c_str());
+				rdm_conn_failed(peer, c, FI_ECONNREFUSED);
+				break;
+			}
+			if (decoded) {
+				peer->nonce = h.nonce;
+				c->peer_cm_flags.store(rdm_peer_cm_flags(h.flags));
+				peer->key_table = h.key_table;
 			}
 		}
 		c->peer_flags_pending = false;
 		rdm_conn_established(peer, c);
+		// An authenticated request had no room for our key table: it
+		// follows now that the acceptor proved the key.
+		if (ours && peer->auth_answered && ep->domain->scalable_keys && live_conn(peer, c)) {
+			uint8_t m[rdm::kKeyTableMsgBytes];
+			rdm::encode_key_table(m, key_table_ref(ep->domain));
+			if (ssize_t rc = rdm_post_send_copy(ep, c, m, sizeof m)) {
+				VRMA_WARN(FI_LOG_EP_CTRL, "RDM: cannot send the key table to %s: %s\n",
+					  AddrStr(peer->addr).c_str(), fi_strerror(static_cast<int>(-rc)));
+				rdm_conn_failed(peer, c, FI_ECONNABORTED);
+			}
+		}
 		break;
+	}
 	case RDMA_CM_EVENT_REJECTED: {
 		rdm::RdmConnHeader h;
-		if (rdm::decode_conn_header(static_cast<const uint8_t *>(ev->param.conn.private_data),
-					    ev->param.conn.private_data_len, h) &&
-		    (h.flags & rdm::kConnFlagCrossing)) {
+		const bool decoded = rdm::decode_conn_header(
+			static_cast<const uint8_t *>(ev->param.conn.private_data), ev->param.conn.private_data_len, h);
+		if (decoded && (h.flags & rdm::kConnFlagCrossing)) {
 			// The peer keeps its own connection to us: wait for it.
 			peer->expect_until = std::chrono::steady_clock::now() +
 					     std::chrono::milliseconds(4 * params.cm_timeout_ms);
 			rdm_conn_failed(peer, c, 0);
 			break;
 		}
-		VRMA_INFO(FI_LOG_EP_CTRL, "RDM: connection refused (status %d)\n", ev->status);
+		if (decoded && (h.flags & rdm::kConnFlagBusy)) {
+			// Our address has a live connection there (we restarted, or
+			// someone claims it): try again once its probe had time.
+			VRMA_INFO(FI_LOG_EP_CTRL, "RDM: %s holds a live connection for our address: trying again\n",
+				  AddrStr(peer->addr).c_str());
+			peer->expect_until = std::chrono::steady_clock::now() + kBusyRetry;
+			rdm_conn_failed(peer, c, 0);
+			break;
+		}
+		if (decoded && (h.flags & rdm::kConnFlagChallenge)) {
+			answer_challenge(ep, peer, c, h);
+			break;
+		}
+		if (peer->auth_answered)
+			VRMA_WARN(FI_LOG_EP_CTRL, "RDM: %s refused our answer to its challenge (another job key?)\n",
+				  AddrStr(peer->addr).c_str());
+		else
+			VRMA_INFO(FI_LOG_EP_CTRL, "RDM: connection refused (status %d)\n", ev->status);
 		rdm_conn_failed(peer, c, FI_ECONNREFUSED);
 		break;
 	}

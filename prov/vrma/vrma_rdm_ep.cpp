@@ -121,6 +121,43 @@ void cqs_attach(RdmEp *ep, bool attach)
 	}
 }
 
+// What the endpoint posted to live peers goes out before its connections
+// end (lock held, service threads stopped): answers above all, such as the
+// DeliveryAck of a message whose receive already completed, without which
+// the peer's FI_DELIVERY_COMPLETE send would fail with FI_ECONNRESET
+// because this side closed right after its receive. Each connection with
+// sends still outstanding (and not disconnected: CM events are handled
+// here, the CM thread has stopped) gets a signaled zero-byte write, whose completion
+// retires the unsignaled ones before it. Bounded by kLingerMs; what has not
+// gone by then is flushed as before. Messages that arrive meanwhile are not
+// served: the endpoint is closing (a peer's request then fails with the
+// connection, as it did without the linger).
+constexpr int kLingerMs = 1000;
+void rdm_linger(RdmEp *ep) noexcept
+{
+	const Deadline deadline(kLingerMs);
+	ep->closing = true;
+	for (int round = 0;; round++) {
+		// A peer that closed first has disconnected: its connection
+		// ends here rather than hold us until the deadline.
+		drain_cm_events(ep);
+		rdm_progress_locked(ep);
+		bool quiet = ep->answer_backlog.empty();
+		for (auto &[addr, peer] : ep->peers) {
+			Conn *c = peer->conn.get();
+			if (!c || c->state.load() != EpState::Connected || c->tx.outstanding() == 0)
+				continue;
+			quiet = false;
+			// Once, and again once the backlog went out behind it.
+			if ((round == 0 || (round % 64 == 0 && ep->answer_backlog.empty())) && conn_post_sentinel(c))
+				ep->tx_wrs++;
+		}
+		if (quiet || deadline.expired())
+			return;
+		std::this_thread::sleep_for(std::chrono::microseconds(200));
+	}
+}
+
 int rdm_ep_close(fid *f) noexcept
 {
 	RdmEp *ep = from_fid<RdmEp>(f);
@@ -134,6 +171,7 @@ int rdm_ep_close(fid *f) noexcept
 		report_cntrs_attach(ep, false);
 		{
 			std::lock_guard guard(ep->lock);
+			rdm_linger(ep);
 			ep->enabled = false; // no more SRQ reposts
 			rdm_close_peers(ep);
 			// Flushes come back through the CQ: wait for the rings.
@@ -848,6 +886,22 @@ try {
 	ep->rma_events = caps & FI_RMA_EVENT;
 	ep->rma_pmem = caps & FI_RMA_PMEM;
 	ep->scalable_keys = dom->scalable_keys;
+	ep->auth_key = dom->auth_key;
+	if (const fi_ep_attr *a = info->ep_attr; a && (a->auth_key_size || a->auth_key)) {
+		if (!a->auth_key || !ep->auth_key.assign(a->auth_key, a->auth_key_size)) {
+			VRMA_WARN(FI_LOG_EP_CTRL, "fi_endpoint: auth_key must be 1 to %zu bytes (auth_key_size %zu%s)\n",
+				  auth::kKeyMax, a->auth_key_size, a->auth_key ? "" : ", auth_key NULL");
+			return -FI_EINVAL;
+		}
+	}
+	if (!ep->auth_key.empty()) {
+		if (!auth::random_bytes(ep->auth_secret.data(), ep->auth_secret.size())) {
+			VRMA_WARN(FI_LOG_EP_CTRL, "fi_endpoint: no random bytes for the challenge secret: %s\n",
+				  strerror(errno));
+			return -FI_EIO;
+		}
+		ep->auth_replays = std::make_unique<auth::ReplayCache>(RdmEp::kAuthReplayMax);
+	}
 	ep->native_atomics = rdm_params.native_atomics && dom->dev_attr.atomic_cap != IBV_ATOMIC_NONE;
 	ep->matcher.directed(ep->directed);
 	ep->tx_op_flags = info->tx_attr ? info->tx_attr->op_flags & kRdmTxOpFlags : 0;

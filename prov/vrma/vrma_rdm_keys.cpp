@@ -139,6 +139,8 @@ int rdm_translate_keys(RdmEp *ep, RdmPeer *peer, Conn *conn, const fi_rma_iov *i
 		       size_t total, uint8_t access, const RdmTxReport &op,
 		       fi_rma_iov *out) noexcept
 {
+	if (peer->key_table_pending) [[unlikely]]
+		return -FI_EAGAIN; // its KeyTable message is on its way
 	if (ep->scalable_keys && !peer->key_table.buckets) [[unlikely]]
 		return key_error(ep, op, "the peer publishes no scalable keys (its domain uses provider keys)",
 				 in[0].key);
@@ -222,6 +224,22 @@ void rdm_handle_key_request(RdmEp *ep, RdmPeer *peer, uint32_t qp_num, const uin
 	uint8_t msg[rdm::kKeyAnswerBytes];
 	rdm::encode_key_answer(msg, h.msg_id, a);
 	rdm_send_answer(ep, peer, msg, msg + rdm::kRdmHeaderBytes, rdm::kKeyAnswerBodyBytes);
+}
+
+void rdm_handle_key_table(RdmPeer *peer, uint32_t qp_num, const uint8_t *buf, size_t len) noexcept
+{
+	rdm::KeyTableRef t;
+	if (!rdm::decode_key_table(buf, len, t)) [[unlikely]] {
+		rdm_drop_malformed(peer, qp_num, "a malformed key table message");
+		return;
+	}
+	const Conn *c = peer->conn.get();
+	if (!peer->key_table_pending || !c || !c->qp || c->qp->qp_num != qp_num) [[unlikely]] {
+		rdm_drop_malformed(peer, qp_num, "a key table message nobody announced");
+		return;
+	}
+	peer->key_table = t;
+	peer->key_table_pending = false;
 }
 
 void rdm_handle_key_answer(RdmEp *, RdmPeer *peer, uint32_t qp_num, const uint8_t *buf,

@@ -1037,6 +1037,9 @@ void handle_message(RdmEp *ep, const ibv_wc &wc, const uint8_t *buf)
 	case rdm::MsgType::KeyAnswer:
 		rdm_handle_key_answer(ep, peer, wc.qp_num, buf, wc.byte_len);
 		return;
+	case rdm::MsgType::KeyTable:
+		rdm_handle_key_table(peer, wc.qp_num, buf, wc.byte_len);
+		return;
 	case rdm::MsgType::CommitAnswer: {
 		RdmTxOp *op = answered_op(peer, wc.qp_num, h);
 		if (!op)
@@ -1223,15 +1226,17 @@ void rdm_handle_wc(RdmEp *ep, const ibv_wc &wc) noexcept
 	auto *h = reinterpret_cast<SlotHeader *>(wc.wr_id);
 	if (h->kind == SlotKind::Rx) {
 		auto *s = static_cast<SrqSlot *>(h);
-		if (wc.status == IBV_WC_SUCCESS) {
+		// A closing endpoint (rdm_linger) serves nothing more.
+		if (wc.status == IBV_WC_SUCCESS && !ep->closing) [[likely]] {
 			const rdm::RecvWcCheck check =
 				rdm::check_recv_wc(wc.opcode, wc.wc_flags, wc.byte_len, ep->buf_stride);
 			if (check == rdm::RecvWcCheck::Ok) [[likely]]
 				handle_message(ep, wc, s->buf);
 			else
 				refuse_recv_wc(ep, wc, check);
-		} else if (wc.status != IBV_WC_WR_FLUSH_ERR)
+		} else if (wc.status != IBV_WC_SUCCESS && wc.status != IBV_WC_WR_FLUSH_ERR) {
 			VRMA_WARN(FI_LOG_EP_DATA, "RDM: receive failed: %s\n", ibv_wc_status_str(wc.status));
+		}
 		// Reposted in batches: one call (and one lock of the device's
 		// queue) for kSrqBatchMax buffers; the few held back are a small
 		// part of the queue (rx_buffers is at least 16).

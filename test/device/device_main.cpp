@@ -30,6 +30,7 @@ int main()
 	srunner_add_suite(sr, rdm_on_demand_suite());
 	srunner_add_suite(sr, rdm_atomic_flags_suite());
 	srunner_add_suite(sr, hostile_suite());
+	srunner_add_suite(sr, auth_suite());
 	srunner_run_all(sr, CK_NORMAL);
 	int failed = srunner_ntests_failed(sr);
 	srunner_free(sr);

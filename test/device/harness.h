@@ -249,3 +249,4 @@ Suite *rdm_atomic_flags_suite();
 Suite *av_suite();
 Suite *msg_auto_suite();
 Suite *hostile_suite();
+Suite *auth_suite();

@@ -24,7 +24,8 @@ uint64_t fresh_nonce()
 
 HostilePeer::HostilePeer(const sockaddr_in &victim, const HostileOptions &opt)
 	: victim_(victim), claim_(opt.claim), nonce_(opt.nonce ? opt.nonce : fresh_nonce()),
-	  conn_flags_(opt.conn_flags), recv_count_(opt.recv_count), recv_bytes_(opt.recv_bytes)
+	  conn_flags_(opt.conn_flags), cookie_(opt.cookie), mac_(opt.mac), recv_count_(opt.recv_count),
+	  recv_bytes_(opt.recv_bytes)
 {
 	channel_ = rdma_create_event_channel();
 	ck_assert_msg(channel_, "hostile peer: rdma_create_event_channel: %s", strerror(errno));
@@ -121,6 +122,8 @@ void HostilePeer::handle_cm(rdma_cm_event *ev)
 		h.flags = conn_flags_;
 		h.addr = claim_;
 		h.nonce = nonce_;
+		h.cookie = cookie_;
+		h.mac = mac_;
 		ck_assert_msg(rdm::encode_conn_header(hdr, h), "hostile peer: the claimed address is not connectable");
 		rdma_conn_param p{};
 		p.private_data = hdr;
@@ -137,6 +140,20 @@ void HostilePeer::handle_cm(rdma_cm_event *ev)
 		state_ = State::Connected;
 		break;
 	case RDMA_CM_EVENT_REJECTED:
+		if (state_ == State::Connected) {
+			// Our RTU had not reached the victim when it dropped the
+			// connection (destroying an id that waits for the RTU
+			// rejects): dropped, not refused.
+			state_ = State::Dropped;
+			dropped_ = true;
+			break;
+		}
+		if (ev->param.conn.private_data && ev->param.conn.private_data_len) {
+			const auto *p = static_cast<const uint8_t *>(ev->param.conn.private_data);
+			reject_data_.assign(p, p + ev->param.conn.private_data_len);
+		}
+		state_ = State::Refused;
+		break;
 	case RDMA_CM_EVENT_ADDR_ERROR:
 	case RDMA_CM_EVENT_ROUTE_ERROR:
 	case RDMA_CM_EVENT_UNREACHABLE:
@@ -161,6 +178,12 @@ void HostilePeer::pump()
 	while (rdma_get_cm_event(channel_, &ev) == 0) {
 		// Copy what handle_cm reads, then ack: the ack frees ev.
 		rdma_cm_event copy = *ev;
+		std::vector<uint8_t> pdata;
+		if (ev->param.conn.private_data && ev->param.conn.private_data_len) {
+			const auto *p = static_cast<const uint8_t *>(ev->param.conn.private_data);
+			pdata.assign(p, p + ev->param.conn.private_data_len);
+		}
+		copy.param.conn.private_data = pdata.empty() ? nullptr : pdata.data();
 		rdma_ack_cm_event(ev);
 		handle_cm(&copy);
 	}

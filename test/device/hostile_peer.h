@@ -17,6 +17,7 @@
 
 #include <rdma/rdma_cma.h>
 
+#include <array>
 #include <cstdint>
 #include <deque>
 #include <string>
@@ -29,7 +30,11 @@ struct HostileOptions {
 	// host's device address and a port nothing listens at, a fresh nonce.
 	vrma::rdm::RdmAddr claim{};
 	uint64_t nonce = 0;
-	uint8_t conn_flags = 0; // kConnFlag* in the connect header
+	uint16_t conn_flags = 0; // kConnFlag* in the connect header
+	// With kConnFlagAuth: the cookie and answer the header carries (with
+	// kConnFlagAsk: mac is the challenge).
+	uint64_t cookie = 0;
+	std::array<uint8_t, vrma::rdm::kConnMacBytes> mac{};
 	// Receive buffers posted before connecting: each holds the victim's
 	// largest message at its largest eager size.
 	size_t recv_count = 16;
@@ -68,6 +73,9 @@ public:
 	// Messages received so far and not yet taken.
 	size_t pending_messages() const { return inbox_.size(); }
 
+	// The private data of the victim's reject, if it rejected us.
+	const std::vector<uint8_t> &reject_data() const { return reject_data_; }
+	uint64_t nonce() const { return nonce_; }
 	const vrma::rdm::RdmAddr &claimed() const { return claim_; }
 	// The claimed address as an AV would take it.
 	sockaddr_in claimed_sockaddr() const;
@@ -86,7 +94,10 @@ private:
 	sockaddr_in victim_{};
 	vrma::rdm::RdmAddr claim_{};
 	uint64_t nonce_ = 0;
-	uint8_t conn_flags_ = 0;
+	uint16_t conn_flags_ = 0;
+	uint64_t cookie_ = 0;
+	std::array<uint8_t, vrma::rdm::kConnMacBytes> mac_{};
+	std::vector<uint8_t> reject_data_;
 	size_t recv_count_, recv_bytes_;
 
 	rdma_event_channel *channel_ = nullptr;

@@ -8,6 +8,8 @@
 
 #include "rdm_wc.h"
 #include "rdm_wire.h"
+
+#include <array>
 #include "unit.h"
 
 using namespace vrma::rdm;
@@ -37,7 +39,7 @@ RdmAddr v6(uint8_t last, uint16_t port)
 	return r;
 }
 
-RdmConnHeader conn(const RdmAddr &a, uint64_t nonce, uint8_t flags = 0)
+RdmConnHeader conn(const RdmAddr &a, uint64_t nonce, uint16_t flags = 0)
 {
 	RdmConnHeader h;
 	h.addr = a;
@@ -105,19 +107,21 @@ START_TEST(conn_header_round_trip)
 {
 	ck_assert_uint_le(kConnHeaderBytes, 48);
 	for (const RdmAddr &a : {v4(192, 168, 1, 20, 0x1234), v6(0x77, 0xfedc)}) {
-		for (uint8_t flags :
-		     {uint8_t(0), kConnFlagAccept, uint8_t(0xff & ~kConnFlagKeyTable)}) {
+		// Unknown flags (bit 7, 12-15) pass through; rejects carry no table.
+		for (uint16_t flags : {uint16_t(0), kConnFlagAccept, uint16_t(0xff & ~kConnFlagKeyTable),
+				       uint16_t(kConnFlagBusy | 0xf000), uint16_t(kConnFlagCrossing | 0x80)}) {
 			uint8_t buf[kConnPrivateDataMax];
 			memset(buf, 0xee, sizeof buf);
 			ck_assert(encode_conn_header(buf, conn(a, 0x0102030405060708ULL, flags)));
 			// Layout: magic, version, flags, family, LE port, 0, addr, LE nonce.
 			ck_assert_uint_eq(buf[0], kConnMagic);
 			ck_assert_uint_eq(buf[1], kConnVersion);
-			ck_assert_uint_eq(buf[2], flags);
+			ck_assert_uint_eq(buf[2], flags & 0xff);
 			ck_assert_uint_eq(buf[3], a.family == AF_INET ? 4 : 6);
 			ck_assert_uint_eq(buf[4], a.port & 0xff);
 			ck_assert_uint_eq(buf[5], a.port >> 8);
-			ck_assert_uint_eq(buf[6] | buf[7], 0);
+			ck_assert_uint_eq(buf[6], flags >> 8);
+			ck_assert_uint_eq(buf[7], 0);
 			ck_assert_int_eq(memcmp(buf + 8, a.addr, 16), 0);
 			ck_assert_uint_eq(buf[24], 0x08);
 			ck_assert_uint_eq(buf[31], 0x01);
@@ -156,8 +160,19 @@ START_TEST(malformed_conn_headers_refused)
 	ck_assert(refused_with(3, 5));
 	ck_assert(refused_with(3, AF_INET)); // host AF_* values are not the codes
 	ck_assert(refused_with(3, AF_INET6));
-	ck_assert(refused_with(6, 1));    // reserved
-	ck_assert(refused_with(7, 1));
+	ck_assert(refused_with(7, 1)); // reserved (byte 6 holds flags)
+	// Two kinds of reject at once.
+	{
+		uint8_t bad[kConnHeaderBytes];
+		memcpy(bad, good, sizeof bad);
+		bad[2] = kConnFlagCrossing;
+		bad[6] = kConnFlagBusy >> 8;
+		ck_assert(!decodes_conn(bad, sizeof bad));
+	}
+	// A flag that makes bytes follow, without them.
+	ck_assert(refused_with(6, kConnFlagAuth >> 8));
+	ck_assert(refused_with(6, kConnFlagAsk >> 8));
+	ck_assert(refused_with(6, kConnFlagChallenge >> 8));
 	ck_assert(refused_with(8 + 4, 1)); // IPv4 with bytes past the fourth
 	ck_assert(refused_with(8 + 15, 1));
 
@@ -187,6 +202,62 @@ START_TEST(malformed_conn_headers_refused)
 	ck_assert(!encode_conn_header(bad, conn(v4(0, 0, 0, 0, 7471), 1)));
 	ck_assert(!encode_conn_header(bad, conn(RdmAddr{}, 1)));
 	ck_assert_uint_eq(bad[0], 0xee); // nothing written
+}
+END_TEST
+
+// The authenticated exchange's layouts (conn_auth.h): what follows the
+// header in a first request (kConnFlagAsk: the challenge), an answering
+// request (kConnFlagAuth: cookie and answer; a table only announced), an
+// authenticated answer (proof, then the table) and a challenge reject
+// (cookie, proof; never a table). Each is refused when shorter.
+START_TEST(conn_header_auth_layouts)
+{
+	const RdmAddr a = v4(10, 0, 0, 1, 7471);
+	std::array<uint8_t, kConnMacBytes> mac;
+	for (size_t i = 0; i < mac.size(); i++)
+		mac[i] = static_cast<uint8_t>(0xa0 + i);
+	struct Case {
+		uint16_t flags;
+		size_t bytes;
+		bool cookie, table;
+		size_t mac_at; // 0: none
+	};
+	const Case cases[] = {
+		{kConnFlagAsk | kConnFlagKeyTable, 48, false, false, 32},
+		{kConnFlagAuth | kConnFlagKeyTable, 56, true, false, 40},
+		{kConnFlagAuth, 56, true, false, 40},
+		{kConnFlagAccept | kConnFlagAuth | kConnFlagKeyTable, 64, false, true, 32},
+		{kConnFlagAccept | kConnFlagAuth, 48, false, false, 32},
+		{kConnFlagChallenge | kConnFlagKeyTable, 56, true, false, 40},
+		{kConnFlagBusy | kConnFlagKeyTable, 32, false, false, 0},
+		{kConnFlagCrossing | kConnFlagKeyTable, 32, false, false, 0},
+	};
+	for (const Case &c : cases) {
+		RdmConnHeader in = conn(a, 42, c.flags);
+		in.cookie = 0x1122334455667788ULL;
+		in.mac = mac;
+		in.key_table = {0x7000, 0x1234, 64};
+		uint8_t buf[kConnHeaderMax + 8];
+		memset(buf, 0xee, sizeof buf);
+		ck_assert_msg(encode_conn_header(buf, in), "flags %#x", c.flags);
+		ck_assert_uint_eq(conn_header_bytes(in), c.bytes);
+		ck_assert_uint_eq(buf[c.bytes], 0xee);
+		if (c.cookie)
+			ck_assert_uint_eq(buf[32], 0x88);
+		if (c.mac_at)
+			ck_assert_int_eq(memcmp(buf + c.mac_at, mac.data(), mac.size()), 0);
+		RdmConnHeader out;
+		ck_assert(decode_conn_header(buf, c.bytes, out));
+		ck_assert_uint_eq(out.flags, c.flags);
+		ck_assert_uint_eq(out.cookie, c.cookie ? in.cookie : 0);
+		ck_assert(c.mac_at ? out.mac == mac : out.mac == decltype(mac){});
+		ck_assert_uint_eq(out.key_table.buckets, c.table ? 64 : 0);
+		ck_assert_msg(!decode_conn_header(buf, c.bytes - 1, out) || c.bytes == kConnHeaderBytes,
+			      "flags %#x: %zu bytes decode", c.flags, c.bytes - 1);
+	}
+	// Every request fits an IB/RoCE REQ.
+	ck_assert_uint_le(conn_header_bytes(conn(a, 1, kConnFlagAuth | kConnFlagKeyTable)), kConnPrivateDataMax);
+	ck_assert_uint_le(conn_header_bytes(conn(a, 1, kConnFlagKeyTable)), kConnPrivateDataMax);
 }
 END_TEST
 
@@ -998,7 +1069,37 @@ START_TEST(undefined_types_refused)
 		buf[0] = t;
 		ck_assert_msg(!decodes(buf, sizeof buf), "type %u", t);
 	}
-	ck_assert_uint_eq(kMsgTypeMax, 15);
+	ck_assert_uint_eq(kMsgTypeMax, 16);
+}
+END_TEST
+
+// KeyTable: a header (msg_id 0, length 0) and a KeyTableRef; anything else,
+// or an invalid bucket count, is refused.
+START_TEST(key_table_message)
+{
+	uint8_t buf[kKeyTableMsgBytes + 8];
+	encode_key_table(buf, {0x00007f0000001000ULL, 0xabcdef01, 256});
+	ck_assert_uint_eq(buf[0], uint8_t(MsgType::KeyTable));
+	KeyTableRef t;
+	ck_assert(decode_key_table(buf, kKeyTableMsgBytes, t));
+	ck_assert_uint_eq(t.addr, 0x00007f0000001000ULL);
+	ck_assert_uint_eq(t.rkey, 0xabcdef01);
+	ck_assert_uint_eq(t.buckets, 256);
+	ck_assert(!decode_key_table(buf, kKeyTableMsgBytes - 1, t));
+	ck_assert(!decode_key_table(buf, kKeyTableMsgBytes + 1, t));
+	uint8_t bad[kKeyTableMsgBytes];
+	memcpy(bad, buf, sizeof bad);
+	bad[4] = 1; // msg_id
+	ck_assert(!decode_key_table(bad, sizeof bad, t));
+	memcpy(bad, buf, sizeof bad);
+	bad[24] = 1; // length
+	ck_assert(!decode_key_table(bad, sizeof bad, t));
+	memcpy(bad, buf, sizeof bad);
+	bad[kRdmHeaderBytes + 12] = 3; // buckets 3
+	bad[kRdmHeaderBytes + 13] = 0;
+	ck_assert(!decode_key_table(bad, sizeof bad, t));
+	encode_key_table(bad, {1, 2, 0});
+	ck_assert(!decode_key_table(bad, sizeof bad, t));
 }
 END_TEST
 
@@ -1568,6 +1669,8 @@ Suite *rdm_wire_suite()
 	tcase_add_test(tc, conn_header_round_trip);
 	tcase_add_test(tc, malformed_conn_headers_refused);
 	tcase_add_test(tc, conn_header_key_table);
+	tcase_add_test(tc, conn_header_auth_layouts);
+	tcase_add_test(tc, key_table_message);
 	tcase_add_test(tc, crossing_connections_keep_exactly_one);
 	tcase_add_test(tc, header_round_trip);
 	tcase_add_test(tc, malformed_headers_refused);

@@ -24,3 +24,4 @@ Suite *key_table_suite();
 Suite *atomic_ops_suite();
 Suite *intrusive_fifo_suite();
 Suite *wait_gate_suite();
+Suite *conn_auth_suite();
