@@ -366,18 +366,46 @@ inline constexpr bool conn_table_inline(uint16_t flags) noexcept
 	       ((flags & kConnFlagAccept) || !(flags & (kConnFlagAuth | kConnFlagAsk)));
 }
 
+// Where each part follows the 32-byte header (0: absent) and the bytes in
+// all, by the flags: the one statement of the layout above, which
+// conn_header_bytes, encode and decode share.
+struct ConnLayout {
+	size_t cookie = 0, mac = 0, table = 0, bytes = kConnHeaderBytes;
+};
+inline constexpr ConnLayout conn_layout(uint16_t flags) noexcept
+{
+	ConnLayout l;
+	auto take = [&l](size_t &at, size_t n) {
+		at = l.bytes;
+		l.bytes += n;
+	};
+	const bool answer = flags & kConnFlagAccept;
+	if (conn_is_reject(flags)) {
+		if (flags & kConnFlagChallenge) {
+			take(l.cookie, kConnCookieBytes);
+			take(l.mac, kConnMacBytes);
+		}
+		return l;
+	}
+	if ((flags & kConnFlagAuth) && !answer)
+		take(l.cookie, kConnCookieBytes);
+	if ((flags & kConnFlagAuth) || ((flags & kConnFlagAsk) && !answer))
+		take(l.mac, kConnMacBytes);
+	if (conn_table_inline(flags))
+		take(l.table, kConnKeyTableBytes);
+	return l;
+}
+
 inline constexpr size_t conn_header_bytes(const RdmConnHeader &h) noexcept
 {
-	size_t n = kConnHeaderBytes;
-	if (conn_is_reject(h.flags))
-		return n + ((h.flags & kConnFlagChallenge) ? kConnCookieBytes + kConnMacBytes : 0);
-	if (h.flags & kConnFlagAuth)
-		n += (h.flags & kConnFlagAccept) ? kConnMacBytes : kConnCookieBytes + kConnMacBytes;
-	else if ((h.flags & kConnFlagAsk) && !(h.flags & kConnFlagAccept))
-		n += kConnMacBytes;
-	if (conn_table_inline(h.flags))
-		n += kConnKeyTableBytes;
-	return n;
+	return conn_layout(h.flags).bytes;
+}
+
+// More than one kind of reject at once.
+inline constexpr bool conn_rejects_clash(uint16_t flags) noexcept
+{
+	const uint16_t r = flags & (kConnFlagCrossing | kConnFlagBusy | kConnFlagChallenge);
+	return (r & (r - 1)) != 0;
 }
 
 // Writes conn_header_bytes(h) into buf. False (nothing written) if h.addr is
@@ -385,9 +413,9 @@ inline constexpr size_t conn_header_bytes(const RdmConnHeader &h) noexcept
 // count, or the flags name two kinds of reject: the peer would refuse it.
 inline bool encode_conn_header(uint8_t *buf, const RdmConnHeader &h) noexcept
 {
-	const uint16_t rejects = h.flags & (kConnFlagCrossing | kConnFlagBusy | kConnFlagChallenge);
-	if (!connectable(h.addr) || h.nonce == 0 || (rejects & (rejects - 1)) ||
-	    (conn_table_inline(h.flags) && !valid_key_table_buckets(h.key_table.buckets)))
+	const ConnLayout l = conn_layout(h.flags);
+	if (!connectable(h.addr) || h.nonce == 0 || conn_rejects_clash(h.flags) ||
+	    (l.table && !valid_key_table_buckets(h.key_table.buckets)))
 		return false;
 	buf[0] = kConnMagic;
 	buf[1] = kConnVersion;
@@ -398,29 +426,14 @@ inline bool encode_conn_header(uint8_t *buf, const RdmConnHeader &h) noexcept
 	buf[7] = 0;
 	memcpy(buf + 8, h.addr.addr, 16);
 	le::put64(buf + 24, h.nonce);
-	size_t off = kConnHeaderBytes;
-	if (conn_is_reject(h.flags)) {
-		if (h.flags & kConnFlagChallenge) {
-			le::put64(buf + off, h.cookie);
-			memcpy(buf + off + kConnCookieBytes, h.mac.data(), kConnMacBytes);
-		}
-		return true;
-	}
-	if (h.flags & kConnFlagAuth) {
-		if (!(h.flags & kConnFlagAccept)) {
-			le::put64(buf + off, h.cookie);
-			off += kConnCookieBytes;
-		}
-		memcpy(buf + off, h.mac.data(), kConnMacBytes);
-		off += kConnMacBytes;
-	} else if ((h.flags & kConnFlagAsk) && !(h.flags & kConnFlagAccept)) {
-		memcpy(buf + off, h.mac.data(), kConnMacBytes);
-		off += kConnMacBytes;
-	}
-	if (conn_table_inline(h.flags)) {
-		le::put64(buf + off, h.key_table.addr);
-		le::put32(buf + off + 8, h.key_table.rkey);
-		le::put32(buf + off + 12, h.key_table.buckets);
+	if (l.cookie)
+		le::put64(buf + l.cookie, h.cookie);
+	if (l.mac)
+		memcpy(buf + l.mac, h.mac.data(), kConnMacBytes);
+	if (l.table) {
+		le::put64(buf + l.table, h.key_table.addr);
+		le::put32(buf + l.table + 8, h.key_table.rkey);
+		le::put32(buf + l.table + 12, h.key_table.buckets);
 	}
 	return true;
 }
@@ -445,36 +458,19 @@ inline bool decode_conn_header(const uint8_t *buf, size_t len, RdmConnHeader &h)
 	memcpy(a.addr, buf + 8, 16);
 	const uint64_t nonce = le::get64(buf + 24);
 	const uint16_t flags = static_cast<uint16_t>(buf[2] | buf[6] << 8);
-	const uint16_t rejects = flags & (kConnFlagCrossing | kConnFlagBusy | kConnFlagChallenge);
-	if (!connectable(a) || nonce == 0 || (rejects & (rejects - 1)))
+	const ConnLayout l = conn_layout(flags);
+	if (!connectable(a) || nonce == 0 || conn_rejects_clash(flags) || len < l.bytes)
 		return false;
 	h = RdmConnHeader{};
 	h.flags = flags;
 	h.addr = a;
 	h.nonce = nonce;
-	if (len < conn_header_bytes(h))
-		return false;
-	size_t off = kConnHeaderBytes;
-	if (conn_is_reject(flags)) {
-		if (flags & kConnFlagChallenge) {
-			h.cookie = le::get64(buf + off);
-			memcpy(h.mac.data(), buf + off + kConnCookieBytes, kConnMacBytes);
-		}
-		return true;
-	}
-	if (flags & kConnFlagAuth) {
-		if (!(flags & kConnFlagAccept)) {
-			h.cookie = le::get64(buf + off);
-			off += kConnCookieBytes;
-		}
-		memcpy(h.mac.data(), buf + off, kConnMacBytes);
-		off += kConnMacBytes;
-	} else if ((flags & kConnFlagAsk) && !(flags & kConnFlagAccept)) {
-		memcpy(h.mac.data(), buf + off, kConnMacBytes);
-		off += kConnMacBytes;
-	}
-	if (conn_table_inline(flags)) {
-		h.key_table = {le::get64(buf + off), le::get32(buf + off + 8), le::get32(buf + off + 12)};
+	if (l.cookie)
+		h.cookie = le::get64(buf + l.cookie);
+	if (l.mac)
+		memcpy(h.mac.data(), buf + l.mac, kConnMacBytes);
+	if (l.table) {
+		h.key_table = {le::get64(buf + l.table), le::get32(buf + l.table + 8), le::get32(buf + l.table + 12)};
 		if (!valid_key_table_buckets(h.key_table.buckets))
 			return false;
 	}

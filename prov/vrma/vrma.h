@@ -1035,6 +1035,10 @@ extern const fi_ops_mr mr_ops;
 // Whether a domain opened with this info names regions by the application's
 // keys (mr_mode 0 or FI_MR_SCALABLE, for RDM endpoints with RMA).
 bool domain_scalable_keys(const fi_info &info) noexcept;
+// An attribute's auth_key (domain_attr or ep_attr: `key`, `size`) into out:
+// 0 when absent (out unchanged) or taken; -FI_EINVAL with one warning naming
+// `call` when it is NULL with a size, empty, or longer than auth::kKeyMax.
+int take_attr_auth_key(const uint8_t *key, size_t size, auth::Key &out, const char *call) noexcept;
 // Allocates and registers the domain's key table (rdm_params.mr_keys).
 int domain_open_key_table(Domain *dom) noexcept;
 // The region a peer names by key (fi_mr_key: the rkey, the provider key of

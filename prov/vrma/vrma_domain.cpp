@@ -135,11 +135,8 @@ int domain_auth_key(const fi_info &info, auth::Key &out) noexcept
 {
 	const fi_domain_attr *d = info.domain_attr;
 	if (d && (d->auth_key_size || d->auth_key)) {
-		if (!d->auth_key || !out.assign(d->auth_key, d->auth_key_size)) {
-			VRMA_WARN(FI_LOG_DOMAIN, "fi_domain: auth_key must be 1 to %zu bytes (auth_key_size %zu%s)\n",
-				  auth::kKeyMax, d->auth_key_size, d->auth_key ? "" : ", auth_key NULL");
-			return -FI_EINVAL;
-		}
+		if (int rc = take_attr_auth_key(d->auth_key, d->auth_key_size, out, "fi_domain"))
+			return rc;
 	} else {
 		char *env = nullptr;
 		if (fi_param_get_str(&provider, "auth_key", &env) == FI_SUCCESS && env && *env &&
@@ -155,6 +152,18 @@ int domain_auth_key(const fi_info &info, auth::Key &out) noexcept
 }
 
 } // namespace
+
+int take_attr_auth_key(const uint8_t *key, size_t size, auth::Key &out, const char *call) noexcept
+{
+	if (!key && !size)
+		return 0;
+	if (!key || !out.assign(key, size)) {
+		VRMA_WARN(FI_LOG_CORE, "%s: auth_key must be 1 to %zu bytes (auth_key_size %zu%s)\n", call,
+			  auth::kKeyMax, size, key ? "" : ", auth_key NULL");
+		return -FI_EINVAL;
+	}
+	return 0;
+}
 
 int domain_open(fid_fabric *fabric, fi_info *info, fid_domain **domain, void *context) noexcept
 try {

@@ -887,13 +887,9 @@ try {
 	ep->rma_pmem = caps & FI_RMA_PMEM;
 	ep->scalable_keys = dom->scalable_keys;
 	ep->auth_key = dom->auth_key;
-	if (const fi_ep_attr *a = info->ep_attr; a && (a->auth_key_size || a->auth_key)) {
-		if (!a->auth_key || !ep->auth_key.assign(a->auth_key, a->auth_key_size)) {
-			VRMA_WARN(FI_LOG_EP_CTRL, "fi_endpoint: auth_key must be 1 to %zu bytes (auth_key_size %zu%s)\n",
-				  auth::kKeyMax, a->auth_key_size, a->auth_key ? "" : ", auth_key NULL");
-			return -FI_EINVAL;
-		}
-	}
+	if (const fi_ep_attr *a = info->ep_attr)
+		if (int rc = take_attr_auth_key(a->auth_key, a->auth_key_size, ep->auth_key, "fi_endpoint"))
+			return rc;
 	if (!ep->auth_key.empty()) {
 		if (!auth::random_bytes(ep->auth_secret.data(), ep->auth_secret.size())) {
 			VRMA_WARN(FI_LOG_EP_CTRL, "fi_endpoint: no random bytes for the challenge secret: %s\n",
