@@ -504,8 +504,8 @@ inline bool keep_initiated(const RdmAddr &self, uint64_t self_nonce, const RdmAd
 //   1  u8   kRdmVersion
 //   2  u8   flags (kFlag*), only those allowed for the type
 //   3  u8   status: RndvDone's RndvStatus, RmaEvent's RmaKind,
-//           AtomicResponse's AtomicStatus, CommitAnswer's CommitStatus; 0
-//           in every other type
+//           AtomicResponse's AtomicStatus, CommitAnswer's CommitStatus,
+//           KeyAnswer's KeyStatus, Flow's FlowStatus; 0 in every other type
 //   4  u32  msg_id
 //   8  u64  tag: the tagged types' tag; 0 otherwise
 //   16 u64  cq_data: remote CQ data if kFlagCqData; 0 otherwise
@@ -582,6 +582,14 @@ inline bool keep_initiated(const RdmAddr &self, uint64_t self_nonce, const RdmAd
 //    connection is up, by an initiator whose authenticated connect request
 //    had no room for it (kConnFlagAuth with kConnFlagKeyTable); from anyone
 //    else, or twice, it is malformed. msg_id 0, length 0.
+//  - Flow: the receiver's back-pressure on the connection's messages
+//    (src/rx_budget.h). status Pause: the sender's unexpected messages
+//    exceed what the receiver keeps; the sender sends no more Eager* or
+//    Rndv* messages on this connection until Resume (what it had under way
+//    still arrives, within the receiver's grace; more is a protocol error
+//    that drops the connection). status Resume: it may send again. Nothing
+//    else is paused (answers, RMA, atomics). A new connection starts
+//    resumed. msg_id 0, length 0, nothing follows.
 //
 // msg_id: chosen by the message's sender, unique among its messages on that
 // connection still waiting for an answer (a wrapping counter per connection
@@ -608,8 +616,9 @@ enum class MsgType : uint8_t {
 	KeyRequest = 14,
 	KeyAnswer = 15,
 	KeyTable = 16,
+	Flow = 17,
 };
-inline constexpr uint8_t kMsgTypeMax = 16;
+inline constexpr uint8_t kMsgTypeMax = 17;
 
 inline constexpr uint8_t kFlagCqData = 1 << 0;            // cq_data is remote CQ data
 inline constexpr uint8_t kFlagDeliveryComplete = 1 << 1;  // answer with DeliveryAck
@@ -666,6 +675,12 @@ enum class KeyStatus : uint8_t {
 };
 inline constexpr uint8_t kKeyStatusMax = 2;
 
+// A Flow message's status.
+enum class FlowStatus : uint8_t {
+	Pause = 1,
+	Resume = 2,
+};
+
 struct RdmHeader {
 	MsgType type = MsgType::Eager;
 	uint8_t flags = 0;
@@ -718,6 +733,9 @@ inline constexpr bool status_allowed(MsgType t, uint8_t status) noexcept
 		return status <= kCommitStatusMax;
 	case MsgType::KeyAnswer:
 		return status <= kKeyStatusMax;
+	case MsgType::Flow:
+		return status == static_cast<uint8_t>(FlowStatus::Pause) ||
+		       status == static_cast<uint8_t>(FlowStatus::Resume);
 	default:
 		return status == 0;
 	}
@@ -981,6 +999,8 @@ inline bool decode_header(const uint8_t *buf, size_t len, RdmHeader &h) noexcept
 		return h.msg_id != 0 && h.length == 0 && payload == kKeyAnswerBodyBytes;
 	if (h.type == MsgType::KeyTable)
 		return h.msg_id == 0 && h.length == 0 && payload == kConnKeyTableBytes;
+	if (h.type == MsgType::Flow)
+		return h.msg_id == 0 && h.length == 0 && payload == 0;
 	// RndvDone, DeliveryAck: answers, to ids that are never 0.
 	return h.msg_id != 0 && payload == 0 && h.length == 0;
 }
@@ -1218,6 +1238,14 @@ inline void encode_delivery_ack(uint8_t *buf, uint32_t msg_id) noexcept
 	RdmHeader h;
 	h.type = MsgType::DeliveryAck;
 	h.msg_id = msg_id;
+	encode_header(buf, h);
+}
+
+inline void encode_flow(uint8_t *buf, FlowStatus status) noexcept
+{
+	RdmHeader h;
+	h.type = MsgType::Flow;
+	h.status = static_cast<uint8_t>(status);
 	encode_header(buf, h);
 }
 

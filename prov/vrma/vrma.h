@@ -798,6 +798,9 @@ struct Conn {
 	// Touched by the CQ poller only: the last operation an error was
 	// reported for (its other requests' flushes are not reported again).
 	uint64_t failed_op_end = UINT64_MAX;
+	// RDM: why the connection was failed, when its flushed requests should
+	// say so rather than FI_ECANCELED (FI_ETIMEDOUT: the drain watch); 0.
+	int fail_err = 0;
 	// Reclaims finished send requests when the ring is full (slow path):
 	// polls the CQ the send queue completes into.
 	void (*progress)(Conn *) noexcept = nullptr;

@@ -321,7 +321,7 @@ fi_info *build_rdm_cap_info(const Port &p, const PortAddr &a, int inline_size)
 	rx.op_flags = kRdmRxOpFlags;
 	rx.msg_order = order;
 	rx.comp_order = FI_ORDER_NONE;
-	rx.total_buffered_recv = rdm_params.rx_buffers * rdm_params.eager_size;
+	rx.total_buffered_recv = rdm_unexpected_max(); // rx_budget.h
 	rx.size = 65536; // receives wait in memory, not in a device queue
 	rx.iov_limit = kRdmIovLimit;
 	fi_ep_attr &ep = *info->ep_attr;

@@ -42,6 +42,22 @@ void define_int(const char *name, const char *help, int *value)
 
 } // namespace
 
+int64_t rdm_drain_timeout_ms() noexcept
+{
+	size_t v;
+	if (fi_param_get_size_t(&provider, "rdm_drain_timeout", &v) == FI_SUCCESS)
+		return static_cast<int64_t>(std::min<size_t>(v, size_t(1) << 40));
+	return kRdmDrainTimeoutDefaultMs;
+}
+
+size_t rdm_unexpected_max() noexcept
+{
+	size_t v;
+	if (fi_param_get_size_t(&provider, "rdm_unexpected_max", &v) == FI_SUCCESS && v > 0)
+		return v;
+	return kRdmUnexpectedMaxDefault;
+}
+
 fi_provider provider = {
 	.version = kProviderVersion,
 	.fi_version = kApiVersion,
@@ -100,6 +116,10 @@ void params_init() noexcept
 	define_size("rdm_rndv_reads",
 		    "RDM endpoints: rendezvous RDMA READs a connection keeps in flight at most; 0: as many as its queue pair issues at once (max_rd_atomic) (default: 0)",
 		    &rdm_params.rndv_reads);
+	fi_param_define(&provider, "rdm_drain_timeout", FI_PARAM_SIZE_T,
+			"RDM endpoints: milliseconds a connection's sends may make no progress (the peer takes none of them) before it fails with FI_ETIMEDOUT and its operations end with errors; 0: never; read at each fi_endpoint (default: 300000)");
+	fi_param_define(&provider, "rdm_unexpected_max", FI_PARAM_SIZE_T,
+			"RDM endpoints: bytes of unexpected messages (arrived before a matching receive) an endpoint keeps; beyond, their senders are paused (their sends return -FI_EAGAIN) until the queue has drained to half; read at each fi_endpoint (default: 67108864)");
 	{
 		int on = 0;
 		fi_param_define(&provider, "rdm_native_atomics", FI_PARAM_BOOL,

@@ -35,6 +35,7 @@
 #include "fast_mutex.h"
 #include "rdm_wire.h"
 #include "rdm_wc.h"
+#include "rx_budget.h"
 #include "tag_match.h"
 #include "atomic_ops.h"
 
@@ -95,6 +96,18 @@ struct RdmParams {
 	size_t mr_on_demand = size_t(1) << 20; // Domain::on_demand_min (0: off)
 };
 extern RdmParams rdm_params;
+// FI_VRMA_RDM_UNEXPECTED_MAX: bytes of unexpected messages an endpoint keeps
+// before it pauses their senders (src/rx_budget.h); read at each
+// fi_endpoint (and fi_getinfo, for rx_attr->total_buffered_recv), so that
+// one process may open endpoints with different limits. Never 0.
+inline constexpr size_t kRdmUnexpectedMaxDefault = size_t(64) << 20;
+size_t rdm_unexpected_max() noexcept;
+// FI_VRMA_RDM_DRAIN_TIMEOUT: ms a connection's sends may make no progress
+// (the peer takes none of them: it posts no receive buffers, or is gone)
+// before the connection fails with FI_ETIMEDOUT and gives back what they
+// hold; 0: never. Read at each fi_endpoint.
+inline constexpr int64_t kRdmDrainTimeoutDefaultMs = 300000;
+int64_t rdm_drain_timeout_ms() noexcept;
 
 struct RdmPeer;
 
@@ -279,6 +292,9 @@ struct RdmMsg : UnexpectedMsg {
 	// stays for its FI_CLAIM, which ends with this error and sends no
 	// answer: nothing of it acts on a later connection.
 	int stale = 0;
+	// What it is charged in RdmEp::unexp (rdm_unexpected_cost), given back
+	// when it leaves the queue (rdm_unexpected_gone).
+	size_t cost = 0;
 };
 
 // A rendezvous receive in progress: RDMA READs into the receive buffer.
@@ -348,6 +364,21 @@ struct RdmPeer {
 	// once per kProbeInterval (vrma_rdm_conn.cpp).
 	std::chrono::steady_clock::time_point probe_after{};
 	std::unordered_map<uint32_t, RdmAtomicOp *> atomics; // emulated, by msg_id
+	// Back-pressure on messages (rdm_wire.h's Flow, src/rx_budget.h), for
+	// the current connection (rdm_conn_failed resets both): tx_paused, the
+	// peer asked this side to send it no message until it resumes; flow_rx,
+	// this side asked the peer (its unexpected messages fill RdmEp::unexp).
+	bool tx_paused = false;
+	flow::PeerRx flow_rx;
+	// The drain watch (rdm_watch_drain): conn's retired sends when last
+	// seen moving, and since when they have not moved (zero: not stalled).
+	uint64_t watch_tail = 0;
+	std::chrono::steady_clock::time_point stalled_since{};
+	// Answers to it waiting in RdmEp::answer_backlog: while any do, later
+	// ones queue behind them (its order); other peers' go straight out.
+	// Bounded: a peer owed more (kAnswersQueuedMax) sends requests while
+	// it takes nothing, and its connection is dropped.
+	uint32_t answers_queued = 0;
 };
 
 // A provider receive buffer in the SRQ.
@@ -437,6 +468,17 @@ struct RdmEp final : fid_ep {
 	size_t tx_credit = 0;
 
 	TagMatcher<RdmRecv, RdmMsg> matcher;
+	// What the unexpected messages in `matcher` hold, against the limit
+	// (rdm_unexpected_max at fi_endpoint); paused peers have flow_rx.paused.
+	flow::RxBudget unexp;
+	// The budget fell to half with peers paused where their Resume could
+	// not be sent (a connection's end): the next progress sends it.
+	bool resume_due = false;
+	// The drain watch: FI_VRMA_RDM_DRAIN_TIMEOUT (zero: off), the next
+	// time it looks, and progress calls counted between looks.
+	std::chrono::milliseconds drain_timeout{0};
+	std::chrono::steady_clock::time_point watch_next{};
+	uint32_t watch_calls = 0;
 	// Receives done with, kept for the next fi_recv (malloc and free cost
 	// as much as the rest of a posted receive). Its capacity, kRecvPoolMax,
 	// is reserved at open, so putting one back never allocates.
@@ -515,6 +557,9 @@ struct RdmEp final : fid_ep {
 		std::vector<uint8_t> body; // an atomic response's data
 	};
 	std::deque<Answer> answer_backlog;
+	// RdmPeer::answers_queued at most: 4 x the peer queue, as a paused
+	// sender's grace (an honest peer has no more requests under way).
+	size_t answers_queued_max = 0;
 
 	// Scalable keys: buffers for READs of peers' key buckets (kKeyReads of
 	// kBucketBytes, registered at the first lookup), free ones by index.
@@ -546,6 +591,16 @@ void rdm_progress_reap(RdmEp *ep) noexcept;
 void rdm_report_tx(RdmEp *ep, void *context, uint64_t flags, size_t len, bool report, Cntr *cntr,
 		   int err, int prov_errno) noexcept;
 void rdm_report_rx_error(RdmEp *ep, const CqPending &p) noexcept;
+// Back-pressure (vrma_rdm_msg.cpp): a peer's Flow message; the end of a
+// connection's pauses either way (rdm_conn_failed); the Resumes that
+// RdmEp::resume_due holds back (progress, lock held).
+void rdm_handle_flow(RdmPeer *peer, const rdm::RdmHeader &h) noexcept;
+void rdm_flow_reset(RdmPeer *peer) noexcept;
+void rdm_flow_progress(RdmEp *ep) noexcept;
+// Fails every connection whose sends have not moved for the endpoint's
+// drain timeout (vrma_rdm_conn.cpp); looks at most every quarter of it
+// (and every second). Lock held; frees nothing (connections go to dying).
+void rdm_watch_drain(RdmEp *ep) noexcept;
 // An error entry: err with prov_errno, and what the operation got done:
 // `len` bytes placed or sent at `buf`, `olen` cut off (FI_ETRUNC).
 inline CqPending rdm_error_entry(void *context, uint64_t flags, void *buf, size_t len, size_t olen,

@@ -590,10 +590,44 @@ void rdm_conn_failed(RdmPeer *peer, Conn *conn, int err) noexcept
 		peer->keys.clear(); // read again over the next connection
 		peer->key_table_pending = false;
 		peer->auth_challenged = false; // a challenge answers one attempt
+		rdm_flow_reset(peer); // a new connection starts resumed
 		// Answers to what was sent on it will not come.
 		rdm_fail_waiting(peer, err ? err : FI_ECONNRESET);
 		if (was_connecting && err)
 			peer->error = err;
+	}
+}
+
+void rdm_watch_drain(RdmEp *ep) noexcept
+{
+	using clock = std::chrono::steady_clock;
+	const clock::time_point now = clock::now();
+	if (now < ep->watch_next)
+		return;
+	ep->watch_next = now + std::min<clock::duration>(ep->drain_timeout / 4, std::chrono::seconds(1));
+	for (auto &[addr, p] : ep->peers) {
+		RdmPeer *peer = p.get();
+		Conn *c = peer->conn.get();
+		if (!c || c->state.load(std::memory_order_relaxed) != EpState::Connected || !c->tx.outstanding()) {
+			peer->stalled_since = {};
+			continue;
+		}
+		const uint64_t tail = c->tx.tail();
+		if (tail != peer->watch_tail || peer->stalled_since == clock::time_point{}) {
+			peer->watch_tail = tail;
+			peer->stalled_since = now;
+			continue;
+		}
+		if (now - peer->stalled_since < ep->drain_timeout)
+			continue;
+		VRMA_WARN(FI_LOG_EP_DATA,
+			  "RDM: a peer took none of %zu sends for %lld ms (FI_VRMA_RDM_DRAIN_TIMEOUT): failing its connection\n",
+			  c->tx.outstanding(),
+			  static_cast<long long>(
+				  std::chrono::duration_cast<std::chrono::milliseconds>(now - peer->stalled_since).count()));
+		peer->stalled_since = {};
+		c->fail_err = FI_ETIMEDOUT;
+		rdm_conn_failed(peer, c, FI_ETIMEDOUT);
 	}
 }
 

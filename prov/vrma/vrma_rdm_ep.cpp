@@ -61,19 +61,18 @@ void drain_channel(RdmEp *ep)
 		ibv_ack_cq_events(cq, 1);
 }
 
-// Waits on fd (and the stop descriptor) and runs `step` under the lock each
-// time it is readable, until the endpoint closes.
-template <typename Step> void service_loop(RdmEp *ep, int fd, Step step)
+// Runs step (lock held) whenever fd is readable, and every tick_ms without
+// (< 0: only when readable), until the endpoint's stop_fd is.
+template <typename Step> void service_loop(RdmEp *ep, int fd, Step step, int tick_ms = -1)
 {
 	Fd epfd;
 	if (int rc = wait_epoll_create(epfd, {fd, ep->stop_fd.get()})) {
 		VRMA_WARN(FI_LOG_EP_CTRL, "RDM: a service thread cannot wait: %s\n", fi_strerror(-rc));
 		return;
 	}
-	const Deadline forever(-1);
 	for (;;) {
 		int ready[2];
-		const int n = wait_epoll(epfd.get(), forever, ready, 2);
+		const int n = wait_epoll(epfd.get(), Deadline(tick_ms), ready, 2);
 		if (n < 0)
 			return;
 		for (int i = 0; i < n; i++)
@@ -216,6 +215,8 @@ int rdm_ep_close(fid *f) noexcept
 					rdm_put_recv(ep, r);
 				}
 			ep->answer_backlog.clear();
+			for (auto &[addr, peer] : ep->peers)
+				peer->answers_queued = 0;
 		}
 		ep->listen_id.reset();
 		ep->srq.reset();
@@ -522,12 +523,19 @@ try {
 	if (ep->auto_progress) {
 		ibv_req_notify_cq(ep->cq.get(), 0);
 		ep->data_thread = std::thread([ep] {
-			service_loop(ep, ep->channel->fd, [ep] {
-				drain_channel(ep);
-				rdm_progress_locked(ep);
-				ibv_req_notify_cq(ep->cq.get(), 0);
-				rdm_progress_reap(ep);
-			});
+			// Ticks: a stalled peer completes nothing, yet the
+			// drain watch must look.
+			service_loop(
+				ep, ep->channel->fd,
+				[ep] {
+					drain_channel(ep);
+					rdm_progress_locked(ep);
+					ibv_req_notify_cq(ep->cq.get(), 0);
+					rdm_progress_reap(ep);
+					if (ep->drain_timeout.count())
+						rdm_watch_drain(ep);
+				},
+				ep->drain_timeout.count() ? 1000 : -1);
 		});
 	}
 	// Last: once it runs, peers can connect.
@@ -741,6 +749,12 @@ void rdm_progress_locked(RdmEp *ep) noexcept
 	}
 	if (!ep->read_backlog.empty() || !ep->answer_backlog.empty()) [[unlikely]]
 		rdm_retry_backlog(ep);
+	if (ep->resume_due) [[unlikely]]
+		rdm_flow_progress(ep);
+	// The drain watch reads the clock: every 256th progress only (the
+	// data thread also looks on its own ticks).
+	if ((++ep->watch_calls & 255) == 0 && ep->drain_timeout.count()) [[unlikely]]
+		rdm_watch_drain(ep);
 	ep->in_progress = false;
 }
 
@@ -914,6 +928,14 @@ try {
 							     static_cast<size_t>(dom->dev_attr.max_qp_wr - 1)),
 					    dom->dev_attr.max_qp_wr);
 	ep->min_multi_recv = ep->eager_size;
+	// A paused sender's messages already under way: at most its send
+	// queue (in flight when the Pause arrived) and what it posted before
+	// its progress saw the Pause (its queue full forces that), with the
+	// same FI_VRMA_RDM_PEER_TX_SIZE on both sides; twice that again as
+	// margin. One more is a peer that ignores the protocol.
+	ep->unexp.reset(rdm_unexpected_max(), 4 * ep->peer_tx_depth);
+	ep->answers_queued_max = 4 * ep->peer_tx_depth;
+	ep->drain_timeout = std::chrono::milliseconds(rdm_drain_timeout_ms());
 	ep->recv_pool.reserve(RdmEp::kRecvPoolMax);
 	ep->fid.fclass = FI_CLASS_EP;
 	ep->fid.context = context;

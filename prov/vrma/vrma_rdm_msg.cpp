@@ -151,17 +151,23 @@ void send_answer(RdmEp *ep, RdmPeer *peer, const uint8_t *hdr, const uint8_t *bo
 	Conn *conn = peer->conn.get();
 	if (!conn || conn->state.load() != EpState::Connected)
 		return; // the peer's side fails its operation with the connection
-	if (ep->answer_backlog.empty() && post_answer(ep, conn, hdr, body, body_len) == 0)
+	if (!peer->answers_queued && post_answer(ep, conn, hdr, body, body_len) == 0)
 		return;
 	// Progress the post ran may have ended the connection, after its end
 	// cleared the backlog of the peer's answers: this one goes with it
 	// (queued, it would go out over a later connection).
 	if (conn_lost(conn))
 		return;
+	if (peer->answers_queued >= ep->answers_queued_max) [[unlikely]] {
+		rdm_drop_malformed(peer, conn->qp ? conn->qp->qp_num : 0,
+				   "more requests than answers it takes (its answer queue is full)");
+		return;
+	}
 	try {
 		RdmEp::Answer a{peer, {}, std::vector<uint8_t>(body, body + body_len)};
 		memcpy(a.hdr, hdr, kHdr);
 		ep->answer_backlog.push_back(std::move(a));
+		peer->answers_queued++;
 	} catch (...) {
 		VRMA_WARN(FI_LOG_EP_DATA, "RDM: out of memory queuing an answer: the peer's operation will wait for its connection to end\n");
 	}
@@ -622,9 +628,10 @@ ssize_t send_long(RdmEp *ep, const iovec *iov, size_t count, fi_addr_t dest, uin
 	if (int rc = rdm_tx_conn(ep, dest, {context, comp_flags, total, report, ep->cntr_send},
 				 flags & FI_MORE, peer, conn)) [[unlikely]]
 		return rc > 0 ? 0 : rc;
-	if (!ep->answer_backlog.empty() || !ep->read_backlog.empty()) [[unlikely]] {
+	if (!ep->answer_backlog.empty() || !ep->read_backlog.empty() || peer->tx_paused) [[unlikely]] {
+		// Progress may bring the peer's Resume.
 		rdm_progress_locked(ep);
-		if (conn_lost(conn))
+		if (conn_lost(conn) || peer->tx_paused)
 			return -FI_EAGAIN;
 	}
 	if ((flags & FI_FENCE) && rdm_fence_blocked(ep, peer, conn)) [[unlikely]]
@@ -723,7 +730,7 @@ constexpr uint64_t kFastSendFlags = FI_COMPLETION | FI_INJECT | FI_INJECT_COMPLE
 		Conn *conn = peer ? peer->conn.get() : nullptr;
 		if (conn && conn->state.load(std::memory_order_relaxed) == EpState::Connected &&
 		    len + kHdr <= conn->inline_size && ep->tx_wrs < ep->tx_credit &&
-		    ep->answer_backlog.empty() && ep->read_backlog.empty() &&
+		    ep->answer_backlog.empty() && ep->read_backlog.empty() && !peer->tx_paused &&
 		    rdm_more_clear(ep, peer)) [[likely]] {
 			rdm::RdmHeader h = app_header(tagged, tag, data, flags, len);
 			h.type = tagged ? rdm::MsgType::EagerTagged : rdm::MsgType::Eager;
@@ -751,6 +758,112 @@ constexpr uint64_t kFastSendFlags = FI_COMPLETION | FI_INJECT | FI_INJECT_COMPLE
 	return rdm_send(ep, &iov, 1, dest, tag, data, flags, context, tagged, inject_call);
 }
 
+// --- back-pressure (rdm_wire.h's Flow, src/rx_budget.h) --------------------
+
+// What an unexpected message holds: its bookkeeping, and an eager
+// message's copied payload (a rendezvous leaves its data at the sender).
+size_t unexpected_cost(bool rndv, const rdm::RdmHeader &h)
+{
+	return sizeof(RdmMsg) + (rndv ? 0 : static_cast<size_t>(h.length));
+}
+
+void send_flow(RdmEp *ep, RdmPeer *peer, rdm::FlowStatus status)
+{
+	uint8_t a[kHdr];
+	rdm::encode_flow(a, status);
+	send_answer(ep, peer, a);
+}
+
+// Every paused peer may send again. Collected first: sending may run
+// progress, whose connection events may add peers to the map.
+void resume_paused(RdmEp *ep)
+{
+	ep->resume_due = false;
+	std::vector<RdmPeer *> paused;
+	try {
+		paused.reserve(ep->unexp.paused());
+		for (auto &[addr, p] : ep->peers)
+			if (p->flow_rx.paused)
+				paused.push_back(p.get());
+	} catch (...) {
+		ep->resume_due = true; // the next progress tries again
+		return;
+	}
+	for (RdmPeer *p : paused) {
+		ep->unexp.resumed(p->flow_rx);
+		send_flow(ep, p, rdm::FlowStatus::Resume);
+	}
+}
+
+// Unexpected message m left the queue: its charge goes back. At half the
+// limit the paused peers resume: at once when `now` (an application's
+// receive), else at the end of the progress that runs next (a connection's
+// end, where sending is not safe; its flushed requests run progress).
+void unexpected_gone(RdmEp *ep, const RdmMsg *m, bool now)
+{
+	if (ep->unexp.release(m->cost)) [[unlikely]] {
+		ep->resume_due = true;
+		if (now)
+			resume_paused(ep);
+	}
+}
+
+// An unexpected message of `cost` bytes from peer: charged (true), and its
+// connection paused as well once the endpoint holds more than its limit;
+// or refused (false), the peer having sent more than its grace since its
+// Pause: its connection is dropped and what it queued is discarded.
+bool admit_unexpected(RdmEp *ep, RdmPeer *peer, uint32_t qp_num, size_t cost)
+{
+	switch (ep->unexp.admit(peer->flow_rx, cost)) {
+	case flow::Verdict::Keep:
+		return true;
+	case flow::Verdict::KeepAndPause:
+		send_flow(ep, peer, rdm::FlowStatus::Pause);
+		return true;
+	case flow::Verdict::Refuse:
+		break;
+	}
+	rdm_drop_malformed(peer, qp_num, "unexpected messages beyond the grace of a paused connection");
+	// Its sender ignored the back-pressure: nothing it queued is served.
+	// Claimed messages stay for their FI_CLAIM; those that owe an answer
+	// went with the connection (rdm_fail_waiting), or, if the refused one
+	// came over a connection already ended, belong to a live one and stay.
+	for (MatchKind k : {MatchKind::kMsg, MatchKind::kTagged}) {
+		for (RdmMsg *m = ep->matcher.unexpected_front(k); m;) {
+			RdmMsg *next = TagMatcher<RdmRecv, RdmMsg>::next(*m);
+			if (m->peer == peer && !m->claimed && !m->rndv &&
+			    !(m->hdr.flags & rdm::kFlagDeliveryComplete)) {
+				(void)ep->matcher.remove(*m);
+				unexpected_gone(ep, m, false);
+				delete m;
+			}
+			m = next;
+		}
+	}
+	return false;
+}
+
+} // namespace
+
+void rdm_handle_flow(RdmPeer *peer, const rdm::RdmHeader &h) noexcept
+{
+	// Any peer may pause this side's messages to it: it only delays them.
+	peer->tx_paused = h.status == static_cast<uint8_t>(rdm::FlowStatus::Pause);
+}
+
+void rdm_flow_reset(RdmPeer *peer) noexcept
+{
+	peer->tx_paused = false;
+	peer->ep->unexp.resumed(peer->flow_rx);
+}
+
+void rdm_flow_progress(RdmEp *ep) noexcept
+{
+	resume_paused(ep);
+}
+
+namespace {
+
 // --- receives ---------------------------------------------------------------
 
 // An unexpected message meets receive r (r not queued). Frees m; returns
@@ -758,6 +871,7 @@ constexpr uint64_t kFastSendFlags = FI_COMPLETION | FI_INJECT | FI_INJECT_COMPLE
 bool deliver_unexpected(RdmEp *ep, RdmRecv *r, RdmMsg *m)
 {
 	(void)ep->matcher.remove(*m);
+	unexpected_gone(ep, m, true);
 	std::unique_ptr<RdmMsg> owner(m);
 	if (m->stale) [[unlikely]] {
 		return retire_and_report(ep, r, rx_flags(r->kind, m->hdr), [&](uint64_t flags) noexcept {
@@ -774,6 +888,7 @@ bool deliver_unexpected(RdmEp *ep, RdmRecv *r, RdmMsg *m)
 void discard_msg(RdmEp *ep, RdmMsg *m)
 {
 	(void)ep->matcher.remove(*m);
+	unexpected_gone(ep, m, true);
 	uint8_t a[kHdr];
 	if (m->stale) {
 		// Its sender was told the connection failed: no answer.
@@ -961,14 +1076,20 @@ void handle_message(RdmEp *ep, const ibv_wc &wc, const uint8_t *buf)
 			place_eager(ep, r, peer, h, payload, src);
 			return;
 		}
+		const size_t cost = unexpected_cost(false, h);
+		if (!admit_unexpected(ep, peer, wc.qp_num, cost))
+			return;
 		auto *m = new (std::nothrow) RdmMsg;
 		if (m && h.length)
 			m->payload.reset(new (std::nothrow) uint8_t[h.length]);
 		if (!m || (h.length && !m->payload)) {
 			VRMA_WARN(FI_LOG_EP_DATA, "RDM: out of memory for an unexpected message: dropped\n");
 			delete m;
+			if (ep->unexp.release(cost))
+				ep->resume_due = true;
 			return;
 		}
+		m->cost = cost;
 		m->key = key;
 		m->peer = peer;
 		m->kind = kind;
@@ -990,14 +1111,20 @@ void handle_message(RdmEp *ep, const ibv_wc &wc, const uint8_t *buf)
 			start_rndv(ep, r, peer, h, segs, n, src);
 			return;
 		}
+		const size_t cost = unexpected_cost(true, h);
+		if (!admit_unexpected(ep, peer, wc.qp_num, cost))
+			return;
 		auto *m = new (std::nothrow) RdmMsg;
 		if (!m) {
 			VRMA_WARN(FI_LOG_EP_DATA, "RDM: out of memory for an unexpected rendezvous: failing it\n");
+			if (ep->unexp.release(cost))
+				ep->resume_due = true;
 			uint8_t a[kHdr];
 			rdm::encode_rndv_done(a, h.msg_id, rdm::RndvStatus::Failed);
 			send_answer(ep, peer, a);
 			return;
 		}
+		m->cost = cost;
 		m->key = key;
 		m->peer = peer;
 		m->kind = kind;
@@ -1039,6 +1166,9 @@ void handle_message(RdmEp *ep, const ibv_wc &wc, const uint8_t *buf)
 		return;
 	case rdm::MsgType::KeyTable:
 		rdm_handle_key_table(peer, wc.qp_num, buf, wc.byte_len);
+		return;
+	case rdm::MsgType::Flow:
+		rdm_handle_flow(peer, h);
 		return;
 	case rdm::MsgType::CommitAnswer: {
 		RdmTxOp *op = answered_op(peer, wc.qp_num, h);
@@ -1107,6 +1237,7 @@ void rdm_fail_waiting(RdmPeer *peer, int err) noexcept
 					m->stale = err;
 				} else {
 					(void)ep->matcher.remove(*m);
+					unexpected_gone(ep, m, false);
 					delete m;
 				}
 			}
@@ -1115,6 +1246,7 @@ void rdm_fail_waiting(RdmPeer *peer, int err) noexcept
 	}
 	for (auto it = ep->answer_backlog.begin(); it != ep->answer_backlog.end();)
 		it = it->peer == peer ? ep->answer_backlog.erase(it) : it + 1;
+	peer->answers_queued = 0;
 	for (auto it = ep->read_backlog.begin(); it != ep->read_backlog.end();) {
 		if ((*it)->peer != peer) {
 			++it;
@@ -1190,13 +1322,47 @@ void rdm_retry_backlog(RdmEp *ep) noexcept
 		blocked[nblocked++] = c;
 		++it;
 	}
-	while (!ep->answer_backlog.empty()) {
-		RdmEp::Answer &a = ep->answer_backlog.front();
-		Conn *conn = a.peer->conn.get();
-		if (conn && conn->state.load() == EpState::Connected &&
-		    post_answer(ep, conn, a.hdr, a.body.data(), a.body.size()) == -FI_EAGAIN)
-			break;
-		ep->answer_backlog.pop_front();
+	// Answers, in order per peer: a peer whose queue is full keeps its
+	// answers and the others' go on; when the endpoint's own send credit
+	// or buffers are out, all wait. Taken out of the backlog first: a post
+	// that fails a connection erases that peer's answers from it.
+	std::deque<RdmEp::Answer> todo;
+	todo.swap(ep->answer_backlog);
+	const Conn *ans_blocked[kBlockedMax];
+	size_t nans = 0;
+	bool all_wait = false;
+	while (!todo.empty()) {
+		RdmEp::Answer a = std::move(todo.front());
+		todo.pop_front();
+		RdmPeer *peer = a.peer;
+		Conn *conn = peer->conn.get();
+		if (!conn || conn->state.load() != EpState::Connected) {
+			if (peer->answers_queued) // else its end counted it out
+				peer->answers_queued--;
+			continue;
+		}
+		const bool wait = all_wait || std::find(ans_blocked, ans_blocked + nans, conn) != ans_blocked + nans;
+		if (!wait) {
+			const ssize_t rc = post_answer(ep, conn, a.hdr, a.body.data(), a.body.size());
+			if (rc != -FI_EAGAIN) {
+				if (peer->answers_queued)
+					peer->answers_queued--;
+				continue;
+			}
+			if (ep->tx_wrs >= ep->tx_credit || ep->tx_free.empty() || nans == kBlockedMax)
+				all_wait = true;
+			else
+				ans_blocked[nans++] = conn;
+		}
+		if (conn_lost(conn)) // the post ended it: its answers went with it
+			continue;
+		try {
+			ep->answer_backlog.push_back(std::move(a));
+		} catch (...) {
+			VRMA_WARN(FI_LOG_EP_DATA, "RDM: out of memory keeping an answer: the peer's operation will wait for its connection to end\n");
+			if (peer->answers_queued)
+				peer->answers_queued--;
+		}
 	}
 }
 
@@ -1277,11 +1443,14 @@ void rdm_handle_wc(RdmEp *ep, const ibv_wc &wc) noexcept
 		status = IBV_WC_GENERAL_ERR;
 	}
 	const bool ok = status == IBV_WC_SUCCESS;
+	const int err = ok				       ? 0
+			: status == IBV_WC_WR_FLUSH_ERR && c->fail_err ? c->fail_err
+								       : wc_status_to_fi(status);
 	if (!ok) {
 		// A waiting operation whose own request failed ends with that
 		// error, before the connection's end fails the others.
 		if (kind == RdmTx::RndvReq || kind == RdmTx::Awaited)
-			fail_waiting_send(ep, peer, context, wc_status_to_fi(status), status);
+			fail_waiting_send(ep, peer, context, err, status);
 		if (status != IBV_WC_WR_FLUSH_ERR) {
 			if (status == wc.status)
 				VRMA_WARN(FI_LOG_EP_DATA, "RDM: a request to a peer failed: %s\n",
@@ -1289,7 +1458,6 @@ void rdm_handle_wc(RdmEp *ep, const ibv_wc &wc) noexcept
 			rdm_conn_failed(peer, c, FI_EIO);
 		}
 	}
-	const int err = ok ? 0 : wc_status_to_fi(status);
 	switch (kind) {
 	case RdmTx::App:
 		if (!ok) {

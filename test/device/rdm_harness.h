@@ -20,6 +20,7 @@
 
 #include "harness.h"
 
+#include <cstdlib>
 #include <deque>
 #include <functional>
 #include <initializer_list>
@@ -171,6 +172,16 @@ void post(const std::function<ssize_t()> &op, const char *what, RdmNode *only = 
 // FI_VRMA_* variables set now reach the provider it loads; prints why the
 // test is not run otherwise.
 bool in_fresh_process(const char *test);
+// Sets an environment variable for one scope (the provider reads some of
+// its FI_VRMA_* variables at fi_domain or fi_endpoint), and takes it away
+// after: in CK_FORK=no the next test runs in this process.
+struct ScopedEnv {
+	const char *name;
+	ScopedEnv(const char *n, const char *v) : name(n) { setenv(n, v, 1); }
+	~ScopedEnv() { unsetenv(name); }
+	ScopedEnv(const ScopedEnv &) = delete;
+	ScopedEnv &operator=(const ScopedEnv &) = delete;
+};
 // Waits until the counter reaches `value` (progressing every node); asserts
 // it does not go beyond and reports no error.
 void expect_cntr(fid_cntr *c, uint64_t value, const char *what = "");

@@ -12,6 +12,8 @@
 #include <cstdlib>
 #include <random>
 
+#include <unistd.h>
+
 namespace {
 
 using namespace vt;
@@ -332,6 +334,74 @@ START_TEST(hostile_stale_unexpected)
 }
 END_TEST
 
+// The process's resident memory, in bytes.
+size_t resident_bytes()
+{
+	FILE *f = fopen("/proc/self/statm", "r");
+	ck_assert_ptr_nonnull(f);
+	unsigned long pages = 0, rss = 0;
+	const int n = fscanf(f, "%lu %lu", &pages, &rss);
+	fclose(f);
+	ck_assert_int_eq(n, 2);
+	return rss * static_cast<size_t>(sysconf(_SC_PAGESIZE));
+}
+
+// Item 9 (flood): unexpected messages past the victim's limit
+// (FI_VRMA_RDM_UNEXPECTED_MAX, 1 MiB here) get their sender a Pause; one
+// that ignores it is allowed its grace (what an honest sender has under
+// way: 4 x the peer queue of 128 messages) and then dropped, and what it
+// queued is discarded. The victim's memory grows by no more than the limit
+// and the grace (on ab56bc5 it kept all 32 MiB), and the honest peer's
+// traffic is exact before, during and after.
+START_TEST(hostile_unexpected_flood)
+{
+	constexpr size_t kLimit = 1 << 20, kLen = 8192, kCount = 4096; // 32 MiB offered
+	constexpr size_t kGrace = 4 * 128;
+	ScopedEnv limit("FI_VRMA_RDM_UNEXPECTED_MAX", "1048576");
+	Scene s;
+	s.honest_round("before");
+	HostilePeer a(s.victim.name);
+	a.label = "flood";
+	ck_assert(a.connect());
+	auto m = header_only(rdm::MsgType::EagerTagged, 0, 0, rdm::kFlagLastPiece, kLen);
+	m[8] = 0x77; // a tag no receive asks for
+	m.resize(m.size() + kLen, 0xab);
+	const size_t rss0 = resident_bytes();
+	size_t peak = rss0, sent = 0;
+	while (sent < kCount) {
+		if (a.send(m) != IBV_WC_SUCCESS)
+			break;
+		sent++;
+		if (sent % 64 == 0) {
+			peak = std::max(peak, resident_bytes());
+			if (sent == 64 * 4) // honest traffic while the flood is on
+				s.honest_round("during the flood");
+		}
+	}
+	ck_assert_msg(a.wait_dropped(), "the victim kept a connection that ignored its Pause (%zu messages)", sent);
+	peak = std::max(peak, resident_bytes());
+	size_t pauses = 0;
+	std::vector<uint8_t> got;
+	while (a.pending_messages() && a.next_message(got, 0)) {
+		rdm::RdmHeader g;
+		if (rdm::decode_header(got.data(), got.size(), g) && g.type == rdm::MsgType::Flow &&
+		    g.status == static_cast<uint8_t>(rdm::FlowStatus::Pause))
+			pauses++;
+	}
+	ck_assert_msg(pauses == 1, "the victim sent %zu Pauses, expected 1", pauses);
+	// It kept up to the limit, paused, then allowed the grace; the next
+	// one dropped the connection (the ones in flight behind it failed).
+	ck_assert_msg(sent * (kLen + rdm::kRdmHeaderBytes) > kLimit && sent <= kLimit / kLen + kGrace + 16,
+		      "dropped after %zu messages", sent);
+	const size_t grew = peak - rss0;
+	ck_assert_msg(grew < kLimit + kGrace * (kLen + 1024) + 4 * (1 << 20),
+		      "the victim's memory grew by %zu bytes under the flood", grew);
+	// What the flooder queued is gone; the honest peer is served.
+	s.expect_nothing_delivered("a flooder's queued messages");
+	s.honest_round("after the flood");
+}
+END_TEST
+
 // Item 6 (rights): a device atomic reads as well as writes (it returns the
 // old value), so native atomics get no access to a region registered with
 // FI_REMOTE_WRITE alone: a fetch-add of 0 there fails, reading nothing.
@@ -586,7 +656,7 @@ Suite *hostile_suite()
 	rdm_add_tcase(s, "hostile_messages", 120,
 		      {hostile_atomic_count_overflow, hostile_write_imm_replay, hostile_answer_kind,
 		       hostile_stale_unexpected, hostile_native_rights, hostile_native_agreement,
-		       hostile_commit_without_pmem});
+		       hostile_commit_without_pmem, hostile_unexpected_flood});
 	rdm_add_tcase(s, "hostile_fuzz", 600, {hostile_fuzz});
 	return s;
 }

@@ -1519,6 +1519,192 @@ START_TEST(rdm_tagged_cancel)
 }
 END_TEST
 
+// Back-pressure: with FI_VRMA_RDM_UNEXPECTED_MAX at 256 KiB, 4 KiB messages
+// nobody receives pause their sender once the receiver holds more than the
+// limit (its sends return -FI_EAGAIN, for good while nothing is received);
+// nothing is dropped and no connection fails. Once receives are posted the
+// queue drains, the sender resumes, and every message arrives exactly once,
+// in order, with its bytes, and every send completes.
+START_TEST(rdm_unexpected_backpressure)
+{
+	constexpr size_t kLimit = 256 * KiB, kLen = 4 * KiB, kMax = 1024;
+	ScopedEnv limit("FI_VRMA_RDM_UNEXPECTED_MAX", "262144");
+	RdmEnv env;
+	RdmNode r(env), s(env);
+	connect_all({&r, &s});
+	std::vector<std::vector<uint8_t>> out(kMax), in(kMax);
+	std::vector<fi_context> sctx(kMax), rctx(kMax);
+	for (size_t i = 0; i < kMax; i++) {
+		out[i] = pattern(kLen, static_cast<uint32_t>(3000 + i));
+		in[i].assign(kLen, 0);
+	}
+	auto send = [&](size_t i) {
+		return fi_tsend(s.ep, out[i].data(), kLen, nullptr, s.addr_of(r), 0x500 + i, &sctx[i]);
+	};
+	// No receive posted: send until the sender has been refused for 2 s
+	// with every node progressing (it is paused, not slow: a send that met
+	// a full receive queue waits for its RNR retry, 655 ms on rxe).
+	using clock = std::chrono::steady_clock;
+	size_t sent = 0;
+	auto last = clock::now();
+	while (sent < kMax) {
+		const ssize_t rc = send(sent);
+		if (rc == 0) {
+			sent++;
+			last = clock::now();
+			continue;
+		}
+		ck_assert_msg(rc == -FI_EAGAIN, "fi_tsend #%zu: %zd (%s)", sent, rc, fi_strerror(int(-rc)));
+		progress_all();
+		if (clock::now() - last > std::chrono::milliseconds(2000))
+			break;
+	}
+	fprintf(stderr, "rdm_unexpected_backpressure: %zu messages of %zu bytes before the sender stopped\n", sent, kLen);
+	// Paused past the limit and within the grace (4 x the peer queue of
+	// 128); without back-pressure all 1024 (4 MiB) would be kept.
+	ck_assert_msg(sent < kMax, "the sender was never paused: %zu messages of %zu bytes kept", sent, kLen);
+	ck_assert_msg(sent * kLen > kLimit, "paused after %zu messages, below the limit of %zu bytes", sent, kLimit);
+	ck_assert_msg(sent <= kLimit / kLen + 4 * 128, "paused only after %zu messages", sent);
+	ck_assert_uint_eq(env.info->rx_attr->total_buffered_recv, kLimit);
+	for (const Completion &c : s.backlog)
+		ck_assert_msg(c.ok, "the paused sender got %s", c.describe().c_str());
+	for (const Completion &c : r.backlog)
+		ck_assert_msg(false, "the receiver got %s before it posted a receive", c.describe().c_str());
+	// Receives for all: the first `sent` take the queued messages, the
+	// sender resumes, the rest go straight to their receives.
+	for (size_t i = 0; i < kMax; i++)
+		post([&] { return fi_trecv(r.ep, in[i].data(), kLen, nullptr, r.addr_of(s), 0x500 + i, 0, &rctx[i]); },
+		     "fi_trecv");
+	for (size_t i = sent; i < kMax; i++)
+		post([&] { return send(i); }, "fi_tsend after the receives");
+	Tracker ts, tr;
+	ts.expect(sctx.data(), kMax, kSendTag, "sends");
+	tr.expect(rctx.data(), kMax, kRecvTag, "receives");
+	Deadline d(kTimeoutMs);
+	while (!ts.done() || !tr.done()) {
+		ck_assert_msg(!d.expired(), "%zu sends and %zu receives of %zu completed", ts.count(), tr.count(), kMax);
+		progress_all();
+		ts.take(s);
+		tr.take(r);
+	}
+	for (size_t i = 0; i < kMax; i++) {
+		const Completion &c = tr.get(&rctx[i]);
+		ck_assert_msg(c.e.len == kLen && c.e.tag == 0x500 + i && c.src == r.addr_of(s),
+			      "receive %zu: len %zu tag %#" PRIx64, i, c.e.len, c.e.tag);
+		expect_pattern(in[i].data(), kLen, static_cast<uint32_t>(3000 + i), "a paused sender's message");
+	}
+	expect_none(r);
+	expect_none(s);
+}
+END_TEST
+
+// The drain watch: a receiver that never progresses takes its 256 receive
+// buffers' worth of messages, and then none (RNR). With
+// FI_VRMA_RDM_DRAIN_TIMEOUT at 2 s the sender, progressing alone, fails that
+// connection after 2 s without movement: each send ends exactly once, a
+// prefix with success and the rest with FI_ETIMEDOUT. The receiver then
+// delivers, in order, each once and exact, every message its sender was told
+// arrived, and perhaps some of those that failed: RC acknowledges what the
+// receiver took, and an acknowledgement still owed when the queue pair is
+// flushed (rxe acknowledged only half of the 256 messages it took before
+// the RNR NAK) leaves that send's outcome unknown, reported as failed.
+START_TEST(rdm_drain_timeout)
+{
+	constexpr size_t kLen = 64, kMax = 600;
+	ScopedEnv timeout("FI_VRMA_RDM_DRAIN_TIMEOUT", "2000");
+	RdmEnv env;
+	RdmNode r(env), s(env);
+	connect_all({&r, &s});
+	std::vector<std::vector<uint8_t>> out(kMax);
+	std::vector<fi_context> sctx(kMax);
+	for (size_t i = 0; i < kMax; i++)
+		out[i] = pattern(kLen, static_cast<uint32_t>(4000 + i));
+	using clock = std::chrono::steady_clock;
+	std::map<const void *, Completion> done;
+	clock::time_point last_ok = clock::now(), first_err{};
+	auto take = [&] {
+		s.poll();
+		while (!s.backlog.empty()) {
+			Completion c = s.backlog.front();
+			s.backlog.pop_front();
+			ck_assert_msg(done.emplace(c.context(), c).second, "a send completed twice: %s", c.describe().c_str());
+			if (c.ok)
+				last_ok = clock::now();
+			else if (first_err == clock::time_point{})
+				first_err = clock::now();
+		}
+	};
+	size_t posted = 0;
+	Deadline d(30000);
+	while (first_err == clock::time_point{}) {
+		ck_assert_msg(!d.expired(), "no send failed in 30 s (%zu posted, %zu completed)", posted, done.size());
+		if (posted < kMax) {
+			const ssize_t rc = fi_tsend(s.ep, out[posted].data(), kLen, nullptr, s.addr_of(r), posted,
+						    &sctx[posted]);
+			if (rc == 0) {
+				posted++;
+				continue;
+			}
+			ck_assert_msg(rc == -FI_EAGAIN, "fi_tsend #%zu: %zd", posted, rc);
+		}
+		take();
+	}
+	const double waited = std::chrono::duration<double>(first_err - last_ok).count();
+	// Every posted send ends: wait for the rest of the flush.
+	while (done.size() < posted) {
+		ck_assert_msg(!d.expired(), "%zu of %zu sends completed", done.size(), posted);
+		take();
+	}
+	std::set<uint64_t> delivered_ok;
+	size_t failed = 0;
+	for (size_t i = 0; i < posted; i++) {
+		auto it = done.find(&sctx[i]);
+		ck_assert_msg(it != done.end(), "send %zu never completed", i);
+		if (it->second.ok) {
+			ck_assert_msg(!failed, "send %zu succeeded after an earlier one failed", i);
+			delivered_ok.insert(i);
+		} else {
+			ck_assert_msg(it->second.err.err == FI_ETIMEDOUT, "send %zu: %s", i, it->second.describe().c_str());
+			failed++;
+		}
+	}
+	ck_assert_msg(posted > 256 && failed > 0, "%zu posted, %zu failed: the receiver never ran out", posted, failed);
+	ck_assert_msg(waited > 1.5 && waited < 8.0, "the connection failed %.2f s after the last send completed", waited);
+	// The receiver, progressing again: messages 0, 1, 2, ... in order,
+	// each with its bytes, at least all that succeeded and none that was
+	// not sent.
+	std::vector<uint8_t> in(kLen);
+	size_t got = 0;
+	for (;;) {
+		fi_context rctx{};
+		post([&] { return fi_trecv(r.ep, in.data(), kLen, nullptr, FI_ADDR_UNSPEC, 0, ~0ull, &rctx); },
+		     "fi_trecv");
+		if (got >= delivered_ok.size()) { // beyond what succeeded: maybe nothing more
+			settle(500);
+			if (r.backlog.empty()) {
+				ck_assert_int_eq(fi_cancel(&r.ep->fid, &rctx), 0);
+				expect_err(r, &rctx, FI_ECANCELED, "the last receive");
+				break;
+			}
+		}
+		Completion c = expect_ok(r, &rctx, kRecvTag, "a message taken before the timeout");
+		ck_assert_msg(c.e.tag == got && got < posted, "delivered tag %" PRIu64 ", expected %zu (%zu posted)", c.e.tag,
+			      got, posted);
+		expect_pattern(in.data(), kLen, static_cast<uint32_t>(4000 + c.e.tag), "a drained message");
+		got++;
+	}
+	fprintf(stderr, "rdm_drain_timeout: %zu sends succeeded, %zu failed, %zu delivered; failed %.2f s after the last success\n",
+		delivered_ok.size(), failed, got, waited);
+	// And the pair talks again (a new connection).
+	fi_context sc{}, rc{};
+	post([&] { return fi_trecv(r.ep, in.data(), kLen, nullptr, r.addr_of(s), 77, 0, &rc); }, "fi_trecv");
+	post([&] { return fi_tsend(s.ep, out[0].data(), kLen, nullptr, s.addr_of(r), 77, &sc); }, "fi_tsend again");
+	expect_ok(s, &sc, kSendTag, "a send after the timeout");
+	expect_ok(r, &rc, kRecvTag, "its receive");
+	expect_pattern(in.data(), kLen, 4000, "after the timeout");
+}
+END_TEST
+
 // 1 MiB by rendezvous, arriving before its receive.
 START_TEST(rdm_tagged_large_unexpected)
 {
@@ -2724,7 +2910,8 @@ Suite *rdm_suite()
 	add("rdm_tagged", 180,
 	    {rdm_tagged_match_ignore, rdm_tagged_directed_recv, rdm_tagged_any_source, rdm_tagged_unexpected,
 	     rdm_tagged_inject_data, rdm_tagged_peek_claim_discard, rdm_tagged_cancel, rdm_tagged_large_unexpected,
-	     rdm_tagged_order_small_large, rdm_rndv_read_credits});
+	     rdm_tagged_order_small_large, rdm_rndv_read_credits, rdm_unexpected_backpressure,
+	     rdm_drain_timeout});
 	add("rdm_multi_recv", 60, {rdm_multi_recv_buffer, rdm_multi_recv_rndv_release});
 	add("rdm_conn", 120,
 	    {rdm_conn_crossing_interleaved, rdm_conn_crossing_threads, rdm_conn_unknown_sender, rdm_conn_peer_closed,

@@ -1069,7 +1069,7 @@ START_TEST(undefined_types_refused)
 		buf[0] = t;
 		ck_assert_msg(!decodes(buf, sizeof buf), "type %u", t);
 	}
-	ck_assert_uint_eq(kMsgTypeMax, 16);
+	ck_assert_uint_eq(kMsgTypeMax, 17);
 }
 END_TEST
 
@@ -1100,6 +1100,35 @@ START_TEST(key_table_message)
 	ck_assert(!decode_key_table(bad, sizeof bad, t));
 	encode_key_table(bad, {1, 2, 0});
 	ck_assert(!decode_key_table(bad, sizeof bad, t));
+}
+END_TEST
+
+// Flow: a bare header with status Pause or Resume; any other status, an id,
+// a length or a body is refused.
+START_TEST(flow_message)
+{
+	for (FlowStatus st : {FlowStatus::Pause, FlowStatus::Resume}) {
+		uint8_t buf[kRdmHeaderBytes + 1] = {};
+		encode_flow(buf, st);
+		RdmHeader h;
+		ck_assert(decode_header(buf, kRdmHeaderBytes, h));
+		ck_assert(h.type == MsgType::Flow);
+		ck_assert_uint_eq(h.status, uint8_t(st));
+		ck_assert(!decode_header(buf, kRdmHeaderBytes + 1, h)); // a body
+		uint8_t bad[kRdmHeaderBytes];
+		for (int k = 0; k < 5; k++) {
+			memcpy(bad, buf, sizeof bad);
+			switch (k) {
+			case 0: bad[3] = 0; break;            // no status
+			case 1: bad[3] = 3; break;            // unknown status
+			case 2: bad[4] = 1; break;            // an id
+			case 3: bad[24] = 1; break;           // a length
+			case 4: bad[2] = kFlagCqData; break;  // a flag
+			}
+			ck_assert_msg(!decode_header(bad, sizeof bad, h), "mutation %d of status %u", k,
+				      unsigned(st));
+		}
+	}
 }
 END_TEST
 
@@ -1671,6 +1700,7 @@ Suite *rdm_wire_suite()
 	tcase_add_test(tc, conn_header_key_table);
 	tcase_add_test(tc, conn_header_auth_layouts);
 	tcase_add_test(tc, key_table_message);
+	tcase_add_test(tc, flow_message);
 	tcase_add_test(tc, crossing_connections_keep_exactly_one);
 	tcase_add_test(tc, header_round_trip);
 	tcase_add_test(tc, malformed_headers_refused);

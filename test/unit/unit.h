@@ -25,3 +25,4 @@ Suite *atomic_ops_suite();
 Suite *intrusive_fifo_suite();
 Suite *wait_gate_suite();
 Suite *conn_auth_suite();
+Suite *rx_budget_suite();
