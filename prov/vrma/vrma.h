@@ -1220,6 +1220,14 @@ inline void count_completion(Cntr *cntr, bool success) noexcept
 // (vrma_mr.cpp): each region's bound counter counts it once; keys of
 // regions closed meanwhile are skipped.
 void count_region_events(Domain *dom, bool write, const uint64_t *keys, size_t n) noexcept;
+// Whether a peer's RMA event can stand for an operation it made: every key
+// names a region registered here and open for the access (FI_REMOTE_WRITE
+// or FI_REMOTE_READ), and `length` bytes fit them (at most kMaxRmaIov
+// times each: an operation's segments may name a region more than once);
+// no key, no bytes. Anything else a peer holding those keys could not have
+// done.
+bool rma_event_plausible(Domain *dom, bool write, const uint64_t *keys, size_t n,
+			 uint64_t length) noexcept;
 // The same for regions the caller resolved (mr_lock held).
 void count_region_event(Mr *mr, bool write) noexcept;
 // The counter polls (and waits on) the CQs that carry its completions.

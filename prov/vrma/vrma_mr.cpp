@@ -541,6 +541,25 @@ void count_region_events(Domain *dom, bool write, const uint64_t *keys, size_t n
 	}
 }
 
+bool rma_event_plausible(Domain *dom, bool write, const uint64_t *keys, size_t n,
+			 uint64_t length) noexcept
+{
+	if (!n)
+		return length == 0;
+	const uint64_t need = write ? FI_REMOTE_WRITE : FI_REMOTE_READ;
+	uint64_t room = 0; // n <= 16 regions of < 2^48 bytes: no overflow
+	std::lock_guard<std::mutex> guard(dom->mr_lock);
+	for (size_t i = 0; i < n; i++) {
+		if (keys[i] > UINT32_MAX)
+			return false;
+		auto it = dom->mrs_by_key.find(static_cast<uint32_t>(keys[i]));
+		if (it == dom->mrs_by_key.end() || !(it->second->access & need))
+			return false;
+		room += it->second->len;
+	}
+	return length <= room * kMaxRmaIov;
+}
+
 const fi_ops_mr mr_ops = {
 	.size = sizeof(fi_ops_mr),
 	.reg = mr_reg,

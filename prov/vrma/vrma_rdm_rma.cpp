@@ -464,9 +464,16 @@ void rdm_handle_rma_event(RdmEp *ep, RdmPeer *peer, uint32_t qp_num, const uint8
 		rdm_drop_malformed(peer, qp_num, "a malformed RMA event");
 		return;
 	}
+	// Its CQ entry and counts stand for memory the peer touched: only
+	// regions it could have touched so, and no more bytes than they hold.
+	const bool write = rdm::rma_kind_writes(h.status);
+	if (!rma_event_plausible(ep->domain, write, keys, n, h.length)) [[unlikely]] {
+		rdm_drop_malformed(peer, qp_num, "an RMA event naming regions not open to it, or more bytes than they hold");
+		return;
+	}
 	rdm_report_rma_event(ep, peer,
 			     (rdm::rma_kind_atomic(h.status) ? FI_ATOMIC : FI_RMA) |
-				     (rdm::rma_kind_writes(h.status) ? FI_REMOTE_WRITE : FI_REMOTE_READ),
+				     (write ? FI_REMOTE_WRITE : FI_REMOTE_READ),
 			     h, keys, n);
 }
 

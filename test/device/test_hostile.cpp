@@ -402,6 +402,73 @@ START_TEST(hostile_unexpected_flood)
 }
 END_TEST
 
+// Item 9 (RMA events): an RmaEvent's remote CQ data becomes a CQ entry
+// whose length the application may trust, and its keys count on regions'
+// counters. An event is taken only when every key names a region open for
+// the access it claims and its length fits them; anything else is no
+// operation a peer could have made, and drops its connection with no
+// entry. (On ab56bc5 each of these put an entry of any length in the
+// victim's CQ.)
+START_TEST(hostile_rma_events)
+{
+	Scene s;
+	Region ro(s.env, kRegion, FI_REMOTE_READ, 0, kGuard);
+	auto event = [](rdm::RmaKind kind, uint64_t length, std::initializer_list<uint64_t> keys) {
+		auto m = header_only(rdm::MsgType::RmaEvent, 0, static_cast<uint8_t>(kind), rdm::kFlagCqData, length);
+		m.resize(m.size() + rdm::kRmaEventBodyHeadBytes + 8 * keys.size(), 0);
+		m[rdm::kRdmHeaderBytes] = static_cast<uint8_t>(keys.size());
+		size_t i = 0;
+		for (uint64_t k : keys)
+			rdm::le::put64(m.data() + rdm::kRdmHeaderBytes + rdm::kRmaEventBodyHeadBytes + 8 * i++, k);
+		return m;
+	};
+	struct Case {
+		const char *what;
+		std::vector<uint8_t> m;
+		bool taken;
+	};
+	const Case cases[] = {
+		{"a write event on the region, its whole length", event(rdm::RmaKind::Write, kRegion, {s.region.key()}), true},
+		{"a read event on the read-only region", event(rdm::RmaKind::Read, 64, {ro.key()}), true},
+		{"a write event on a key nobody registered", event(rdm::RmaKind::Write, 8, {0x7eadbeefull}), false},
+		{"a write event on the read-only region", event(rdm::RmaKind::Write, 8, {ro.key()}), false},
+		{"an atomic write event on the read-only region", event(rdm::RmaKind::AtomicWrite, 8, {ro.key()}), false},
+		{"a write event of 2^40 bytes", event(rdm::RmaKind::Write, 1ull << 40, {s.region.key()}), false},
+		{"a write event of more than 16 times the region",
+		 event(rdm::RmaKind::Write, kRegion * 16 + 1, {s.region.key()}), false},
+		{"an event of 8 bytes naming no region", event(rdm::RmaKind::Write, 8, {}), false},
+		{"a key beyond 32 bits", event(rdm::RmaKind::Read, 8, {s.region.key() | (1ull << 32)}), false},
+	};
+	s.honest_round("before");
+	for (const Case &c : cases) {
+		HostilePeer a(s.victim.name);
+		a.label = c.what;
+		ck_assert(a.connect());
+		ck_assert_int_eq(a.send(c.m), IBV_WC_SUCCESS);
+		if (c.taken) {
+			settle(100);
+			ck_assert_msg(!a.dropped(), "%s: the victim dropped the connection", c.what);
+			const Completion *e = nullptr;
+			for (const Completion &x : s.victim.backlog)
+				if (x.ok && !x.e.op_context && (x.e.flags & FI_REMOTE_CQ_DATA))
+					e = &x;
+			ck_assert_msg(e, "%s: no remote CQ data entry", c.what);
+			uint64_t len = 0;
+			rdm::RdmHeader h;
+			ck_assert(rdm::decode_header(c.m.data(), c.m.size(), h));
+			len = h.length;
+			ck_assert_msg(e->e.len == len, "%s: entry of %zu bytes", c.what, e->e.len);
+			ck_assert_uint_eq(s.drop_remote_events(), 1);
+		} else {
+			ck_assert_msg(a.wait_dropped(), "%s: the victim kept the connection", c.what);
+			ck_assert_msg(s.drop_remote_events() == 0, "%s: the victim reported it", c.what);
+		}
+		s.honest_round(c.what);
+	}
+	ro.expect_canaries("the read-only region");
+}
+END_TEST
+
 // Item 6 (rights): a device atomic reads as well as writes (it returns the
 // old value), so native atomics get no access to a region registered with
 // FI_REMOTE_WRITE alone: a fetch-add of 0 there fails, reading nothing.
@@ -656,7 +723,7 @@ Suite *hostile_suite()
 	rdm_add_tcase(s, "hostile_messages", 120,
 		      {hostile_atomic_count_overflow, hostile_write_imm_replay, hostile_answer_kind,
 		       hostile_stale_unexpected, hostile_native_rights, hostile_native_agreement,
-		       hostile_commit_without_pmem, hostile_unexpected_flood});
+		       hostile_commit_without_pmem, hostile_unexpected_flood, hostile_rma_events});
 	rdm_add_tcase(s, "hostile_fuzz", 600, {hostile_fuzz});
 	return s;
 }
