@@ -1220,6 +1220,11 @@ inline void count_completion(Cntr *cntr, bool success) noexcept
 // (vrma_mr.cpp): each region's bound counter counts it once; keys of
 // regions closed meanwhile are skipped.
 void count_region_events(Domain *dom, bool write, const uint64_t *keys, size_t n) noexcept;
+// The same for regions the caller resolved (mr_lock held).
+void count_region_event(Mr *mr, bool write) noexcept;
+// The region registered with the device under a peer's key (a device
+// rkey: 32 bits), or nullptr (mr_lock held).
+Mr *mr_by_device_key(Domain *dom, uint64_t key) noexcept;
 // Whether a peer's RMA event can stand for an operation it made: every key
 // names a region registered here and open for the access (FI_REMOTE_WRITE
 // or FI_REMOTE_READ), and `length` bytes fit them (at most kMaxRmaIov
@@ -1228,8 +1233,6 @@ void count_region_events(Domain *dom, bool write, const uint64_t *keys, size_t n
 // done.
 bool rma_event_plausible(Domain *dom, bool write, const uint64_t *keys, size_t n,
 			 uint64_t length) noexcept;
-// The same for regions the caller resolved (mr_lock held).
-void count_region_event(Mr *mr, bool write) noexcept;
 // The counter polls (and waits on) the CQs that carry its completions.
 int cntr_attach_cq(Cntr *cntr, Cq *cq) noexcept;
 void cntr_detach_cq(Cntr *cntr, Cq *cq) noexcept;

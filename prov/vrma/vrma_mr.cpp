@@ -442,12 +442,9 @@ bool domain_resolve_key(Domain *dom, uint64_t key, keys::KeyEntry &out, Mr **mr_
 			return false;
 		mr = it->second;
 	} else {
-		if (key > UINT32_MAX)
+		mr = mr_by_device_key(dom, key);
+		if (!mr)
 			return false;
-		auto it = dom->mrs_by_key.find(static_cast<uint32_t>(key));
-		if (it == dom->mrs_by_key.end())
-			return false;
-		mr = it->second;
 	}
 	out = table_entry(mr);
 	out.key = key;
@@ -531,14 +528,17 @@ void count_region_event(Mr *mr, bool write) noexcept
 void count_region_events(Domain *dom, bool write, const uint64_t *keys, size_t n) noexcept
 {
 	std::lock_guard<std::mutex> guard(dom->mr_lock);
-	for (size_t i = 0; i < n; i++) {
-		if (keys[i] > UINT32_MAX)
-			continue; // no region has it
-		auto it = dom->mrs_by_key.find(static_cast<uint32_t>(keys[i]));
-		if (it == dom->mrs_by_key.end())
-			continue;
-		count_region_event(it->second, write);
-	}
+	for (size_t i = 0; i < n; i++)
+		if (Mr *mr = mr_by_device_key(dom, keys[i]))
+			count_region_event(mr, write);
+}
+
+Mr *mr_by_device_key(Domain *dom, uint64_t key) noexcept
+{
+	if (key > UINT32_MAX)
+		return nullptr; // no region has it
+	auto it = dom->mrs_by_key.find(static_cast<uint32_t>(key));
+	return it == dom->mrs_by_key.end() ? nullptr : it->second;
 }
 
 bool rma_event_plausible(Domain *dom, bool write, const uint64_t *keys, size_t n,
@@ -550,12 +550,10 @@ bool rma_event_plausible(Domain *dom, bool write, const uint64_t *keys, size_t n
 	uint64_t room = 0; // n <= 16 regions of < 2^48 bytes: no overflow
 	std::lock_guard<std::mutex> guard(dom->mr_lock);
 	for (size_t i = 0; i < n; i++) {
-		if (keys[i] > UINT32_MAX)
+		const Mr *mr = mr_by_device_key(dom, keys[i]);
+		if (!mr || !(mr->access & need))
 			return false;
-		auto it = dom->mrs_by_key.find(static_cast<uint32_t>(keys[i]));
-		if (it == dom->mrs_by_key.end() || !(it->second->access & need))
-			return false;
-		room += it->second->len;
+		room += mr->len;
 	}
 	return length <= room * kMaxRmaIov;
 }

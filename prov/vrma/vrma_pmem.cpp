@@ -123,13 +123,10 @@ wire::CommitStatus commit_persist_range(Domain *dom, uint64_t key, uint64_t addr
 					uint64_t len) noexcept
 {
 	// The region stays registered while it is flushed.
-	if (key > UINT32_MAX) // device keys are 32 bits
-		return wire::CommitStatus::BadRange;
 	std::lock_guard<std::mutex> guard(dom->mr_lock);
-	auto it = dom->mrs_by_key.find(static_cast<uint32_t>(key));
-	if (it == dom->mrs_by_key.end())
+	Mr *mr = mr_by_device_key(dom, key);
+	if (!mr)
 		return wire::CommitStatus::BadRange;
-	Mr *mr = it->second;
 	const uintptr_t base = reinterpret_cast<uintptr_t>(mr->mr->addr);
 	if (!(mr->access & FI_REMOTE_WRITE) || addr_ < base || len > mr->mr->length ||
 	    addr_ - base > mr->mr->length - len)

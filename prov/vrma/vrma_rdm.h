@@ -292,8 +292,9 @@ struct RdmMsg : UnexpectedMsg {
 	// stays for its FI_CLAIM, which ends with this error and sends no
 	// answer: nothing of it acts on a later connection.
 	int stale = 0;
-	// What it is charged in RdmEp::unexp (rdm_unexpected_cost), given back
-	// when it leaves the queue (rdm_unexpected_gone).
+	// What it is charged in RdmEp::unexp (unexpected_cost in
+	// vrma_rdm_msg.cpp), given back when it leaves the queue
+	// (unexpected_gone).
 	size_t cost = 0;
 };
 
@@ -376,8 +377,8 @@ struct RdmPeer {
 	std::chrono::steady_clock::time_point stalled_since{};
 	// Answers to it waiting in RdmEp::answer_backlog: while any do, later
 	// ones queue behind them (its order); other peers' go straight out.
-	// Bounded: a peer owed more (kAnswersQueuedMax) sends requests while
-	// it takes nothing, and its connection is dropped.
+	// Bounded: a peer owed more (RdmEp::peer_allowance) sends requests
+	// while it takes nothing, and its connection is dropped.
 	uint32_t answers_queued = 0;
 };
 
@@ -471,6 +472,11 @@ struct RdmEp final : fid_ep {
 	// What the unexpected messages in `matcher` hold, against the limit
 	// (rdm_unexpected_max at fi_endpoint); paused peers have flow_rx.paused.
 	flow::RxBudget unexp;
+	// What an honest peer can have under way that this side must take
+	// before the peer reacts: 4 x the peer queue (rdm_enable). Both a
+	// paused connection's grace (unexp) and the answers a peer may be owed
+	// (RdmPeer::answers_queued); beyond, the peer ignores the protocol.
+	size_t peer_allowance = 0;
 	// The budget fell to half with peers paused where their Resume could
 	// not be sent (a connection's end): the next progress sends it.
 	bool resume_due = false;
@@ -557,9 +563,6 @@ struct RdmEp final : fid_ep {
 		std::vector<uint8_t> body; // an atomic response's data
 	};
 	std::deque<Answer> answer_backlog;
-	// RdmPeer::answers_queued at most: 4 x the peer queue, as a paused
-	// sender's grace (an honest peer has no more requests under way).
-	size_t answers_queued_max = 0;
 
 	// Scalable keys: buffers for READs of peers' key buckets (kKeyReads of
 	// kBucketBytes, registered at the first lookup), free ones by index.

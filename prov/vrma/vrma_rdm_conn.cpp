@@ -591,6 +591,7 @@ void rdm_conn_failed(RdmPeer *peer, Conn *conn, int err) noexcept
 		peer->key_table_pending = false;
 		peer->auth_challenged = false; // a challenge answers one attempt
 		rdm_flow_reset(peer); // a new connection starts resumed
+		peer->stalled_since = {}; // and the drain watch starts over on it
 		// Answers to what was sent on it will not come.
 		rdm_fail_waiting(peer, err ? err : FI_ECONNRESET);
 		if (was_connecting && err)

@@ -928,13 +928,13 @@ try {
 							     static_cast<size_t>(dom->dev_attr.max_qp_wr - 1)),
 					    dom->dev_attr.max_qp_wr);
 	ep->min_multi_recv = ep->eager_size;
-	// A paused sender's messages already under way: at most its send
-	// queue (in flight when the Pause arrived) and what it posted before
-	// its progress saw the Pause (its queue full forces that), with the
-	// same FI_VRMA_RDM_PEER_TX_SIZE on both sides; twice that again as
-	// margin. One more is a peer that ignores the protocol.
-	ep->unexp.reset(rdm_unexpected_max(), 4 * ep->peer_tx_depth);
-	ep->answers_queued_max = 4 * ep->peer_tx_depth;
+	// A peer's messages (or requests) already under way: at most its send
+	// queue (in flight when the Pause arrived, or unanswered) and what it
+	// posted before its progress saw the Pause (its queue full forces
+	// that), with the same FI_VRMA_RDM_PEER_TX_SIZE on both sides; twice
+	// that again as margin. One more is a peer that ignores the protocol.
+	ep->peer_allowance = 4 * ep->peer_tx_depth;
+	ep->unexp.reset(rdm_unexpected_max(), ep->peer_allowance);
 	ep->drain_timeout = std::chrono::milliseconds(rdm_drain_timeout_ms());
 	ep->recv_pool.reserve(RdmEp::kRecvPoolMax);
 	ep->fid.fclass = FI_CLASS_EP;

@@ -158,7 +158,7 @@ void send_answer(RdmEp *ep, RdmPeer *peer, const uint8_t *hdr, const uint8_t *bo
 	// (queued, it would go out over a later connection).
 	if (conn_lost(conn))
 		return;
-	if (peer->answers_queued >= ep->answers_queued_max) [[unlikely]] {
+	if (peer->answers_queued >= ep->peer_allowance) [[unlikely]] {
 		rdm_drop_malformed(peer, conn->qp ? conn->qp->qp_num : 0,
 				   "more requests than answers it takes (its answer queue is full)");
 		return;
@@ -774,9 +774,11 @@ void send_flow(RdmEp *ep, RdmPeer *peer, rdm::FlowStatus status)
 	send_answer(ep, peer, a);
 }
 
+} // namespace
+
 // Every paused peer may send again. Collected first: sending may run
 // progress, whose connection events may add peers to the map.
-void resume_paused(RdmEp *ep)
+void rdm_flow_progress(RdmEp *ep) noexcept
 {
 	ep->resume_due = false;
 	std::vector<RdmPeer *> paused;
@@ -795,16 +797,19 @@ void resume_paused(RdmEp *ep)
 	}
 }
 
-// Unexpected message m left the queue: its charge goes back. At half the
-// limit the paused peers resume: at once when `now` (an application's
-// receive), else at the end of the progress that runs next (a connection's
-// end, where sending is not safe; its flushed requests run progress).
-void unexpected_gone(RdmEp *ep, const RdmMsg *m, bool now)
+namespace {
+
+// An unexpected message's charge (`cost`) goes back: it left the queue, or
+// was never kept. At half the limit the paused peers resume: at once when
+// `now` (an application's receive), else at the end of the progress that
+// runs next (a connection's end, where sending is not safe; its flushed
+// requests run progress).
+void unexpected_gone(RdmEp *ep, size_t cost, bool now)
 {
-	if (ep->unexp.release(m->cost)) [[unlikely]] {
+	if (ep->unexp.release(cost)) [[unlikely]] {
 		ep->resume_due = true;
 		if (now)
-			resume_paused(ep);
+			rdm_flow_progress(ep);
 	}
 }
 
@@ -834,7 +839,7 @@ bool admit_unexpected(RdmEp *ep, RdmPeer *peer, uint32_t qp_num, size_t cost)
 			if (m->peer == peer && !m->claimed && !m->rndv &&
 			    !(m->hdr.flags & rdm::kFlagDeliveryComplete)) {
 				(void)ep->matcher.remove(*m);
-				unexpected_gone(ep, m, false);
+				unexpected_gone(ep, m->cost, false);
 				delete m;
 			}
 			m = next;
@@ -857,11 +862,6 @@ void rdm_flow_reset(RdmPeer *peer) noexcept
 	peer->ep->unexp.resumed(peer->flow_rx);
 }
 
-void rdm_flow_progress(RdmEp *ep) noexcept
-{
-	resume_paused(ep);
-}
-
 namespace {
 
 // --- receives ---------------------------------------------------------------
@@ -871,7 +871,7 @@ namespace {
 bool deliver_unexpected(RdmEp *ep, RdmRecv *r, RdmMsg *m)
 {
 	(void)ep->matcher.remove(*m);
-	unexpected_gone(ep, m, true);
+	unexpected_gone(ep, m->cost, true);
 	std::unique_ptr<RdmMsg> owner(m);
 	if (m->stale) [[unlikely]] {
 		return retire_and_report(ep, r, rx_flags(r->kind, m->hdr), [&](uint64_t flags) noexcept {
@@ -888,7 +888,7 @@ bool deliver_unexpected(RdmEp *ep, RdmRecv *r, RdmMsg *m)
 void discard_msg(RdmEp *ep, RdmMsg *m)
 {
 	(void)ep->matcher.remove(*m);
-	unexpected_gone(ep, m, true);
+	unexpected_gone(ep, m->cost, true);
 	uint8_t a[kHdr];
 	if (m->stale) {
 		// Its sender was told the connection failed: no answer.
@@ -1085,8 +1085,7 @@ void handle_message(RdmEp *ep, const ibv_wc &wc, const uint8_t *buf)
 		if (!m || (h.length && !m->payload)) {
 			VRMA_WARN(FI_LOG_EP_DATA, "RDM: out of memory for an unexpected message: dropped\n");
 			delete m;
-			if (ep->unexp.release(cost))
-				ep->resume_due = true;
+			unexpected_gone(ep, cost, false);
 			return;
 		}
 		m->cost = cost;
@@ -1117,8 +1116,7 @@ void handle_message(RdmEp *ep, const ibv_wc &wc, const uint8_t *buf)
 		auto *m = new (std::nothrow) RdmMsg;
 		if (!m) {
 			VRMA_WARN(FI_LOG_EP_DATA, "RDM: out of memory for an unexpected rendezvous: failing it\n");
-			if (ep->unexp.release(cost))
-				ep->resume_due = true;
+			unexpected_gone(ep, cost, false);
 			uint8_t a[kHdr];
 			rdm::encode_rndv_done(a, h.msg_id, rdm::RndvStatus::Failed);
 			send_answer(ep, peer, a);
@@ -1237,7 +1235,7 @@ void rdm_fail_waiting(RdmPeer *peer, int err) noexcept
 					m->stale = err;
 				} else {
 					(void)ep->matcher.remove(*m);
-					unexpected_gone(ep, m, false);
+					unexpected_gone(ep, m->cost, false);
 					delete m;
 				}
 			}
@@ -1328,6 +1326,12 @@ void rdm_retry_backlog(RdmEp *ep) noexcept
 	// that fails a connection erases that peer's answers from it.
 	std::deque<RdmEp::Answer> todo;
 	todo.swap(ep->answer_backlog);
+	// An answer leaves the backlog (a connection's end counted them all out
+	// already: rdm_fail_waiting).
+	auto gone = [](RdmPeer *p) noexcept {
+		if (p->answers_queued)
+			p->answers_queued--;
+	};
 	const Conn *ans_blocked[kBlockedMax];
 	size_t nans = 0;
 	bool all_wait = false;
@@ -1337,16 +1341,14 @@ void rdm_retry_backlog(RdmEp *ep) noexcept
 		RdmPeer *peer = a.peer;
 		Conn *conn = peer->conn.get();
 		if (!conn || conn->state.load() != EpState::Connected) {
-			if (peer->answers_queued) // else its end counted it out
-				peer->answers_queued--;
+			gone(peer);
 			continue;
 		}
 		const bool wait = all_wait || std::find(ans_blocked, ans_blocked + nans, conn) != ans_blocked + nans;
 		if (!wait) {
 			const ssize_t rc = post_answer(ep, conn, a.hdr, a.body.data(), a.body.size());
 			if (rc != -FI_EAGAIN) {
-				if (peer->answers_queued)
-					peer->answers_queued--;
+				gone(peer);
 				continue;
 			}
 			if (ep->tx_wrs >= ep->tx_credit || ep->tx_free.empty() || nans == kBlockedMax)
@@ -1360,8 +1362,7 @@ void rdm_retry_backlog(RdmEp *ep) noexcept
 			ep->answer_backlog.push_back(std::move(a));
 		} catch (...) {
 			VRMA_WARN(FI_LOG_EP_DATA, "RDM: out of memory keeping an answer: the peer's operation will wait for its connection to end\n");
-			if (peer->answers_queued)
-				peer->answers_queued--;
+			gone(peer);
 		}
 	}
 }
