@@ -319,11 +319,15 @@ constexpr uint64_t kFastRmaFlags = FI_COMPLETION | FI_INJECT | FI_INJECT_COMPLET
 				rkey = e->rkey;
 		}
 		const bool copied = !is_read && len <= (conn ? conn->inline_size : 0);
-		if (conn && conn->state.load(std::memory_order_relaxed) == EpState::Connected &&
-		    (copied || (!inject && rdm_desc_usable(static_cast<const MrDesc *>(desc), is_read, buf, len))) &&
-		    len <= conn->max_wr_bytes &&
-		    !peer_has(*conn, wire::kCmFlagRmaEvents) && !conn->peer_flags_pending && ep->tx_wrs < ep->tx_credit &&
-		    ep->answer_backlog.empty() && ep->read_backlog.empty() && rdm_more_clear(ep, peer)) [[likely]] {
+		// One expectation for the whole test (see send_fast).
+		if (__builtin_expect(
+			    conn && conn->state.load(std::memory_order_relaxed) == EpState::Connected &&
+				    (copied || (!inject && rdm_desc_usable(static_cast<const MrDesc *>(desc), is_read,
+									   buf, len))) &&
+				    len <= conn->max_wr_bytes && !peer_has(*conn, wire::kCmFlagRmaEvents) &&
+				    !conn->peer_flags_pending && ep->tx_wrs < ep->tx_credit &&
+				    ep->answer_backlog.empty() && ep->read_backlog.empty() && rdm_more_clear(ep, peer),
+			    1)) {
 			ibv_sge sge;
 			ibv_send_wr wr;
 			fill_one_wr(wr, sge, opcode, opcode, buf, len, copied ? nullptr : desc, copied,
