@@ -20,6 +20,13 @@
 //    is resumed (the caller sends Flow Resume): hysteresis, so that a queue
 //    hovering at the limit does not pause and resume per message.
 //
+//  - Another resource the peers fill that this budget does not count (the
+//    application's CQ, which remote CQ data fills without the application's
+//    receives) may be over its bound: each entry a connection adds then
+//    counts against its grace as an unexpected message past the limit does
+//    (the first pauses it, one past the grace is Refuse), and nobody is
+//    resumed until that resource has drained (unhold).
+//
 // Memory is then bounded by limit + (paused connections x grace x largest
 // message): the limit for honest peers that pause when asked, plus the
 // window each connection's sender had in flight. The number of connections
@@ -53,6 +60,7 @@ public:
 		grace_ = grace;
 		used_ = 0;
 		paused_ = 0;
+		held_ = false;
 	}
 
 	// An unexpected message of `cost` bytes from connection p.
@@ -79,6 +87,31 @@ public:
 	[[nodiscard]] bool release(size_t cost) noexcept
 	{
 		used_ = cost <= used_ ? used_ - cost : 0;
+		return paused_ && !held_ && used_ <= limit_ / 2;
+	}
+
+	// Connection p added an entry to the other resource, which is over its
+	// bound: nothing is charged here.
+	[[nodiscard]] Verdict admit_held(PeerRx &p) noexcept
+	{
+		held_ = true;
+		if (p.paused) {
+			if (p.since_pause >= grace_)
+				return Verdict::Refuse;
+			p.since_pause++;
+			return Verdict::Keep;
+		}
+		p.paused = true;
+		p.since_pause = 0;
+		paused_++;
+		return Verdict::KeepAndPause;
+	}
+
+	// The other resource drained (to half its bound). True when the paused
+	// connections are to be resumed now.
+	[[nodiscard]] bool unhold() noexcept
+	{
+		held_ = false;
 		return paused_ && used_ <= limit_ / 2;
 	}
 
@@ -95,11 +128,13 @@ public:
 	size_t limit() const noexcept { return limit_; }
 	size_t grace() const noexcept { return grace_; }
 	size_t paused() const noexcept { return paused_; }
+	bool held() const noexcept { return held_; }
 
 private:
 	size_t limit_ = 0, grace_ = 0;
 	size_t used_ = 0;
 	size_t paused_ = 0;
+	bool held_ = false;
 };
 
 } // namespace vrma::flow

@@ -783,6 +783,9 @@ struct Conn {
 	// answer the peer waits for must not queue behind them).
 	uint32_t reads_out = 0;
 	uint32_t read_credits = 1;
+	// RDM: the endpoint's send buffers this connection's requests hold
+	// (RdmEp::tx_free; its share: RdmEp::tx_share).
+	uint32_t bufs_held = 0;
 
 	std::mutex tx_lock;
 	// The application serializes this connection's transmit calls (domain

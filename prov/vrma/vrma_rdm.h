@@ -36,6 +36,7 @@
 #include "rdm_wire.h"
 #include "rdm_wc.h"
 #include "rx_budget.h"
+#include "tx_share.h"
 #include "tag_match.h"
 #include "atomic_ops.h"
 
@@ -246,7 +247,7 @@ struct RdmAtomicOp {
 	fi_ioc result[kRdmIovLimit]; // Fetch, Compare: where the old values go
 	size_t nresult = 0;
 	size_t result_bytes = 0;
-	int buf = -1;
+	int buf = -1; // native: the send buffer its old values land in
 	// Emulated: its request went out. Until then it is its caller's
 	// (post_emulated), as an RdmTxOp before RdmTxOp::posted: the
 	// connection's sweep (rdm_fail_atomics) only takes it out of
@@ -459,10 +460,13 @@ struct RdmEp final : fid_ep {
 	uint32_t srq_batch[kSrqBatchMax];
 	size_t srq_batch_n = 0;
 	size_t srq_batch_max = 1;
-	// Eager send buffers (free list of indexes).
+	// Eager send buffers (free list of indexes), and how many one
+	// connection may hold (tx_share.h: a peer that takes nothing holds its
+	// share until the drain timeout, not the pool).
 	std::unique_ptr<uint8_t[]> tx_bufs;
 	MrPtr tx_mr;
 	std::vector<uint32_t> tx_free;
+	flow::TxShare tx_share;
 	// Send requests outstanding on every queue pair together: with the SRQ
 	// they must fit the internal CQ (a flush reports every one).
 	size_t tx_wrs = 0;
@@ -596,10 +600,13 @@ void rdm_report_tx(RdmEp *ep, void *context, uint64_t flags, size_t len, bool re
 void rdm_report_rx_error(RdmEp *ep, const CqPending &p) noexcept;
 // Back-pressure (vrma_rdm_msg.cpp): a peer's Flow message; the end of a
 // connection's pauses either way (rdm_conn_failed); the Resumes that
-// RdmEp::resume_due holds back (progress, lock held).
+// RdmEp::resume_due or a full CQ (RxBudget::held) holds back (progress,
+// lock held); remote CQ data from peer while the receive CQ holds more
+// than its size (pause, or drop past the grace).
 void rdm_handle_flow(RdmPeer *peer, const rdm::RdmHeader &h) noexcept;
 void rdm_flow_reset(RdmPeer *peer) noexcept;
 void rdm_flow_progress(RdmEp *ep) noexcept;
+void rdm_flow_cq_over(RdmPeer *peer, uint32_t qp_num) noexcept;
 // Fails every connection whose sends have not moved for the endpoint's
 // drain timeout (vrma_rdm_conn.cpp); looks at most every quarter of it
 // (and every second). Lock held; frees nothing (connections go to dying).
@@ -636,6 +643,17 @@ inline bool rdm_tx_room(RdmEp *ep, size_t n) noexcept
 		return true;
 	rdm_progress_locked(ep);
 	return ep->tx_wrs + n <= ep->tx_credit;
+}
+
+// A transmit that adds to what the peer's flow control counts (a message,
+// remote CQ data) waits while the peer has paused this side: true when it
+// still has, or the connection ended, after progress.
+inline bool rdm_tx_paused(RdmEp *ep, RdmPeer *peer, const Conn *conn) noexcept
+{
+	if (!peer->tx_paused) [[likely]]
+		return false;
+	rdm_progress_locked(ep);
+	return peer->tx_paused || conn_lost(conn);
 }
 
 // vrma_rdm_conn.cpp: peers and connections (lock held).
@@ -787,9 +805,10 @@ void rdm_handle_rma_event(RdmEp *ep, RdmPeer *peer, uint32_t qp_num, const uint8
 // its RmaEvent, CommitRequest or AtomicRequest: its remote CQ data (h's
 // kFlagCqData, an entry with `flags` | FI_REMOTE_CQ_DATA and h's length)
 // and the FI_RMA_EVENT counts of the endpoint and of the regions `keys`
-// (device keys, each once).
-void rdm_report_rma_event(RdmEp *ep, RdmPeer *peer, uint64_t flags, const rdm::RdmHeader &h,
-			  const uint64_t *keys, size_t n) noexcept;
+// (device keys, each once). It may drop the connection (qp_num's): a
+// paused peer adding remote CQ data beyond its grace.
+void rdm_report_rma_event(RdmEp *ep, RdmPeer *peer, uint32_t qp_num, uint64_t flags,
+			  const rdm::RdmHeader &h, const uint64_t *keys, size_t n) noexcept;
 // An RmaOp request completed: the operation's entry at its last request
 // (or its first error), then the op is freed.
 void rdm_rma_op_done(RdmEp *ep, Conn *c, const RdmRmaDone &d) noexcept;
@@ -921,8 +940,11 @@ ssize_t rdm_post_send_copy(RdmEp *ep, Conn *conn, const uint8_t *src, size_t len
 void rdm_send_answer(RdmEp *ep, RdmPeer *peer, const uint8_t *hdr, const uint8_t *body,
 		     size_t body_len) noexcept;
 uint32_t rdm_next_msg_id(RdmPeer *peer) noexcept;
-// A registered send buffer (-1: none free after progress), and its memory.
-int rdm_take_tx_buf(RdmEp *ep) noexcept;
+// A registered send buffer for a request on conn (-1: conn holds its
+// share, RdmEp::tx_share, or none is free, after progress); giving it
+// back; its memory.
+int rdm_take_tx_buf(RdmEp *ep, Conn *conn) noexcept;
+void rdm_give_tx_buf(RdmEp *ep, Conn *conn, uint32_t idx) noexcept;
 uint8_t *rdm_tx_buf(RdmEp *ep, uint32_t idx) noexcept;
 // A receive from the endpoint's pool (or the heap), default-initialised;
 // nullptr when out of memory. rdm_put_recv takes it back (lock held for

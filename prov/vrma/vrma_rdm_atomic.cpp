@@ -137,8 +137,6 @@ void scatter(const fi_ioc *ioc, size_t n, size_t size, const uint8_t *src, size_
 void finish(RdmEp *ep, RdmAtomicOp *op, int err, int prov_errno)
 {
 	rdm_report_tx(ep, op->context, op->comp_flags, 0, op->report, op->cntr, err, prov_errno);
-	if (op->buf >= 0)
-		ep->tx_free.push_back(static_cast<uint32_t>(op->buf));
 	delete op;
 }
 
@@ -181,7 +179,7 @@ ssize_t post_native(RdmEp *ep, RdmPeer *peer, Conn *conn, const AtomicCall &c,
 	const bool event = cq_data || peer_has(*conn, wire::kCmFlagRmaEvents);
 	if (!rdm_tx_room(ep, total + event))
 		return -FI_EAGAIN;
-	const int idx = rdm_take_tx_buf(ep);
+	const int idx = rdm_take_tx_buf(ep, conn);
 	if (idx < 0)
 		return -FI_EAGAIN;
 	op->buf = idx;
@@ -236,7 +234,7 @@ ssize_t post_native(RdmEp *ep, RdmPeer *peer, Conn *conn, const AtomicCall &c,
 		n++;
 	}
 	if (ssize_t rc = rdm_post_op_chain(ep, conn, wrs, n, top)) {
-		ep->tx_free.push_back(static_cast<uint32_t>(idx));
+		rdm_give_tx_buf(ep, conn, static_cast<uint32_t>(idx));
 		op->buf = -1;
 		return rc;
 	}
@@ -371,6 +369,8 @@ ssize_t atomic_long(RdmEp *ep, const AtomicCall &c) noexcept
 	if (conn->peer_flags_pending) [[unlikely]]
 		return -FI_EAGAIN;
 	if ((c.flags & FI_FENCE) && rdm_fence_blocked(ep, peer, conn)) [[unlikely]]
+		return -FI_EAGAIN;
+	if ((c.flags & FI_REMOTE_CQ_DATA) && rdm_tx_paused(ep, peer, conn)) [[unlikely]]
 		return -FI_EAGAIN;
 	auto op = std::unique_ptr<RdmAtomicOp>(new (std::nothrow) RdmAtomicOp);
 	if (!op)
@@ -608,8 +608,8 @@ void serve_request(RdmEp *ep, RdmPeer *peer, uint32_t qp_num, const uint8_t *buf
 		// The regions were counted above.
 		rdm::RdmHeader ev = h;
 		ev.length = r.data_bytes;
-		rdm_report_rma_event(ep, peer, FI_ATOMIC | (writes ? FI_REMOTE_WRITE : FI_REMOTE_READ), ev,
-				     nullptr, 0);
+		rdm_report_rma_event(ep, peer, qp_num, FI_ATOMIC | (writes ? FI_REMOTE_WRITE : FI_REMOTE_READ),
+				     ev, nullptr, 0);
 	}
 	const bool ok = status == rdm::AtomicStatus::Ok;
 	rdm::encode_atomic_response(answer, h.msg_id, status, nullptr, ok ? result_bytes : 0);
@@ -689,13 +689,12 @@ void rdm_atomic_native_done(RdmEp *ep, Conn *c, const RdmRmaDone &d) noexcept
 	if (!rdm_op_ends(c, d))
 		return;
 	auto *op = static_cast<RdmAtomicOp *>(d.context);
-	if (!d.ok) {
-		finish(ep, op, d.err, d.prov_errno);
-		return;
-	}
-	scatter(op->result, op->nresult, 8, rdm_tx_buf(ep, static_cast<uint32_t>(op->buf)),
-		op->result_bytes);
-	finish(ep, op, 0, 0);
+	const auto buf = static_cast<uint32_t>(op->buf);
+	if (d.ok)
+		scatter(op->result, op->nresult, 8, rdm_tx_buf(ep, buf), op->result_bytes);
+	rdm_give_tx_buf(ep, c, buf);
+	op->buf = -1;
+	finish(ep, op, d.ok ? 0 : d.err, d.ok ? 0 : d.prov_errno);
 }
 
 void rdm_fail_atomics(RdmPeer *peer, int err) noexcept

@@ -466,6 +466,7 @@ try {
 			  (ep->rx_count + tx_count) * ep->buf_stride, strerror(err));
 		return err == ENOMEM || err == EPERM ? -FI_ENOMEM : errno_to_fi(err);
 	}
+	ep->tx_share.reset(tx_count, kSignalPeriod);
 	ep->tx_free.reserve(tx_count);
 	for (size_t i = tx_count; i-- > 0;)
 		ep->tx_free.push_back(static_cast<uint32_t>(i));
@@ -749,7 +750,7 @@ void rdm_progress_locked(RdmEp *ep) noexcept
 	}
 	if (!ep->read_backlog.empty() || !ep->answer_backlog.empty()) [[unlikely]]
 		rdm_retry_backlog(ep);
-	if (ep->resume_due) [[unlikely]]
+	if (ep->resume_due || ep->unexp.held()) [[unlikely]]
 		rdm_flow_progress(ep);
 	// The drain watch reads the clock: every 256th progress only (the
 	// data thread also looks on its own ticks).

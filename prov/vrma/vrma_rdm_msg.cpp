@@ -45,17 +45,25 @@ uint32_t next_msg_id(RdmPeer *peer)
 
 uint8_t *tx_buf(RdmEp *ep, uint32_t idx) { return ep->tx_bufs.get() + size_t(idx) * ep->buf_stride; }
 
-// A registered send buffer, or -1 when all are in use (after progress).
-int take_tx_buf(RdmEp *ep)
+// A registered send buffer for a request on conn, or -1 when conn holds
+// its share or none is free (after progress).
+int take_tx_buf(RdmEp *ep, Conn *conn)
 {
-	if (ep->tx_free.empty()) {
+	if (!ep->tx_share.allows(conn->bufs_held, ep->tx_free.size())) {
 		rdm_progress_locked(ep);
-		if (ep->tx_free.empty())
+		if (!ep->tx_share.allows(conn->bufs_held, ep->tx_free.size()))
 			return -1;
 	}
 	const uint32_t idx = ep->tx_free.back();
 	ep->tx_free.pop_back();
+	conn->bufs_held++;
 	return static_cast<int>(idx);
+}
+
+void give_tx_buf(RdmEp *ep, Conn *conn, uint32_t idx)
+{
+	ep->tx_free.push_back(idx);
+	conn->bufs_held--;
 }
 
 
@@ -113,7 +121,7 @@ ssize_t post_copy(RdmEp *ep, Conn *conn, const uint8_t *src, size_t len, const i
 		rc = post_send_one(conn, wr, context, comp_flags, op_len, report, cntr, more,
 				   rdm_aux(kind, 0));
 	} else {
-		const int idx = take_tx_buf(ep);
+		const int idx = take_tx_buf(ep, conn);
 		if (idx < 0)
 			return -FI_EAGAIN;
 		uint8_t *b = tx_buf(ep, static_cast<uint32_t>(idx));
@@ -129,7 +137,7 @@ ssize_t post_copy(RdmEp *ep, Conn *conn, const uint8_t *src, size_t len, const i
 		rc = post_send_one(conn, wr, context, comp_flags, op_len, report, cntr, more,
 				   rdm_aux(kind, static_cast<uint32_t>(idx) + 1));
 		if (rc)
-			ep->tx_free.push_back(static_cast<uint32_t>(idx));
+			give_tx_buf(ep, conn, static_cast<uint32_t>(idx));
 	}
 	if (!rc)
 		ep->tx_wrs++; // its slot's retirement takes it back
@@ -473,7 +481,9 @@ RdmAwaited::~RdmAwaited()
 		op_->peer->waiting.erase(op_->msg_id);
 }
 
-int rdm_take_tx_buf(RdmEp *ep) noexcept { return take_tx_buf(ep); }
+int rdm_take_tx_buf(RdmEp *ep, Conn *conn) noexcept { return take_tx_buf(ep, conn); }
+
+void rdm_give_tx_buf(RdmEp *ep, Conn *conn, uint32_t idx) noexcept { give_tx_buf(ep, conn, idx); }
 
 uint8_t *rdm_tx_buf(RdmEp *ep, uint32_t idx) noexcept { return tx_buf(ep, idx); }
 
@@ -784,6 +794,17 @@ void send_flow(RdmEp *ep, RdmPeer *peer, rdm::FlowStatus status)
 // progress, whose connection events may add peers to the map.
 void rdm_flow_progress(RdmEp *ep) noexcept
 {
+	if (ep->unexp.held()) {
+		// The receive CQ that remote CQ data filled: resumed once its
+		// reader has taken it down to half its size.
+		const Cq *cq = ep->rx_cq;
+		if (cq && cq->queued.load(std::memory_order_relaxed) > cq->limit / 2)
+			return;
+		if (!ep->unexp.unhold()) {
+			ep->resume_due = false; // the budget's own release resumes
+			return;
+		}
+	}
 	ep->resume_due = false;
 	std::vector<RdmPeer *> paused;
 	try {
@@ -853,6 +874,21 @@ bool admit_unexpected(RdmEp *ep, RdmPeer *peer, uint32_t qp_num, size_t cost)
 }
 
 } // namespace
+
+void rdm_flow_cq_over(RdmPeer *peer, uint32_t qp_num) noexcept
+{
+	RdmEp *ep = peer->ep;
+	switch (ep->unexp.admit_held(peer->flow_rx)) {
+	case flow::Verdict::Keep:
+		return;
+	case flow::Verdict::KeepAndPause:
+		send_flow(ep, peer, rdm::FlowStatus::Pause);
+		return;
+	case flow::Verdict::Refuse:
+		break;
+	}
+	rdm_drop_malformed(peer, qp_num, "remote CQ data beyond the grace of a paused connection (the CQ is full)");
+}
 
 void rdm_handle_flow(RdmPeer *peer, const rdm::RdmHeader &h) noexcept
 {
@@ -1355,7 +1391,8 @@ void rdm_retry_backlog(RdmEp *ep) noexcept
 				gone(peer);
 				continue;
 			}
-			if (ep->tx_wrs >= ep->tx_credit || ep->tx_free.empty() || nans == kBlockedMax)
+			if (ep->tx_wrs >= ep->tx_credit || !ep->tx_share.allows(0, ep->tx_free.size()) ||
+			    nans == kBlockedMax)
 				all_wait = true;
 			else
 				ans_blocked[nans++] = conn;
@@ -1432,7 +1469,7 @@ void rdm_handle_wc(RdmEp *ep, const ibv_wc &wc) noexcept
 	const RdmTx kind = rdm_aux_kind(s->aux);
 	c->tx.retire_through(seq, [ep, c](TxSlot &t, uint64_t) {
 		if (const uint32_t b = rdm_aux_buf(t.aux))
-			ep->tx_free.push_back(b - 1);
+			give_tx_buf(ep, c, b - 1);
 		else if (rdm_aux_kind(t.aux) == RdmTx::RndvRead)
 			c->reads_out--;
 		ep->tx_wrs--;

@@ -143,6 +143,8 @@ ssize_t rma_long(RdmEp *ep, ibv_wr_opcode opcode, const iovec *iov, void *const 
 	}
 	if ((flags & FI_FENCE) && rdm_fence_blocked(ep, peer, conn)) [[unlikely]]
 		return -FI_EAGAIN;
+	if (!is_read && (flags & FI_REMOTE_CQ_DATA) && rdm_tx_paused(ep, peer, conn)) [[unlikely]]
+		return -FI_EAGAIN;
 	fi_rma_iov translated[kMaxRmaIov];
 	bool translate = ep->scalable_keys;
 	for (size_t r = 0; r < rma_count && !translate; r++)
@@ -440,22 +442,24 @@ void rdm_rma_op_done(RdmEp *ep, Conn *c, const RdmRmaDone &d) noexcept
 	delete op;
 }
 
-void rdm_report_rma_event(RdmEp *ep, RdmPeer *peer, uint64_t flags, const rdm::RdmHeader &h,
-			  const uint64_t *keys, size_t n) noexcept
+void rdm_report_rma_event(RdmEp *ep, RdmPeer *peer, uint32_t qp_num, uint64_t flags,
+			  const rdm::RdmHeader &h, const uint64_t *keys, size_t n) noexcept
 {
-	if (h.flags & rdm::kFlagCqData) {
-		// Remote CQ data: an entry of its own, whatever the receive side's
-		// selective completion says (it answers no receive).
-		if (ep->rx_cq)
-			cq_complete(ep->rx_cq,
-				    {nullptr, flags | FI_REMOTE_CQ_DATA, h.length, nullptr, h.cq_data, 0},
-				    rdm_peer_fi_addr(peer));
+	if (ep->rma_events) {
+		const bool write = flags & FI_REMOTE_WRITE;
+		count_completion(write ? ep->cntr_remote_write : ep->cntr_remote_read, true);
+		count_region_events(ep->domain, write, keys, n);
 	}
-	if (!ep->rma_events)
+	if (!(h.flags & rdm::kFlagCqData) || !ep->rx_cq)
 		return;
-	const bool write = flags & FI_REMOTE_WRITE;
-	count_completion(write ? ep->cntr_remote_write : ep->cntr_remote_read, true);
-	count_region_events(ep->domain, write, keys, n);
+	// Remote CQ data: an entry of its own, whatever the receive side's
+	// selective completion says (it answers no receive). Peers add these
+	// without the application's receives: past the CQ's size the peer is
+	// paused (last: it may lose its connection).
+	cq_complete(ep->rx_cq, {nullptr, flags | FI_REMOTE_CQ_DATA, h.length, nullptr, h.cq_data, 0},
+		    rdm_peer_fi_addr(peer));
+	if (ep->rx_cq->queued.load(std::memory_order_relaxed) > ep->rx_cq->limit) [[unlikely]]
+		rdm_flow_cq_over(peer, qp_num);
 }
 
 void rdm_handle_rma_event(RdmEp *ep, RdmPeer *peer, uint32_t qp_num, const uint8_t *buf,
@@ -475,7 +479,7 @@ void rdm_handle_rma_event(RdmEp *ep, RdmPeer *peer, uint32_t qp_num, const uint8
 		rdm_drop_malformed(peer, qp_num, "an RMA event naming regions not open to it, or more bytes than they hold");
 		return;
 	}
-	rdm_report_rma_event(ep, peer,
+	rdm_report_rma_event(ep, peer, qp_num,
 			     (rdm::rma_kind_atomic(h.status) ? FI_ATOMIC : FI_RMA) |
 				     (write ? FI_REMOTE_WRITE : FI_REMOTE_READ),
 			     h, keys, n);
@@ -520,7 +524,7 @@ void rdm_handle_commit(RdmEp *ep, RdmPeer *peer, uint32_t qp_num, const uint8_t 
 	for (size_t i = 0; i < n; i++)
 		if (std::find(keys, keys + nkeys, ranges[i].key) == keys + nkeys)
 			keys[nkeys++] = ranges[i].key;
-	rdm_report_rma_event(ep, peer, FI_RMA | FI_REMOTE_WRITE, h, keys, nkeys);
+	rdm_report_rma_event(ep, peer, qp_num, FI_RMA | FI_REMOTE_WRITE, h, keys, nkeys);
 	uint8_t answer[rdm::kRdmHeaderBytes];
 	rdm::encode_commit_answer(answer, h.msg_id, status);
 	rdm_send_answer(ep, peer, answer, nullptr, 0);

@@ -1,5 +1,7 @@
 #include "hostile_peer.h"
 
+#include <algorithm>
+
 #include <fcntl.h>
 
 #include <random>
@@ -34,7 +36,9 @@ HostilePeer::HostilePeer(const sockaddr_in &victim, const HostileOptions &opt)
 		      "hostile peer: O_NONBLOCK on the event channel: %s", strerror(errno));
 	ck_assert_msg(rdma_create_id(channel_, &id_, this, RDMA_PS_TCP) == 0,
 		      "hostile peer: rdma_create_id: %s", strerror(errno));
-	recv_mem_.assign(recv_count_ * recv_bytes_, 0);
+	// With no receive buffers (a peer that takes nothing) one is still
+	// registered and the queue takes one: neither is ever posted.
+	recv_mem_.assign(std::max<size_t>(recv_count_, 1) * recv_bytes_, 0);
 	send_mem_.assign(recv_bytes_, 0);
 }
 
@@ -105,7 +109,7 @@ void HostilePeer::handle_cm(rdma_cm_event *ev)
 		attr.recv_cq = cq_;
 		attr.qp_type = IBV_QPT_RC;
 		attr.cap.max_send_wr = 16;
-		attr.cap.max_recv_wr = static_cast<uint32_t>(recv_count_);
+		attr.cap.max_recv_wr = static_cast<uint32_t>(std::max<size_t>(recv_count_, 1));
 		attr.cap.max_send_sge = 1;
 		attr.cap.max_recv_sge = 1;
 		ck_assert_msg(rdma_create_qp(id_, pd_, &attr) == 0, "hostile peer: rdma_create_qp: %s",

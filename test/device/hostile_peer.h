@@ -36,7 +36,8 @@ struct HostileOptions {
 	uint64_t cookie = 0;
 	std::array<uint8_t, vrma::rdm::kConnMacBytes> mac{};
 	// Receive buffers posted before connecting: each holds the victim's
-	// largest message at its largest eager size.
+	// largest message at its largest eager size. None: every send the
+	// victim makes to it waits (RNR, retried for ever).
 	size_t recv_count = 16;
 	size_t recv_bytes = vrma::rdm::kEagerSizeMax + vrma::rdm::kRdmHeaderBytes;
 };

@@ -1,5 +1,7 @@
 #include "rdm_harness.h"
 
+#include <chrono>
+
 #include <arpa/inet.h>
 
 #include <cinttypes>
@@ -265,6 +267,11 @@ void RdmNode::forget(const RdmNode &peer)
 
 size_t RdmNode::poll()
 {
+	if (!reading) {
+		if (tx_cntr)
+			(void)fi_cntr_read(tx_cntr);
+		return 0;
+	}
 	const bool source = (info->caps & FI_SOURCE) != 0;
 	size_t got = 0;
 	for (;;) {
@@ -397,6 +404,27 @@ bool progress_until(const std::function<bool()> &done, int timeout_ms)
 			return false;
 		progress_all();
 	}
+}
+
+size_t post_until_refused(const std::function<ssize_t(size_t)> &post, size_t max, int quiet_ms,
+			  const char *what)
+{
+	using clock = std::chrono::steady_clock;
+	size_t n = 0;
+	auto last = clock::now();
+	while (n < max) {
+		const ssize_t rc = post(n);
+		if (rc == 0) {
+			n++;
+			last = clock::now();
+			continue;
+		}
+		ck_assert_msg(rc == -FI_EAGAIN, "%s #%zu: %zd (%s)", what, n, rc, fi_strerror(static_cast<int>(-rc)));
+		progress_all();
+		if (clock::now() - last > std::chrono::milliseconds(quiet_ms))
+			break;
+	}
+	return n;
 }
 
 ssize_t post_retry(const std::function<ssize_t()> &op, RdmNode *only, int timeout_ms)

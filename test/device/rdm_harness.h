@@ -120,6 +120,9 @@ struct RdmNode {
 	sockaddr_in name{}; // fi_getname after fi_enable
 	std::deque<Completion> backlog;
 	std::vector<std::pair<const RdmNode *, fi_addr_t>> peers;
+	// False: poll() leaves the CQ alone and progresses the endpoint through
+	// tx_cntr (if any), as an application that does not read its CQ.
+	bool reading = true;
 
 	explicit RdmNode(RdmEnv &env, const RdmNodeOptions &opt = {});
 	~RdmNode();
@@ -161,6 +164,13 @@ void expect_none(RdmNode &n, int ms = 300, const char *what = "");
 void settle(int ms);
 // Progresses every node until done() (true) or the timeout (false).
 bool progress_until(const std::function<bool()> &done, int timeout_ms = kTimeoutMs);
+// Posts post(0), post(1), ... up to max, progressing every node whenever
+// one says -FI_EAGAIN, until post has been refused for quiet_ms in a row (a
+// sender that is paused, not slow: a send that met a full receive queue
+// waits for its RNR retry, 655 ms on rxe). Returns how many were posted;
+// any other error fails the test.
+size_t post_until_refused(const std::function<ssize_t(size_t)> &post, size_t max, int quiet_ms,
+			  const char *what);
 // Calls op until it returns something other than -FI_EAGAIN, progressing
 // every node (or only `only`) in between; returns that value. Fails the
 // test if it is still -FI_EAGAIN after timeout_ms.

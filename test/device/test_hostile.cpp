@@ -10,7 +10,9 @@
 
 #include <cinttypes>
 #include <cstdlib>
+#include <memory>
 #include <random>
+#include <string>
 
 #include <unistd.h>
 
@@ -30,11 +32,11 @@ constexpr atomic_test::Guard kGuard{4096, 0x5a};
 // The victim, its honest peer and the victim's region.
 struct Scene {
 	AtomicEnv env;
-	RdmNode victim{env};
+	RdmNode victim;
 	RdmNode honest{env};
 	Region region{env, kRegion, atomic_test::kRemote, 0, kGuard};
 	uint64_t rounds = 0; // honest fetch-adds applied to region word 0
-	Scene()
+	explicit Scene(const RdmNodeOptions &victim_opt = {}) : victim(env, victim_opt)
 	{
 		// Word 0 counts the honest fetch-adds; word 1 no one may change.
 		std::fill(region.mem.begin(), region.mem.end(), 0);
@@ -155,6 +157,40 @@ std::vector<uint8_t> header_only(rdm::MsgType type, uint32_t msg_id, uint8_t sta
 	h.length = length;
 	std::vector<uint8_t> m(rdm::kRdmHeaderBytes);
 	rdm::encode_header(m.data(), h);
+	return m;
+}
+
+// The Flow Pauses among the messages the victim sent a (taken).
+size_t pauses_received(HostilePeer &a)
+{
+	size_t pauses = 0;
+	std::vector<uint8_t> got;
+	while (a.pending_messages() && a.next_message(got, 0)) {
+		rdm::RdmHeader g;
+		if (rdm::decode_header(got.data(), got.size(), g) && g.type == rdm::MsgType::Flow &&
+		    g.status == static_cast<uint8_t>(rdm::FlowStatus::Pause))
+			pauses++;
+	}
+	return pauses;
+}
+
+// An RmaEvent with remote CQ data `data`, as an initiator sends it after
+// its RMA operation (kind) of `length` bytes on the regions `keys`.
+std::vector<uint8_t> rma_event(rdm::RmaKind kind, uint64_t length, std::initializer_list<uint64_t> keys,
+			       uint64_t data = 0)
+{
+	rdm::RdmHeader h;
+	h.type = rdm::MsgType::RmaEvent;
+	h.status = static_cast<uint8_t>(kind);
+	h.flags = rdm::kFlagCqData;
+	h.length = length;
+	h.cq_data = data;
+	std::vector<uint8_t> m(rdm::kRdmHeaderBytes + rdm::kRmaEventBodyHeadBytes + 8 * keys.size(), 0);
+	rdm::encode_header(m.data(), h);
+	m[rdm::kRdmHeaderBytes] = static_cast<uint8_t>(keys.size());
+	size_t i = 0;
+	for (uint64_t k : keys)
+		rdm::le::put64(m.data() + rdm::kRdmHeaderBytes + rdm::kRmaEventBodyHeadBytes + 8 * i++, k);
 	return m;
 }
 
@@ -334,6 +370,112 @@ START_TEST(hostile_stale_unexpected)
 }
 END_TEST
 
+// Finding 9 (fair shares): a peer that posts no receive buffers holds every
+// send the victim makes to it (RNR, retried for ever) with its send buffer,
+// until the drain timeout (300 s) fails it. Three such peers, each asking
+// 160 fetches whose answers need a send buffer (1 KiB of old values), held
+// all 256 of the victim's: the honest peer's fetch of as many values and
+// the victim's eager sends waited as long. Each now holds its share (an
+// eighth of the pool) and the rest serve the honest peer.
+START_TEST(hostile_stalled_receivers)
+{
+	Scene s;
+	s.honest_round("before the stalled peers");
+	const ssize_t pool = fi_tx_size_left(s.victim.ep);
+	ck_assert_int_eq(pool, 256);
+	constexpr uint64_t kCount = 128; // 1 KiB of old values per answer
+	HostileOptions o;
+	o.recv_count = 0;
+	std::vector<std::unique_ptr<HostilePeer>> stalled;
+	for (int i = 0; i < 3; i++) {
+		auto a = std::make_unique<HostilePeer>(s.victim.name, o);
+		a->label = "stalled peer " + std::to_string(i);
+		ck_assert_msg(a->connect(), "the victim refused stalled peer %d", i);
+		for (uint32_t id = 1; id <= 160; id++) {
+			const auto m = atomic_request(id, vatomic::Kind::Fetch, FI_ATOMIC_READ, s.region.addr(0),
+						      s.region.key(), kCount, 0);
+			ck_assert_int_eq(a->send(m), IBV_WC_SUCCESS);
+		}
+		stalled.push_back(std::move(a));
+	}
+	settle(200);
+	progress_all();
+	// Each holds its share of the 256 buffers (32), no more.
+	const ssize_t left = fi_tx_size_left(s.victim.ep);
+	ck_assert_msg(left == pool - 3 * pool / 8, "%zd of %zd send buffers left with three stalled peers, expected %zd",
+		      left, pool, pool - 3 * pool / 8);
+	// The honest peer: a fetch of as many values, then tagged messages
+	// both ways (the victim's 200-byte send takes a buffer) and a fetch-add.
+	std::vector<uint64_t> old(kCount, ~0ull);
+	fi_context actx{};
+	post([&] {
+		return fi_fetch_atomic(s.honest.ep, nullptr, kCount, nullptr, old.data(), nullptr,
+				       s.honest.addr_of(s.victim), s.region.addr(0), s.region.key(), FI_UINT64,
+				       FI_ATOMIC_READ, &actx);
+	}, "honest fi_fetch_atomic of 128 values");
+	expect_ok(s.honest, &actx, FI_ATOMIC | FI_READ, "the honest fetch beside stalled peers");
+	std::vector<uint64_t> want(kCount);
+	memcpy(want.data(), s.region.mem.data(), kCount * 8);
+	ck_assert_msg(old == want, "the honest fetch returned other values than the region holds");
+	for (int r = 0; r < 3; r++)
+		s.honest_round("beside three stalled peers");
+	for (const auto &a : stalled) {
+		ck_assert_msg(!a->dropped(), "%s: the victim dropped a peer that is only slow", a->label.c_str());
+		ck_assert_uint_eq(a->pending_messages(), 0);
+	}
+	// Their connections end: their buffers come back.
+	stalled.clear();
+	for (int i = 0; i < 500 && fi_tx_size_left(s.victim.ep) != pool; i++)
+		settle(20);
+	ck_assert_int_eq(fi_tx_size_left(s.victim.ep), pool);
+	s.honest_round("after the stalled peers left");
+}
+END_TEST
+
+// Finding 9 (remote CQ data): each RmaEvent with remote CQ data adds an
+// entry to the victim's CQ, which no receive of the application bounds.
+// Past the CQ's size (64 here) the sender is paused; a sender that goes on
+// is allowed its grace (4 x the peer queue) and then dropped: the CQ holds
+// at most its size plus the grace and the refused one, every entry exact.
+// The application reads them; the honest peer is served after.
+START_TEST(hostile_cq_data_flood)
+{
+	constexpr size_t kCq = 64, kGrace = 4 * 128;
+	RdmNodeOptions vo;
+	vo.cq_size = kCq;
+	vo.tx_cntr = true; // progress without reading the CQ
+	Scene s(vo);
+	s.honest_round("before");
+	s.victim.reading = false;
+	HostilePeer a(s.victim.name);
+	a.label = "remote CQ data flood";
+	ck_assert(a.connect());
+	size_t sent = 0;
+	while (sent < 4 * kGrace && a.send(rma_event(rdm::RmaKind::Write, 8, {s.region.key()}, 0x5000 + sent)) ==
+					    IBV_WC_SUCCESS)
+		sent++;
+	ck_assert_msg(a.wait_dropped(), "the victim kept a connection that ignored its Pause (%zu entries)", sent);
+	const size_t pauses = pauses_received(a);
+	ck_assert_msg(pauses == 1, "the victim sent %zu Pauses, expected 1", pauses);
+	// The application reads: the CQ's size, the one that paused, the
+	// grace, the refused one; in order, each with its data.
+	s.victim.reading = true;
+	settle(100);
+	size_t n = 0;
+	for (const Completion &c : s.victim.backlog) {
+		if (!c.ok || c.e.op_context || !(c.e.flags & FI_REMOTE_CQ_DATA))
+			continue;
+		ck_assert_msg(c.e.data == 0x5000 + n && c.e.len == 8, "entry %zu: data %#" PRIx64 ", len %zu", n,
+			      c.e.data, c.e.len);
+		n++;
+	}
+	ck_assert_msg(n == kCq + kGrace + 2, "%zu remote CQ data entries (%zu sent), expected %zu", n, sent,
+		      kCq + kGrace + 2);
+	ck_assert_uint_eq(s.drop_remote_events(), n);
+	s.honest_round("after the flood");
+}
+END_TEST
+
 // The process's resident memory, in bytes.
 size_t resident_bytes()
 {
@@ -380,14 +522,7 @@ START_TEST(hostile_unexpected_flood)
 	}
 	ck_assert_msg(a.wait_dropped(), "the victim kept a connection that ignored its Pause (%zu messages)", sent);
 	peak = std::max(peak, resident_bytes());
-	size_t pauses = 0;
-	std::vector<uint8_t> got;
-	while (a.pending_messages() && a.next_message(got, 0)) {
-		rdm::RdmHeader g;
-		if (rdm::decode_header(got.data(), got.size(), g) && g.type == rdm::MsgType::Flow &&
-		    g.status == static_cast<uint8_t>(rdm::FlowStatus::Pause))
-			pauses++;
-	}
+	const size_t pauses = pauses_received(a);
 	ck_assert_msg(pauses == 1, "the victim sent %zu Pauses, expected 1", pauses);
 	// It kept up to the limit, paused, then allowed the grace; the next
 	// one dropped the connection (the ones in flight behind it failed).
@@ -414,13 +549,7 @@ START_TEST(hostile_rma_events)
 	Scene s;
 	Region ro(s.env, kRegion, FI_REMOTE_READ, 0, kGuard);
 	auto event = [](rdm::RmaKind kind, uint64_t length, std::initializer_list<uint64_t> keys) {
-		auto m = header_only(rdm::MsgType::RmaEvent, 0, static_cast<uint8_t>(kind), rdm::kFlagCqData, length);
-		m.resize(m.size() + rdm::kRmaEventBodyHeadBytes + 8 * keys.size(), 0);
-		m[rdm::kRdmHeaderBytes] = static_cast<uint8_t>(keys.size());
-		size_t i = 0;
-		for (uint64_t k : keys)
-			rdm::le::put64(m.data() + rdm::kRdmHeaderBytes + rdm::kRmaEventBodyHeadBytes + 8 * i++, k);
-		return m;
+		return rma_event(kind, length, keys);
 	};
 	struct Case {
 		const char *what;
@@ -725,7 +854,8 @@ Suite *hostile_suite()
 	rdm_add_tcase(s, "hostile_messages", 120,
 		      {hostile_atomic_count_overflow, hostile_write_imm_replay, hostile_answer_kind,
 		       hostile_stale_unexpected, hostile_native_rights, hostile_native_agreement,
-		       hostile_commit_without_pmem, hostile_unexpected_flood, hostile_rma_events});
+		       hostile_commit_without_pmem, hostile_unexpected_flood, hostile_rma_events,
+		       hostile_stalled_receivers, hostile_cq_data_flood});
 	rdm_add_tcase(s, "hostile_fuzz", 600, {hostile_fuzz});
 	return s;
 }

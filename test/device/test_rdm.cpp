@@ -1542,23 +1542,8 @@ START_TEST(rdm_unexpected_backpressure)
 		return fi_tsend(s.ep, out[i].data(), kLen, nullptr, s.addr_of(r), 0x500 + i, &sctx[i]);
 	};
 	// No receive posted: send until the sender has been refused for 2 s
-	// with every node progressing (it is paused, not slow: a send that met
-	// a full receive queue waits for its RNR retry, 655 ms on rxe).
-	using clock = std::chrono::steady_clock;
-	size_t sent = 0;
-	auto last = clock::now();
-	while (sent < kMax) {
-		const ssize_t rc = send(sent);
-		if (rc == 0) {
-			sent++;
-			last = clock::now();
-			continue;
-		}
-		ck_assert_msg(rc == -FI_EAGAIN, "fi_tsend #%zu: %zd (%s)", sent, rc, fi_strerror(int(-rc)));
-		progress_all();
-		if (clock::now() - last > std::chrono::milliseconds(2000))
-			break;
-	}
+	// with every node progressing.
+	const size_t sent = post_until_refused(send, kMax, 2000, "fi_tsend");
 	fprintf(stderr, "rdm_unexpected_backpressure: %zu messages of %zu bytes before the sender stopped\n", sent, kLen);
 	// Paused past the limit and within the grace (4 x the peer queue of
 	// 128); without back-pressure all 1024 (4 MiB) would be kept.

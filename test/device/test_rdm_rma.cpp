@@ -891,6 +891,54 @@ START_TEST(rdm_rma_writedata)
 END_TEST
 
 // A node writes and reads its own region through its own address.
+// Remote CQ data fills the target's CQ without the target's receives: past
+// the CQ's size (64 here) the writer is paused: its fi_inject_writedata
+// returns -FI_EAGAIN, progressing, while the target progresses without
+// reading its CQ. Once the target reads, the writer resumes; every write
+// lands and every entry arrives once, in order, with its data. (Before,
+// the CQ took all 512.)
+START_TEST(rdm_rma_cq_data_backpressure)
+{
+	constexpr size_t kCq = 64, kMax = 512, kLen = 64;
+	RmaEnv env;
+	RdmNodeOptions to_opt;
+	to_opt.cq_size = kCq;
+	to_opt.tx_cntr = true; // progress without reading the CQ
+	RdmNode a(env), b(env, to_opt);
+	connect_all({&a, &b});
+	const fi_addr_t to = a.addr_of(b), from_a = b.addr_of(a);
+	Mem r(kMax * kLen);
+	r.reg(env, kRemoteAccess);
+	std::vector<uint8_t> src(kMax * kLen);
+	fill_pattern(src.data(), src.size(), 91);
+	auto write = [&](size_t i) {
+		return fi_inject_writedata(a.ep, src.data() + i * kLen, kLen, 0x9000 + i, to, r.addr(i * kLen), r.key());
+	};
+	b.reading = false;
+	const size_t sent = post_until_refused(write, kMax, 2000, "fi_inject_writedata");
+	fprintf(stderr, "rdm_rma_cq_data_backpressure: %zu writes before the writer stopped\n", sent);
+	ck_assert_msg(sent < kMax, "the writer was never paused: %zu entries for a CQ of %zu", sent, kCq);
+	ck_assert_msg(sent > kCq && sent <= kCq + 4 * 128, "paused after %zu writes", sent);
+	// The target reads; the writer goes on.
+	b.reading = true;
+	for (size_t i = sent; i < kMax; i++)
+		post([&] { return write(i); }, "fi_inject_writedata after the target read");
+	for (size_t i = 0; i < kMax; i++) {
+		r.expect(i * kLen, kLen, 91, i * kLen);
+		const std::string what = "remote CQ data " + std::to_string(i);
+		ck_assert_msg(progress_until([&] { return !b.backlog.empty(); }), "%s: none came", what.c_str());
+		const Completion c = b.backlog.front();
+		b.backlog.pop_front();
+		ck_assert_msg(c.ok && c.e.flags == kRemoteData && c.e.data == 0x9000 + i && c.e.len == kLen &&
+				      c.src == from_a,
+			      "%s: %s", what.c_str(), c.describe().c_str());
+	}
+	r.check("the paused writer's writes");
+	expect_none(a);
+	expect_none(b);
+}
+END_TEST
+
 START_TEST(rdm_rma_loopback)
 {
 	RmaEnv env;
@@ -2145,7 +2193,8 @@ Suite *rdm_rma_suite()
 	};
 	add("rdm_rma_basic", 30, {rdm_rma_getinfo});
 	add("rdm_rma_data", 180,
-	    {rdm_rma_write_read_sizes, rdm_rma_vector, rdm_rma_inject, rdm_rma_writedata, rdm_rma_loopback});
+	    {rdm_rma_write_read_sizes, rdm_rma_vector, rdm_rma_inject, rdm_rma_writedata, rdm_rma_loopback,
+	     rdm_rma_cq_data_backpressure});
 	add("rdm_rma_flags", 120, {rdm_rma_flags});
 	add("rdm_rma_events", 90, {rdm_rma_events_two_peers});
 	add("rdm_rma_errors", 120, {rdm_rma_remote_errors, rdm_rma_bad_input, rdm_rma_desc_not_covering});

@@ -1,7 +1,8 @@
 // RxBudget (src/rx_budget.h): charges up to the limit keep quietly, the
 // first charge past it pauses its connection, a paused connection gets
 // exactly `grace` more and is refused after, releases resume only at half
-// the limit, and resumed() keeps the paused count exact.
+// the limit, resumed() keeps the paused count exact, and a resource held
+// over its bound pauses with the same grace and holds every resume.
 #include "unit.h"
 #include "rx_budget.h"
 
@@ -144,6 +145,46 @@ START_TEST(test_random_against_model)
 }
 END_TEST
 
+// The other resource (the application's CQ) over its bound: its entries
+// pause their connection and count against the same grace; nothing is
+// charged; no release resumes before unhold(), and unhold() resumes only
+// when the budget itself is at half its limit.
+START_TEST(test_held_resource)
+{
+	RxBudget b(1000, 2);
+	PeerRx p, q;
+	ck_assert(b.admit(q, 600) == Verdict::Keep);
+	ck_assert(!b.held());
+	ck_assert(b.admit_held(p) == Verdict::KeepAndPause);
+	ck_assert(b.held() && p.paused);
+	ck_assert_uint_eq(b.paused(), 1);
+	ck_assert_uint_eq(b.used(), 600);
+	ck_assert(b.admit_held(p) == Verdict::Keep);
+	ck_assert(b.admit(p, 10) == Verdict::Keep); // one grace for both
+	ck_assert(b.admit_held(p) == Verdict::Refuse);
+	ck_assert(b.admit(p, 10) == Verdict::Refuse);
+	// Held: even an empty budget resumes nobody.
+	ck_assert(!b.release(610));
+	ck_assert_uint_eq(b.used(), 0);
+	ck_assert(b.unhold());
+	ck_assert(!b.held());
+	b.resumed(p);
+	ck_assert_uint_eq(b.paused(), 0);
+	// unhold() while the budget is over half its limit: the budget's own
+	// release resumes later.
+	ck_assert(b.admit(q, 900) == Verdict::Keep);
+	ck_assert(b.admit_held(p) == Verdict::KeepAndPause);
+	ck_assert(!b.unhold());
+	ck_assert(!b.release(300));
+	ck_assert(b.release(200));
+	// reset() forgets the hold.
+	ck_assert(b.admit_held(q) == Verdict::KeepAndPause);
+	b.reset(1000, 2);
+	ck_assert(!b.held());
+	ck_assert_uint_eq(b.paused(), 0);
+}
+END_TEST
+
 } // namespace
 
 Suite *rx_budget_suite()
@@ -155,6 +196,7 @@ Suite *rx_budget_suite()
 	tcase_add_test(tc, test_resume_hysteresis);
 	tcase_add_test(tc, test_resumed_idempotent);
 	tcase_add_test(tc, test_random_against_model);
+	tcase_add_test(tc, test_held_resource);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -26,3 +26,4 @@ Suite *intrusive_fifo_suite();
 Suite *wait_gate_suite();
 Suite *conn_auth_suite();
 Suite *rx_budget_suite();
+Suite *tx_share_suite();
