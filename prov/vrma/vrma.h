@@ -567,6 +567,12 @@ struct SlotHeader {
 	uint64_t seq = 0;
 	SlotKind kind = SlotKind::Tx;
 };
+// TxSlot::aux bits in which the owner names a buffer the request holds
+// until it completes (RDM: a shared send buffer). Such a request is always
+// signaled: its buffer comes back with its own completion, not behind a
+// later signaled request, which a connection that goes quiet never posts.
+inline constexpr uint32_t kAuxHeldBuffer = 0xffffff;
+
 struct TxSlot : SlotHeader {
 	uint64_t op_end = 0; // sequence of the operation's last work request
 	void *context = nullptr;
@@ -579,7 +585,7 @@ struct TxSlot : SlotHeader {
 	// requests claim it.
 	uint32_t commit = 0;
 	// The owner's own mark (RDM: what the request is, and the send buffer
-	// it holds); MSG endpoints leave it 0.
+	// it holds, kAuxHeldBuffer); MSG endpoints leave it 0.
 	uint32_t aux = 0;
 
 	// TxSlot::commit marks of delivery-complete writes sharing one

@@ -380,7 +380,7 @@ inline constexpr uint64_t kOneWrOpFlags = FI_COMPLETION | FI_INJECT | FI_INJECT_
 	TxSlot &s = conn->tx.at(seq);
 	s.fill(seq, seq, context, comp_flags, len, report, cntr, 0, aux);
 	const uint64_t prev_signaled = conn->last_signaled;
-	if (report || cntr || seq - prev_signaled >= conn->signal_period) {
+	if (report || cntr || (aux & kAuxHeldBuffer) || seq - prev_signaled >= conn->signal_period) {
 		wr.send_flags |= IBV_SEND_SIGNALED;
 		conn->last_signaled = seq;
 	}
@@ -612,7 +612,7 @@ inline ssize_t post_send_chain_locked(Conn *conn, ibv_send_wr *wrs, size_t n, co
 		TxSlot &s = conn->tx.next();
 		s.fill(seq, last, op.context, op.comp_flags, op.len, op.want_completion, op.cntr, op.commit,
 		       op.aux);
-		const bool needed = seq == last && (op.want_completion || op.cntr);
+		const bool needed = seq == last && (op.want_completion || op.cntr || (op.aux & kAuxHeldBuffer));
 		// Unsignaled requests come back only behind a signaled one: one in
 		// every kSignalPeriod is signaled, so a full ring or a busy bounce
 		// buffer is always reclaimable by polling the CQ.

@@ -133,7 +133,7 @@ inline constexpr uint32_t rdm_aux(RdmTx kind, uint32_t buf_plus1) noexcept
 	return static_cast<uint32_t>(kind) << 24 | buf_plus1;
 }
 inline RdmTx rdm_aux_kind(uint32_t aux) noexcept { return static_cast<RdmTx>(aux >> 24); }
-inline uint32_t rdm_aux_buf(uint32_t aux) noexcept { return aux & 0xffffff; }
+inline uint32_t rdm_aux_buf(uint32_t aux) noexcept { return aux & kAuxHeldBuffer; }
 // The opcodes a successful completion of a request of that kind may carry
 // (rdm_wc.h): what the posting sites put in the chains they tag with it.
 // Internal covers vrma's own sends, the close sentinel (an RDMA WRITE) and
@@ -946,6 +946,30 @@ uint32_t rdm_next_msg_id(RdmPeer *peer) noexcept;
 int rdm_take_tx_buf(RdmEp *ep, Conn *conn) noexcept;
 void rdm_give_tx_buf(RdmEp *ep, Conn *conn, uint32_t idx) noexcept;
 uint8_t *rdm_tx_buf(RdmEp *ep, uint32_t idx) noexcept;
+// A send buffer taken for an operation not posted yet: given back at
+// destruction unless its post succeeded (posted(): the retirement of the
+// operation's last request gives it back, rdm_aux_buf).
+class RdmTxBufHold {
+public:
+	RdmTxBufHold(RdmEp *ep, Conn *conn) noexcept : ep_(ep), conn_(conn), idx_(rdm_take_tx_buf(ep, conn)) {}
+	~RdmTxBufHold()
+	{
+		if (idx_ >= 0)
+			rdm_give_tx_buf(ep_, conn_, static_cast<uint32_t>(idx_));
+	}
+	RdmTxBufHold(const RdmTxBufHold &) = delete;
+	RdmTxBufHold &operator=(const RdmTxBufHold &) = delete;
+	explicit operator bool() const noexcept { return idx_ >= 0; }
+	uint8_t *data() const noexcept { return rdm_tx_buf(ep_, static_cast<uint32_t>(idx_)); }
+	// The slot mark's buffer field (rdm_aux).
+	uint32_t aux_buf() const noexcept { return static_cast<uint32_t>(idx_) + 1; }
+	void posted() noexcept { idx_ = -1; }
+
+private:
+	RdmEp *ep_;
+	Conn *conn_;
+	int idx_;
+};
 // A receive from the endpoint's pool (or the heap), default-initialised;
 // nullptr when out of memory. rdm_put_recv takes it back (lock held for
 // both).

@@ -49,10 +49,10 @@ std::unique_ptr<Conn> new_conn(RdmPeer *peer)
 	c->tx_cap = ep->peer_tx_depth;
 	c->tx_iov_limit = kRdmIovLimit + 1;
 	c->inline_size = ep->inline_size;
-	// RMA injects beyond the inline size go through bounce buffers
-	// (allocated at the first one); sends have their own (RdmEp::tx_bufs).
+	// Sends and RMA injects beyond the inline size go through the
+	// endpoint's send buffers (RdmEp::tx_bufs, each connection its share):
+	// an RDM connection has no bounce buffers of its own.
 	c->inject_size = ep->inject_size;
-	c->bounce_stride = ep->inject_size;
 	c->max_msg_size = kRdmMaxMsg;
 	c->max_wr_bytes = ep->domain->max_wr_bytes;
 	c->tx_serialized = true; // RdmEp::lock serializes everything

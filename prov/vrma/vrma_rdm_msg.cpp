@@ -1467,11 +1467,15 @@ void rdm_handle_wc(RdmEp *ep, const ibv_wc &wc) noexcept
 	const bool report = s->report;
 	Cntr *cntr = s->cntr;
 	const RdmTx kind = rdm_aux_kind(s->aux);
-	c->tx.retire_through(seq, [ep, c](TxSlot &t, uint64_t) {
-		if (const uint32_t b = rdm_aux_buf(t.aux))
-			give_tx_buf(ep, c, b - 1);
-		else if (rdm_aux_kind(t.aux) == RdmTx::RndvRead)
+	c->tx.retire_through(seq, [ep, c](TxSlot &t, uint64_t t_seq) {
+		// An operation's send buffer (each of its requests carries the
+		// mark) comes back with its last request.
+		if (const uint32_t b = rdm_aux_buf(t.aux)) {
+			if (t_seq == t.op_end)
+				give_tx_buf(ep, c, b - 1);
+		} else if (rdm_aux_kind(t.aux) == RdmTx::RndvRead) {
 			c->reads_out--;
+		}
 		ep->tx_wrs--;
 	});
 	// A successful completion whose opcode is not what its request posts

@@ -10,7 +10,7 @@
 //    target publishes (vrma_rdm_keys.cpp);
 //  - local buffers need no registration: a desc is used when given, data of
 //    inline size is copied into the request, injects beyond it go through
-//    the connection's bounce buffers, anything else is registered through
+//    the endpoint's send buffers, anything else is registered through
 //    the domain's registration cache and held by an RdmRmaOp until the
 //    operation's last request completed;
 //  - the target hears of an operation only when it must: an RmaEvent send
@@ -31,6 +31,8 @@
 //    connection.
 #include "vrma_rdm.h"
 #include "vrma_rma.h"
+
+#include <optional>
 
 namespace vrma {
 
@@ -177,14 +179,26 @@ ssize_t rma_long(RdmEp *ep, ibv_wr_opcode opcode, const iovec *iov, void *const 
 	}
 
 	// The local pieces and their keys. An inject beyond the inline size is
-	// copied into a bounce buffer: its one piece is an offset until then.
+	// copied into one of the endpoint's send buffers (its share: a
+	// connection keeps no buffers of its own), held until the retirement
+	// of the operation's last request.
 	const bool bounce = inject && total > conn->inline_size;
 	const bool copied = !is_read && total <= conn->inline_size;
 	ibv_sge local[kRdmIovLimit];
 	size_t local_len[kRdmIovLimit];
 	std::unique_ptr<RdmRmaOp> op;
+	std::optional<RdmTxBufHold> held;
 	if (bounce) {
-		local[0] = {0, static_cast<uint32_t>(total), 0};
+		held.emplace(ep, conn);
+		if (!*held || conn_lost(conn))
+			return -FI_EAGAIN;
+		uint8_t *b = held->data();
+		for (size_t i = 0; i < count; i++) {
+			memcpy(b, iov[i].iov_base, iov[i].iov_len);
+			b += iov[i].iov_len;
+		}
+		local[0] = {reinterpret_cast<uintptr_t>(held->data()), static_cast<uint32_t>(total),
+			    ep->tx_mr->lkey};
 		local_len[0] = total;
 	} else {
 		for (size_t i = 0; i < count; i++) {
@@ -232,20 +246,20 @@ ssize_t rma_long(RdmEp *ep, ibv_wr_opcode opcode, const iovec *iov, void *const 
 	// An operation holding registrations is always signaled: its op is
 	// freed by its last request's completion (and a failed post clears
 	// `report` on the slots it leaves, which the op's handler skips).
+	const uint32_t buf_mark = held ? held->aux_buf() : 0;
 	TxOp top{op ? static_cast<void *>(op.get()) : context, comp_flags, total,
-		 op ? true : report, op ? nullptr : cntr, (flags & FI_MORE) != 0,
-		 bounce ? iov : nullptr, count};
+		 op ? true : report, op ? nullptr : cntr, (flags & FI_MORE) != 0};
 	top.payload_wrs = w.payload_wrs;
-	top.aux = rdm_aux(op ? RdmTx::RmaOp : RdmTx::App, 0);
+	top.aux = rdm_aux(op ? RdmTx::RmaOp : RdmTx::App, buf_mark);
 	uint8_t event[std::max(rdm::kRmaEventMsgMax, rdm::kCommitRequestMax)];
 	const bool cq_data = !is_read && (flags & FI_REMOTE_CQ_DATA);
 	if (commit_request) {
 		// The requests end the operation only by failing; the answer
 		// completes it (RdmTx::Awaited).
 		top = {reinterpret_cast<void *>(uintptr_t(awaited->msg_id)), 0, total, false, nullptr,
-		       (flags & FI_MORE) != 0, bounce ? iov : nullptr, count};
+		       (flags & FI_MORE) != 0};
 		top.payload_wrs = w.payload_wrs;
-		top.aux = rdm_aux(RdmTx::Awaited, 0);
+		top.aux = rdm_aux(RdmTx::Awaited, buf_mark);
 		rdm::RdmHeader h;
 		h.msg_id = awaited->msg_id;
 		if (cq_data) {
@@ -274,6 +288,8 @@ ssize_t rma_long(RdmEp *ep, ibv_wr_opcode opcode, const iovec *iov, void *const 
 	}
 	if (ssize_t rc = rdm_post_op_chain(ep, conn, w.wrs, w.nwr, top))
 		return rc;
+	if (held)
+		held->posted();
 	(void)op.release(); // its last request's completion frees it
 	if (awaited)
 		awaited.posted();

@@ -1,9 +1,9 @@
 #include "rdm_harness.h"
 
-#include <chrono>
-
 #include <arpa/inet.h>
+#include <unistd.h>
 
+#include <chrono>
 #include <cinttypes>
 #include <cstdio>
 
@@ -404,6 +404,17 @@ bool progress_until(const std::function<bool()> &done, int timeout_ms)
 			return false;
 		progress_all();
 	}
+}
+
+size_t resident_bytes()
+{
+	FILE *f = fopen("/proc/self/statm", "r");
+	ck_assert_ptr_nonnull(f);
+	unsigned long pages = 0, rss = 0;
+	const int n = fscanf(f, "%lu %lu", &pages, &rss);
+	fclose(f);
+	ck_assert_int_eq(n, 2);
+	return rss * static_cast<size_t>(sysconf(_SC_PAGESIZE));
 }
 
 size_t post_until_refused(const std::function<ssize_t(size_t)> &post, size_t max, int quiet_ms,

@@ -164,6 +164,8 @@ void expect_none(RdmNode &n, int ms = 300, const char *what = "");
 void settle(int ms);
 // Progresses every node until done() (true) or the timeout (false).
 bool progress_until(const std::function<bool()> &done, int timeout_ms = kTimeoutMs);
+// The process's resident memory, in bytes.
+size_t resident_bytes();
 // Posts post(0), post(1), ... up to max, progressing every node whenever
 // one says -FI_EAGAIN, until post has been refused for quiet_ms in a row (a
 // sender that is paused, not slow: a send that met a full receive queue

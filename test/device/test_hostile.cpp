@@ -476,18 +476,6 @@ START_TEST(hostile_cq_data_flood)
 }
 END_TEST
 
-// The process's resident memory, in bytes.
-size_t resident_bytes()
-{
-	FILE *f = fopen("/proc/self/statm", "r");
-	ck_assert_ptr_nonnull(f);
-	unsigned long pages = 0, rss = 0;
-	const int n = fscanf(f, "%lu %lu", &pages, &rss);
-	fclose(f);
-	ck_assert_int_eq(n, 2);
-	return rss * static_cast<size_t>(sysconf(_SC_PAGESIZE));
-}
-
 // Item 9 (flood): unexpected messages past the victim's limit
 // (FI_VRMA_RDM_UNEXPECTED_MAX, 1 MiB here) get their sender a Pause; one
 // that ignores it is allowed its grace (what an honest sender has under

@@ -30,6 +30,7 @@
 #include <functional>
 #include <string>
 #include <thread>
+#include <memory>
 #include <vector>
 
 using namespace vt;
@@ -774,6 +775,58 @@ END_TEST
 // Remote CQ data: one entry at the target per write carrying it (full 64
 // bits, length, source), none for plain writes, no application receive
 // consumed.
+// RMA injects beyond the inline size took bounce buffers of their
+// connection's own: 64 of the inject size (over 512 KiB), registered at the
+// first such inject and kept as long as the connection. They now take one
+// of the endpoint's shared send buffers each, back when the write
+// completes: injecting to 16 peers costs the initiator no memory beyond
+// their connections, and every buffer is free again at the end.
+START_TEST(rdm_rma_inject_shared_buffers)
+{
+	constexpr size_t kPeers = 16, kLen = 4096;
+	RmaEnv env;
+	RdmNode a(env);
+	std::vector<std::unique_ptr<RdmNode>> peers;
+	std::vector<fi_addr_t> to;
+	for (size_t i = 0; i < kPeers; i++) {
+		peers.push_back(std::make_unique<RdmNode>(env));
+		to.push_back(a.insert(*peers.back()));
+		peers.back()->insert(a);
+	}
+	ck_assert_uint_le(kLen, a.info->tx_attr->inject_size);
+	Mem r(2 * kPeers * kLen);
+	r.reg(env, kRemoteAccess);
+	const ssize_t pool = fi_tx_size_left(a.ep);
+	std::vector<uint8_t> src(kLen);
+	// Connections first: an inline write to each.
+	for (size_t i = 0; i < kPeers; i++) {
+		fill_pattern(src.data(), 8, static_cast<uint32_t>(200 + i));
+		post([&] { return fi_inject_write(a.ep, src.data(), 8, to[i], r.addr(i * kLen), r.key()); },
+		     "an inline fi_inject_write");
+		r.expect(i * kLen, 8, static_cast<uint32_t>(200 + i));
+	}
+	r.await("the inline injects");
+	const size_t rss0 = resident_bytes();
+	for (int round = 0; round < 2; round++) {
+		for (size_t i = 0; i < kPeers; i++) {
+			const auto seed = static_cast<uint32_t>(300 + 100 * round + i);
+			const size_t off = (kPeers + i) * kLen;
+			fill_pattern(src.data(), kLen, seed);
+			post([&] { return fi_inject_write(a.ep, src.data(), kLen, to[i], r.addr(off), r.key()); },
+			     "a 4 KiB fi_inject_write");
+			memset(src.data(), 0xee, kLen); // reusable at once
+			r.expect(off, kLen, seed);
+		}
+		r.await("the 4 KiB injects");
+	}
+	const size_t grew = resident_bytes() - rss0;
+	ck_assert_msg(grew < 2 * KiB * KiB, "injects to %zu peers grew the initiator by %zu bytes", kPeers, grew);
+	ck_assert_msg(progress_until([&] { return fi_tx_size_left(a.ep) == pool; }),
+		      "%zd of %zd send buffers free after the injects completed", fi_tx_size_left(a.ep), pool);
+	expect_none(a);
+}
+END_TEST
+
 START_TEST(rdm_rma_writedata)
 {
 	RmaEnv env;
@@ -2193,8 +2246,8 @@ Suite *rdm_rma_suite()
 	};
 	add("rdm_rma_basic", 30, {rdm_rma_getinfo});
 	add("rdm_rma_data", 180,
-	    {rdm_rma_write_read_sizes, rdm_rma_vector, rdm_rma_inject, rdm_rma_writedata, rdm_rma_loopback,
-	     rdm_rma_cq_data_backpressure});
+	    {rdm_rma_write_read_sizes, rdm_rma_vector, rdm_rma_inject, rdm_rma_inject_shared_buffers,
+	     rdm_rma_writedata, rdm_rma_loopback, rdm_rma_cq_data_backpressure});
 	add("rdm_rma_flags", 120, {rdm_rma_flags});
 	add("rdm_rma_events", 90, {rdm_rma_events_two_peers});
 	add("rdm_rma_errors", 120, {rdm_rma_remote_errors, rdm_rma_bad_input, rdm_rma_desc_not_covering});
