@@ -37,6 +37,29 @@ case $sos in
 "sos: skipped"*) export VRMA_SOS_SKIPPED="$sos" ;;
 *) export VRMA_SOS_DIR="$sos" ;;
 esac
+# Sanitizer builds of the provider (util/vrma-sanitize): the unit suite runs
+# here under ASan+UBSan, and the VM boot runs the RDM suites against the
+# ASan+UBSan provider and the threaded suites against the TSan one
+# (run-in-vm.sh, section 1). Not inside a tree that is itself sanitized
+# (VRMA_SANITIZER_PRELOAD set): its provider is already checked.
+if [ -z "${VRMA_SANITIZER_PRELOAD:-}" ]; then
+	for kind in address thread; do
+		dir=$("$srcdir/util/vrma-sanitize" build "$kind") || { echo "FAIL: the $kind sanitizer build (util/vrma-sanitize build $kind)"; exit 1; }
+		pre=$("$srcdir/util/vrma-sanitize" preload "$kind") || { echo "FAIL: no $kind sanitizer runtime"; exit 1; }
+		case $kind in
+		address) export VRMA_SAN_ADDRESS="$dir" VRMA_SAN_ADDRESS_PRELOAD="$pre" ;;
+		thread) export VRMA_SAN_THREAD="$dir" VRMA_SAN_THREAD_PRELOAD="$pre" ;;
+		esac
+	done
+	# One process (CK_FORK=no): 13 s instead of 55; a report ends it.
+	if CK_FORK=no "$VRMA_SAN_ADDRESS/test/unit_tests" >"$builddir/test/unit-asan.log" 2>&1; then
+		echo "PASS: unit suite under ASan+UBSan ($(tail -1 "$builddir/test/unit-asan.log"))"
+	else
+		echo "FAIL: unit suite under ASan+UBSan (log: $builddir/test/unit-asan.log)"
+		tail -60 "$builddir/test/unit-asan.log"
+		exit 1
+	fi
+fi
 # The MPI test program, built with Open MPI's mpicc when it is installed.
 if command -v mpicc >/dev/null 2>&1; then
 	mkdir -p "$builddir/test/mpi"

@@ -44,7 +44,7 @@ errors() { grep -c ': error: ' "$1"; }
 syntax() {
 	local f ok=0
 	for f in "$util"/vrma-vm "$util"/vrma-test "$util"/vrma-quickstart "$util"/install-deps \
-		"$util"/vrma-fabtests "$util"/vrma-sos "$util"/vrma-list "$util"/vrma-compare "$util"/vrma-fresh-check; do
+		"$util"/vrma-fabtests "$util"/vrma-sos "$util"/vrma-list "$util"/vrma-compare "$util"/vrma-fresh-check "$util"/vrma-sanitize; do
 		bash -n "$f" || ok=1
 		grep -q 'vrma-lib.sh' "$f" || { echo "  $f does not source vrma-lib.sh"; ok=1; }
 	done

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -87,6 +88,38 @@ struct Params {
 };
 extern Params params;
 void params_init() noexcept;
+
+// ThreadSanitizer does not see that a work request's completion follows its
+// post: the device orders them, through memory TSan does not watch. TSan
+// builds release each request's wr_id (its ring slot) before posting it and
+// acquire the wr_id of each completion polled, so what the poster wrote
+// into the slot is ordered before the poller's reads of it. Nothing in other
+// builds. Every ibv_post_* and every completion handler calls these.
+#if defined(__SANITIZE_THREAD__)
+extern "C" void __tsan_acquire(void *addr);
+extern "C" void __tsan_release(void *addr);
+template <typename Wr> inline void device_will_post(const Wr *wr) noexcept
+{
+	for (; wr; wr = wr->next)
+		__tsan_release(reinterpret_cast<void *>(static_cast<uintptr_t>(wr->wr_id)));
+}
+inline void device_completed(uint64_t wr_id) noexcept
+{
+	__tsan_acquire(reinterpret_cast<void *>(static_cast<uintptr_t>(wr_id)));
+}
+#else
+template <typename Wr> inline void device_will_post(const Wr *) noexcept {}
+inline void device_completed(uint64_t) noexcept {}
+#endif
+
+// memcpy for buffers the application or a peer names: an empty one may be
+// null (fi_send(ep, NULL, 0, ...)), and memcpy from or to null is
+// undefined even for 0 bytes.
+inline void copy_bytes(void *dst, const void *src, size_t n) noexcept
+{
+	if (n)
+		memcpy(dst, src, n);
+}
 
 // What vrma offers.
 inline constexpr uint64_t kMsgCaps = FI_MSG | FI_SEND | FI_RECV;
@@ -368,6 +401,9 @@ struct Domain final : fid_domain {
 	// Regions by rkey: the commit service checks requested ranges here,
 	// RMA events name regions by it.
 	std::mutex mr_lock;
+	// Signalled when a region's last msync outside mr_lock ends
+	// (Mr::persisting), for the fi_close waiting on it.
+	std::condition_variable mr_persisted;
 	std::map<uint32_t, Mr *> mrs_by_key;
 	MrDescPool mr_descs; // what descs point to (MrDesc), under mr_lock
 	// Scalable keys (domain_scalable_keys): regions go by the application's
@@ -434,6 +470,11 @@ struct Mr final : fid_mr {
 	// commit target), else at the first commit into it (-1: not yet;
 	// written under the domain's mr_lock).
 	std::atomic<int> backing{-1};
+	// Commits msyncing this region's file mapping outside mr_lock, and
+	// fi_close waiting for them to end (no new one starts then). Both
+	// under the domain's mr_lock.
+	uint32_t persisting = 0;
+	bool closing = false;
 };
 static_assert(offsetof(fid_mr, mem_desc) > 0, "layout");
 

@@ -171,6 +171,7 @@ inline Outcome tx_success(Cntr *cntr, bool report, const Completion &done, Compl
 // `cq` is the CQ being polled (its lock held).
 Outcome handle_wc(Cq *cq, const ibv_wc &wc, Completion &c, fi_cq_err_entry &e)
 {
+	device_completed(wc.wr_id);
 	auto *h = reinterpret_cast<SlotHeader *>(wc.wr_id);
 	// Only MSG connections complete into application CQs.
 	Ep *ep = h->conn->ep;

@@ -399,6 +399,7 @@ bool conn_post_sentinel(Conn *conn) noexcept
 	wr.send_flags = IBV_SEND_SIGNALED;
 	conn->tx.push();
 	ibv_send_wr *bad;
+	device_will_post(&wr);
 	if (ibv_post_send(conn->qp, &wr, &bad)) {
 		conn->tx.unpush();
 		return false;

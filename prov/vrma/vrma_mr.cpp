@@ -100,8 +100,12 @@ int mr_close(fid *f) noexcept
 	Mr *mr = from_fid<Mr>(f);
 	Domain *dom = mr->domain;
 	// Out of the registry first: the commit service must not persist a
-	// range whose registration is going away (it flushes under this lock).
-	std::lock_guard<std::mutex> guard(dom->mr_lock);
+	// range whose registration is going away (it flushes CPU caches under
+	// this lock, and msyncs outside it with the region marked persisting:
+	// closing waits for those, and no new one starts).
+	std::unique_lock<std::mutex> guard(dom->mr_lock);
+	mr->closing = true;
+	dom->mr_persisted.wait(guard, [mr] { return mr->persisting == 0; });
 	// Unpublished before the device key dies: a peer that cached it gets
 	// a remote access error, never another region's memory.
 	if (mr->published)
@@ -111,6 +115,7 @@ int mr_close(fid *f) noexcept
 		if (int rc = ibv_dereg_mr(raw)) {
 			VRMA_WARN(FI_LOG_MR, "ibv_dereg_mr: %s\n", strerror(rc));
 			mr->mr.reset(raw);
+			mr->closing = false;
 			if (mr->published)
 				(void)dom->key_table.insert(table_entry(mr));
 			return errno_to_fi(rc);

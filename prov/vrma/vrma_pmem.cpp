@@ -122,10 +122,16 @@ wire::CommitStatus persist_bytes(Domain *dom, void *addr, size_t len, persist::B
 wire::CommitStatus commit_persist_range(Domain *dom, uint64_t key, uint64_t addr_,
 					uint64_t len) noexcept
 {
-	// The region stays registered while it is flushed.
-	std::lock_guard<std::mutex> guard(dom->mr_lock);
+	// The region stays registered while it is persisted: CPU caches are
+	// flushed under mr_lock (cheap), but msync of a file mapping may take
+	// milliseconds of I/O, so it runs with the region marked persisting
+	// and mr_lock released. fi_mr_reg and every endpoint's key look-ups in
+	// this domain do not wait for it; only fi_close of this region does
+	// (the application may unmap the memory once it returns, and
+	// sync_mapped_file touches every page).
+	std::unique_lock<std::mutex> guard(dom->mr_lock);
 	Mr *mr = mr_by_device_key(dom, key);
-	if (!mr)
+	if (!mr || mr->closing)
 		return wire::CommitStatus::BadRange;
 	const uintptr_t base = reinterpret_cast<uintptr_t>(mr->mr->addr);
 	if (!(mr->access & FI_REMOTE_WRITE) || addr_ < base || len > mr->mr->length ||
@@ -140,7 +146,16 @@ wire::CommitStatus commit_persist_range(Domain *dom, uint64_t key, uint64_t addr
 		backing = pmem_region_backing(mr->addr, false);
 		mr->backing.store(backing, std::memory_order_relaxed);
 	}
-	return persist_bytes(dom, addr, static_cast<size_t>(len), static_cast<persist::Backing>(backing));
+	const auto how = static_cast<persist::Backing>(backing);
+	if (how != persist::Backing::SharedFile)
+		return persist_bytes(dom, addr, static_cast<size_t>(len), how);
+	mr->persisting++;
+	guard.unlock();
+	const wire::CommitStatus status = persist_bytes(dom, addr, static_cast<size_t>(len), how);
+	guard.lock();
+	if (--mr->persisting == 0 && mr->closing)
+		dom->mr_persisted.notify_all();
+	return status;
 }
 
 int pmem_region_backing(const void *addr, bool pmem) noexcept

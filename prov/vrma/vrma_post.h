@@ -77,7 +77,7 @@ inline ssize_t copy_to_slot_buffer(Conn *conn, SlotBuffers &bufs, size_t stride,
 	if (!slot_buffers_ready(conn, bufs, conn->tx.capacity() * stride, 0, what))
 		return -FI_ENOMEM;
 	uint8_t *dst = bufs.buf.get() + (seq % conn->tx.capacity()) * stride;
-	memcpy(dst, src, len);
+	copy_bytes(dst, src, len);
 	sge = {reinterpret_cast<uintptr_t>(dst), static_cast<uint32_t>(len), bufs.mr->lkey};
 	return 0;
 }
@@ -105,7 +105,7 @@ inline ssize_t fill_bounce(Conn *conn, uint64_t first, ibv_send_wr *wrs, size_t 
 	uint8_t *base = conn->bounce.buf.get() + (first % kCount) * conn->bounce_stride;
 	size_t off = 0;
 	for (size_t i = 0; i < op.bounce_count; i++) {
-		memcpy(base + off, op.bounce_src[i].iov_base, op.bounce_src[i].iov_len);
+		copy_bytes(base + off, op.bounce_src[i].iov_base, op.bounce_src[i].iov_len);
 		off += op.bounce_src[i].iov_len;
 	}
 	for (size_t i = 0; i < std::min(n, op.payload_wrs); i++) {
@@ -145,6 +145,7 @@ inline void post_more_locked(Conn *conn, Unposted *unposted) noexcept
 	if (!mc.nwr)
 		return;
 	ibv_send_wr *bad = nullptr;
+	device_will_post(mc.wr);
 	if (int rc = ibv_post_send(conn->qp, mc.wr, &bad)) [[unlikely]] {
 		VRMA_WARN(FI_LOG_EP_DATA, "ibv_post_send of a held-back chain: %s\n", strerror(rc));
 		size_t k = 0; // requests before `bad` went out
@@ -388,6 +389,7 @@ inline constexpr uint64_t kOneWrOpFlags = FI_COMPLETION | FI_INJECT | FI_INJECT_
 	wr.next = nullptr;
 	conn->tx.publish(seq);
 	ibv_send_wr *bad;
+	device_will_post(&wr);
 	if (int rc = ibv_post_send(conn->qp, &wr, &bad)) [[unlikely]] {
 		conn->tx.unpush();
 		conn->last_signaled = prev_signaled;
@@ -663,6 +665,7 @@ inline ssize_t post_send_chain_locked(Conn *conn, ibv_send_wr *wrs, size_t n, co
 	}
 post_now:
 	ibv_send_wr *bad = nullptr;
+	device_will_post(wrs);
 	if (int rc = ibv_post_send(conn->qp, wrs, &bad)) [[unlikely]] {
 		// Requests before `bad` went out; take back the slots of the rest.
 		size_t posted = 0;
@@ -737,6 +740,7 @@ inline ssize_t post_recv_locked(Ep *ep, ibv_recv_wr &wr, void *context, void *bu
 	wr.next = nullptr;
 	ep->rx.push();
 	ibv_recv_wr *bad;
+	device_will_post(&wr);
 	if (int rc = ibv_post_recv(ep->conn.qp, &wr, &bad)) [[unlikely]]
 		return post_recv_failed(ep, rc);
 	return 0;

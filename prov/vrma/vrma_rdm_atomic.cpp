@@ -119,7 +119,7 @@ bool ioc_total(const fi_ioc *ioc, size_t n, const char *what, size_t &total)
 void gather(uint8_t *dst, const fi_ioc *ioc, size_t n, size_t size)
 {
 	for (size_t i = 0; i < n; i++) {
-		memcpy(dst, ioc[i].addr, ioc[i].count * size);
+		copy_bytes(dst, ioc[i].addr, ioc[i].count * size);
 		dst += ioc[i].count * size;
 	}
 }
@@ -128,7 +128,7 @@ void scatter(const fi_ioc *ioc, size_t n, size_t size, const uint8_t *src, size_
 {
 	for (size_t i = 0; i < n && bytes; i++) {
 		const size_t b = std::min(ioc[i].count * size, bytes);
-		memcpy(ioc[i].addr, src, b);
+		copy_bytes(ioc[i].addr, src, b);
 		src += b;
 		bytes -= b;
 	}

@@ -125,10 +125,10 @@ ssize_t post_copy(RdmEp *ep, Conn *conn, const uint8_t *src, size_t len, const i
 		if (idx < 0)
 			return -FI_EAGAIN;
 		uint8_t *b = tx_buf(ep, static_cast<uint32_t>(idx));
-		memcpy(b, src, len);
+		copy_bytes(b, src, len);
 		size_t off = len;
 		for (size_t i = 0; i < nextra; i++) {
-			memcpy(b + off, extra[i].iov_base, extra[i].iov_len);
+			copy_bytes(b + off, extra[i].iov_base, extra[i].iov_len);
 			off += extra[i].iov_len;
 		}
 		sge[0] = {reinterpret_cast<uintptr_t>(b), static_cast<uint32_t>(off), ep->tx_mr->lkey};
@@ -1134,7 +1134,7 @@ void handle_message(RdmEp *ep, const ibv_wc &wc, const uint8_t *buf)
 		m->kind = kind;
 		m->src = src;
 		m->hdr = h;
-		memcpy(m->payload.get(), payload, h.length);
+		copy_bytes(m->payload.get(), payload, h.length);
 		(void)ep->matcher.append_unexpected(kind, *m);
 		return;
 	}
@@ -1422,6 +1422,7 @@ int rdm_post_srq(RdmEp *ep, const uint32_t *idx, size_t n) noexcept
 		wr[k].next = k + 1 < n ? &wr[k + 1] : nullptr;
 	}
 	ibv_recv_wr *bad;
+	device_will_post(wr);
 	if (int rc = ibv_post_srq_recv(ep->srq.get(), wr, &bad)) {
 		VRMA_WARN(FI_LOG_EP_DATA, "RDM: ibv_post_srq_recv: %s\n", strerror(rc));
 		return errno_to_fi(rc, ErrPath::Post);
@@ -1431,6 +1432,7 @@ int rdm_post_srq(RdmEp *ep, const uint32_t *idx, size_t n) noexcept
 
 void rdm_handle_wc(RdmEp *ep, const ibv_wc &wc) noexcept
 {
+	device_completed(wc.wr_id);
 	auto *h = reinterpret_cast<SlotHeader *>(wc.wr_id);
 	if (h->kind == SlotKind::Rx) {
 		auto *s = static_cast<SrqSlot *>(h);

@@ -194,7 +194,7 @@ ssize_t rma_long(RdmEp *ep, ibv_wr_opcode opcode, const iovec *iov, void *const 
 			return -FI_EAGAIN;
 		uint8_t *b = held->data();
 		for (size_t i = 0; i < count; i++) {
-			memcpy(b, iov[i].iov_base, iov[i].iov_len);
+			copy_bytes(b, iov[i].iov_base, iov[i].iov_len);
 			b += iov[i].iov_len;
 		}
 		local[0] = {reinterpret_cast<uintptr_t>(held->data()), static_cast<uint32_t>(total),
@@ -523,7 +523,9 @@ void rdm_handle_commit(RdmEp *ep, RdmPeer *peer, uint32_t qp_num, const uint8_t 
 		return;
 	}
 	// Persisting runs under the endpoint's lock (msync of a file mapping
-	// may take milliseconds: progress of this endpoint waits that long).
+	// may take milliseconds: progress of this endpoint waits that long;
+	// the domain's mr_lock is not held meanwhile, see
+	// commit_persist_range).
 	for (size_t i = 0; i < n && status == rdm::CommitStatus::Ok; i++)
 		status = static_cast<rdm::CommitStatus>(
 			commit_persist_range(ep->domain, ranges[i].key, ranges[i].addr, ranges[i].len));

@@ -1,36 +1,109 @@
 // Device tests: need an RDMA device (the soft-RoCE VM provides rxe0) and
 // FI_PROVIDER_PATH pointing at the freshly built provider.
+//
+// VRMA_TEST_SUITES="a b ..." runs only the named suites, VRMA_TEST_SKIP="a
+// b ..." all but the named ones (names separated by spaces or commas; check's
+// CK_RUN_SUITE takes one name). test/device/run-in-vm.sh runs the RDM suites
+// once, against the sanitizer build of the provider, and the rest against
+// the plain one. An unknown name is an error, so a renamed suite cannot
+// silently drop out of a run.
 #include "harness.h"
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace {
+
+struct SuiteEntry {
+	const char *name;
+	Suite *(*make)();
+};
+
+constexpr SuiteEntry kSuites[] = {
+	{"objects", objects_suite},
+	{"cm", cm_suite},
+	{"msg", msg_suite},
+	{"rma", rma_suite},
+	{"dc_more", dc_more_suite},
+	{"errors", errors_suite},
+	{"cntr", cntr_suite},
+	{"pmem", pmem_suite},
+	{"split", split_suite},
+	{"cq_scale", cq_scale_suite},
+	{"events", events_suite},
+	{"staged", staged_suite},
+	{"msg_flags", msg_flags_suite},
+	{"msg_auto", msg_auto_suite},
+	{"av", av_suite},
+	{"rdm", rdm_suite},
+	{"rdm_rma", rdm_rma_suite},
+	{"rdm_atomic", rdm_atomic_suite},
+	{"rdm_on_demand", rdm_on_demand_suite},
+	{"rdm_atomic_flags", rdm_atomic_flags_suite},
+	{"hostile", hostile_suite},
+	{"auth", auth_suite},
+};
+
+// The names in an environment variable's list; false on an unknown one.
+bool names_from_env(const char *var, std::vector<std::string> &out)
+{
+	const char *v = getenv(var);
+	if (!v)
+		return true;
+	std::string s(v);
+	for (char &c : s)
+		if (c == ',')
+			c = ' ';
+	size_t pos = 0;
+	while ((pos = s.find_first_not_of(' ', pos)) != std::string::npos) {
+		const size_t end = s.find(' ', pos);
+		std::string name = s.substr(pos, end == std::string::npos ? std::string::npos : end - pos);
+		bool known = false;
+		for (const SuiteEntry &e : kSuites)
+			known = known || name == e.name;
+		if (!known) {
+			std::fprintf(stderr, "device_tests: %s names no suite: '%s'\n", var, name.c_str());
+			return false;
+		}
+		out.push_back(std::move(name));
+		pos = end;
+	}
+	return true;
+}
+
+bool listed(const std::vector<std::string> &names, const char *name)
+{
+	for (const std::string &n : names)
+		if (n == name)
+			return true;
+	return false;
+}
+
+} // namespace
 
 int main()
 {
 	if (!getenv("FI_PROVIDER_PATH"))
 		std::fprintf(stderr, "device_tests: FI_PROVIDER_PATH is not set; using the installed vrma\n");
-	SRunner *sr = srunner_create(objects_suite());
-	srunner_add_suite(sr, cm_suite());
-	srunner_add_suite(sr, msg_suite());
-	srunner_add_suite(sr, rma_suite());
-	srunner_add_suite(sr, dc_more_suite());
-	srunner_add_suite(sr, errors_suite());
-	srunner_add_suite(sr, cntr_suite());
-	srunner_add_suite(sr, pmem_suite());
-	srunner_add_suite(sr, split_suite());
-	srunner_add_suite(sr, cq_scale_suite());
-	srunner_add_suite(sr, events_suite());
-	srunner_add_suite(sr, staged_suite());
-	srunner_add_suite(sr, msg_flags_suite());
-	srunner_add_suite(sr, msg_auto_suite());
-	srunner_add_suite(sr, av_suite());
-	srunner_add_suite(sr, rdm_suite());
-	srunner_add_suite(sr, rdm_rma_suite());
-	srunner_add_suite(sr, rdm_atomic_suite());
-	srunner_add_suite(sr, rdm_on_demand_suite());
-	srunner_add_suite(sr, rdm_atomic_flags_suite());
-	srunner_add_suite(sr, hostile_suite());
-	srunner_add_suite(sr, auth_suite());
+	std::vector<std::string> only, skip;
+	if (!names_from_env("VRMA_TEST_SUITES", only) || !names_from_env("VRMA_TEST_SKIP", skip))
+		return EXIT_FAILURE;
+	SRunner *sr = nullptr;
+	for (const SuiteEntry &e : kSuites) {
+		if ((getenv("VRMA_TEST_SUITES") && !listed(only, e.name)) || listed(skip, e.name))
+			continue;
+		if (sr)
+			srunner_add_suite(sr, e.make());
+		else
+			sr = srunner_create(e.make());
+	}
+	if (!sr) {
+		std::fprintf(stderr, "device_tests: VRMA_TEST_SUITES and VRMA_TEST_SKIP leave no suite\n");
+		return EXIT_FAILURE;
+	}
 	srunner_run_all(sr, CK_NORMAL);
 	int failed = srunner_ntests_failed(sr);
 	srunner_free(sr);

@@ -13,8 +13,43 @@ failed=0
 pass() { echo "PASS: $1"; passed=$((passed + 1)); }
 fail() { echo "FAIL: $1"; failed=$((failed + 1)); }
 
-# 1. vrma's own device suite (check prints its summary line).
-if "$builddir/test/device_tests"; then pass "device_tests"; else fail "device_tests"; fi
+# 1. vrma's own device suite (check prints its summary line). With the
+# sanitizer builds device.sh made, each suite runs once: the RDM suites (the
+# wire, the hostile peer, rendezvous and atomics) against the ASan+UBSan
+# provider, the suites whose tests start threads of their own against the
+# TSan one (rdm and rdm_rma are both), the rest against the plain provider.
+# The plain test/device_tests loads a sanitized provider with its runtime
+# preloaded; a report fails the test that provoked it.
+asan_suites="rdm_atomic rdm_atomic_flags rdm_on_demand hostile auth"
+tsan_suites="rdm rdm_rma msg_auto cntr objects staged"
+secs() { echo "$(($(date +%s) - t0)) s"; }
+t0=$(date +%s)
+if [ -n "${VRMA_SAN_ADDRESS:-}" ] && [ -n "${VRMA_SAN_THREAD:-}" ]; then
+	if VRMA_TEST_SKIP="$asan_suites $tsan_suites" "$builddir/test/device_tests"; then
+		pass "device_tests, the other suites ($(secs))"
+	else
+		fail "device_tests, the other suites"
+	fi
+	t0=$(date +%s)
+	# halt_on_error: the first report ends the test (check counts it failed).
+	if env LD_PRELOAD="$VRMA_SAN_ADDRESS_PRELOAD" FI_PROVIDER_PATH="$VRMA_SAN_ADDRESS/.libs" \
+		ASAN_OPTIONS=halt_on_error=1:detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+		VRMA_TEST_SUITES="$asan_suites" "$builddir/test/device_tests"; then
+		pass "device_tests ($asan_suites) against the ASan+UBSan provider ($(secs))"
+	else
+		fail "device_tests ($asan_suites) against the ASan+UBSan provider"
+	fi
+	t0=$(date +%s)
+	if env LD_PRELOAD="$VRMA_SAN_THREAD_PRELOAD" FI_PROVIDER_PATH="$VRMA_SAN_THREAD/.libs" \
+		TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+		VRMA_TEST_SUITES="$tsan_suites" "$builddir/test/device_tests"; then
+		pass "device_tests ($tsan_suites) against the TSan provider ($(secs))"
+	else
+		fail "device_tests ($tsan_suites) against the TSan provider"
+	fi
+else
+	if "$builddir/test/device_tests"; then pass "device_tests ($(secs))"; else fail "device_tests"; fi
+fi
 
 # 2. The stock fi_info lists vrma on each RDMA device.
 out=$(fi_info -p vrma -v 2>&1)
