@@ -37,29 +37,56 @@ case $sos in
 "sos: skipped"*) export VRMA_SOS_SKIPPED="$sos" ;;
 *) export VRMA_SOS_DIR="$sos" ;;
 esac
-# Sanitizer builds of the provider (util/vrma-sanitize): the unit suite runs
-# here under ASan+UBSan, and the VM boot runs the RDM suites against the
-# ASan+UBSan provider and the threaded suites against the TSan one
-# (run-in-vm.sh, section 1). Not inside a tree that is itself sanitized
+# Sanitizer builds of the provider (util/vrma-sanitize): built in the
+# background at the lowest priority while the VM runs the plain suites,
+# fabtests and tests-sos (qemu leaves about a third of the two cores idle);
+# the VM runs the RDM suites against the ASan+UBSan provider and the
+# threaded suites against the TSan one once test/sanitizers.status says they
+# are built (run-in-vm.sh, section 9), and the unit suite runs under
+# ASan+UBSan here afterwards. Not inside a tree that is itself sanitized
 # (VRMA_SANITIZER_PRELOAD set): its provider is already checked.
+san_pid=
 if [ -z "${VRMA_SANITIZER_PRELOAD:-}" ]; then
 	for kind in address thread; do
-		dir=$("$srcdir/util/vrma-sanitize" build "$kind") || { echo "FAIL: the $kind sanitizer build (util/vrma-sanitize build $kind)"; exit 1; }
 		pre=$("$srcdir/util/vrma-sanitize" preload "$kind") || { echo "FAIL: no $kind sanitizer runtime"; exit 1; }
 		case $kind in
-		address) export VRMA_SAN_ADDRESS="$dir" VRMA_SAN_ADDRESS_PRELOAD="$pre" ;;
-		thread) export VRMA_SAN_THREAD="$dir" VRMA_SAN_THREAD_PRELOAD="$pre" ;;
+		address) export VRMA_SAN_ADDRESS="$builddir/san-address" VRMA_SAN_ADDRESS_PRELOAD="$pre" ;;
+		thread) export VRMA_SAN_THREAD="$builddir/san-thread" VRMA_SAN_THREAD_PRELOAD="$pre" ;;
 		esac
 	done
-	# One process (CK_FORK=no): 13 s instead of 55; a report ends it.
+	export VRMA_SAN_STATUS="$builddir/test/sanitizers.status"
+	rm -f "$VRMA_SAN_STATUS"
+	# The status file appears whole (rename): "ok", or the line that failed.
+	(
+		st=ok
+		for kind in address thread; do
+			if ! nice -n 19 "$srcdir/util/vrma-sanitize" build "$kind" >/dev/null 2>"$VRMA_SAN_STATUS.$kind"; then
+				st="the $kind sanitizer build failed (util/vrma-sanitize build $kind): $(tail -1 "$VRMA_SAN_STATUS.$kind")"
+				break
+			fi
+		done
+		echo "$st" >"$VRMA_SAN_STATUS.tmp" && mv "$VRMA_SAN_STATUS.tmp" "$VRMA_SAN_STATUS"
+	) &
+	san_pid=$!
+fi
+# san_unit: the unit suite under ASan+UBSan, after the background build (one
+# process, CK_FORK=no: 13 s instead of 55; a report ends it).
+san_unit() {
+	[ -n "$san_pid" ] || return 0
+	wait "$san_pid" || true
+	st=$(cat "$VRMA_SAN_STATUS" 2>/dev/null) || st="the sanitizer builds left no $VRMA_SAN_STATUS"
+	if [ "$st" != ok ]; then
+		echo "FAIL: unit suite under ASan+UBSan: $st"
+		return 1
+	fi
 	if CK_FORK=no "$VRMA_SAN_ADDRESS/test/unit_tests" >"$builddir/test/unit-asan.log" 2>&1; then
 		echo "PASS: unit suite under ASan+UBSan ($(tail -1 "$builddir/test/unit-asan.log"))"
 	else
 		echo "FAIL: unit suite under ASan+UBSan (log: $builddir/test/unit-asan.log)"
 		tail -60 "$builddir/test/unit-asan.log"
-		exit 1
+		return 1
 	fi
-fi
+}
 # The MPI test program, built with Open MPI's mpicc when it is installed.
 if command -v mpicc >/dev/null 2>&1; then
 	mkdir -p "$builddir/test/mpi"
@@ -72,16 +99,25 @@ if command -v mpicc >/dev/null 2>&1; then
 else
 	echo "device.sh: no mpicc (openmpi-bin, libopenmpi-dev): the MPI test is skipped"
 fi
+# The device tests, then the unit suite under ASan+UBSan: the VM's status
+# (124: its timeout) if it failed, else 1 if the unit suite did.
+cp "$srcdir/test/device/run-in-vm.sh" "$builddir/test/run-in-vm.sh"
 if [ -n "$host_device" ]; then
 	echo "device.sh: RDMA device present, running on the host"
-	exec sh "$srcdir/test/device/run-in-vm.sh"
+	rc=0
+	sh "$builddir/test/run-in-vm.sh" || rc=$?
+else
+	# The guest sees the host's files read-only, but its /tmp is its own and
+	# only the working directory is shared writable: run the copy in the
+	# build tree.
+	cd "$builddir"
+	# fabtests allocate, touch and register 2 x 64 x 8 MiB per process
+	# (their window of their largest size): two processes need over 2 GiB
+	# of guest memory. fi_rdm_atomic registers two more such buffers it
+	# barely touches, which vrma registers on demand (not pinned): 4 GiB
+	# hold the suite.
+	rc=0
+	"$srcdir/util/vrma-vm" --timeout "${VRMA_VM_TIMEOUT:-3600}" --mem "${VRMA_VM_MEM:-4096}" -- sh test/run-in-vm.sh || rc=$?
 fi
-# The guest sees the host's files read-only, but its /tmp is its own and only
-# the working directory is shared writable: run a copy from the build tree.
-cd "$builddir"
-cp "$srcdir/test/device/run-in-vm.sh" test/run-in-vm.sh
-# fabtests allocate, touch and register 2 x 64 x 8 MiB per process (their
-# window of their largest size): two processes need over 2 GiB of guest
-# memory. fi_rdm_atomic registers two more such buffers it barely touches,
-# which vrma registers on demand (not pinned): 4 GiB hold the suite.
-exec "$srcdir/util/vrma-vm" --timeout "${VRMA_VM_TIMEOUT:-3600}" --mem "${VRMA_VM_MEM:-4096}" -- sh test/run-in-vm.sh
+san_unit || { [ "$rc" -ne 0 ] || rc=1; }
+exit "$rc"
