@@ -18,8 +18,8 @@ fail() { echo "FAIL: $1"; failed=$((failed + 1)); }
 # once: here the ones neither sanitizer takes, at the end (section 9) the
 # RDM suites (the wire, the hostile peer, rendezvous and atomics) against
 # the ASan+UBSan provider and the suites whose tests start threads of their
-# own against the TSan one (rdm and rdm_rma are both).
-asan_suites="rdm_atomic rdm_atomic_flags rdm_on_demand hostile auth"
+# own against the TSan one (rdm and rdm_rma are both, and run under each).
+asan_suites="rdm rdm_rma rdm_atomic rdm_atomic_flags rdm_on_demand hostile auth"
 tsan_suites="rdm rdm_rma msg_auto cntr objects staged"
 secs() { echo "$(($(date +%s) - t0)) s"; }
 t0=$(date +%s)
