@@ -50,6 +50,14 @@ int64_t rdm_drain_timeout_ms() noexcept
 	return kRdmDrainTimeoutDefaultMs;
 }
 
+size_t rdm_max_peers() noexcept
+{
+	size_t v;
+	if (fi_param_get_size_t(&provider, "rdm_max_peers", &v) == FI_SUCCESS && v > 0)
+		return v;
+	return kRdmMaxPeersDefault;
+}
+
 size_t rdm_unexpected_max() noexcept
 {
 	size_t v;
@@ -118,6 +126,8 @@ void params_init() noexcept
 		    &rdm_params.rndv_reads);
 	fi_param_define(&provider, "rdm_drain_timeout", FI_PARAM_SIZE_T,
 			"RDM endpoints: milliseconds a connection's sends may make no progress (the peer takes none of them) before it fails with FI_ETIMEDOUT and its operations end with errors; 0: never; read at each fi_endpoint (default: 300000)");
+	fi_param_define(&provider, "rdm_max_peers", FI_PARAM_SIZE_T,
+			"RDM endpoints: peers (addresses it has exchanged messages with) an endpoint keeps at most, 2 or more; beyond, a send to a new address returns -FI_EAGAIN and a new peer's connect request is turned away until a peer without a connection is given back (from three quarters of this, the longest idle first); read at each fi_endpoint (default: 8192)");
 	fi_param_define(&provider, "rdm_unexpected_max", FI_PARAM_SIZE_T,
 			"RDM endpoints: bytes of unexpected messages (arrived before a matching receive) an endpoint keeps; beyond, their senders are paused (their sends return -FI_EAGAIN) until the queue has drained to half; read at each fi_endpoint (default: 67108864)");
 	{

@@ -35,6 +35,7 @@
 #include "fast_mutex.h"
 #include "rdm_wire.h"
 #include "rdm_wc.h"
+#include "peer_limit.h"
 #include "rx_budget.h"
 #include "tx_share.h"
 #include "tag_match.h"
@@ -109,6 +110,10 @@ size_t rdm_unexpected_max() noexcept;
 // hold; 0: never. Read at each fi_endpoint.
 inline constexpr int64_t kRdmDrainTimeoutDefaultMs = 300000;
 int64_t rdm_drain_timeout_ms() noexcept;
+// FI_VRMA_RDM_MAX_PEERS: peers an endpoint's table holds at most
+// (src/peer_limit.h; at least 2); read at each fi_endpoint.
+inline constexpr size_t kRdmMaxPeersDefault = 8192;
+size_t rdm_max_peers() noexcept;
 
 struct RdmPeer;
 
@@ -381,6 +386,9 @@ struct RdmPeer {
 	// Bounded: a peer owed more (RdmEp::peer_allowance) sends requests
 	// while it takes nothing, and its connection is dropped.
 	uint32_t answers_queued = 0;
+	// Since when it has had no connection (made, or its last one failed):
+	// the longest idle are given back first (rdm_reclaim_peers).
+	std::chrono::steady_clock::time_point idle_since{};
 };
 
 // A provider receive buffer in the SRQ.
@@ -495,6 +503,14 @@ struct RdmEp final : fid_ep {
 	static constexpr size_t kRecvPoolMax = 256;
 	std::vector<std::unique_ptr<RdmRecv>> recv_pool;
 	std::unordered_map<rdm::RdmAddr, std::unique_ptr<RdmPeer>, rdm::RdmAddrHash> peers;
+	// FI_VRMA_RDM_MAX_PEERS (src/peer_limit.h): a full table turns new
+	// peers away (one warning while full); above its high mark progress
+	// gives idle peers back (rdm_reclaim_peers), at most once per
+	// kReclaimInterval.
+	peers::Limit peer_limit;
+	bool peers_full_warned = false;
+	std::chrono::steady_clock::time_point reclaim_next{};
+	uint64_t peers_reclaimed = 0; // in the endpoint's life (the log's)
 	// FI_MORE holds requests back per connection: the peer whose connection
 	// may hold some (the last one a transmit with FI_MORE went to), or
 	// nullptr. Only one does: a transmit to another peer, and every
@@ -538,12 +554,25 @@ struct RdmEp final : fid_ep {
 		};
 		Hint hint_[kHint];
 		std::unordered_map<uint32_t, RdmPeer *> map_;
+
+	public:
+		// Drops every entry of a peer given back (none should be left:
+		// its connections' entries went when they were reaped).
+		template <class Gone>
+		void erase_peers(Gone gone) noexcept
+		{
+			for (auto it = map_.begin(); it != map_.end();)
+				it = gone(it->second) ? map_.erase(it) : std::next(it);
+			for (Hint &h : hint_)
+				if (h.peer && gone(h.peer))
+					h = {};
+		}
 	};
 	QpPeers by_qp;
 	// fi_addr_t -> peer for sends, indexed by the handle's slot (its low
 	// 32 bits). Valid while the AV's epoch is peer_cache_epoch: an insert
 	// or a remove empties it, so a removed handle is looked up again (and
-	// fails). Peers live as long as the endpoint, so the pointers do too.
+	// fails); so does rdm_reclaim_peers when it gives peers back.
 	struct PeerCacheEntry {
 		fi_addr_t addr = FI_ADDR_NOTAVAIL;
 		RdmPeer *peer = nullptr;
@@ -768,6 +797,12 @@ void rdm_conn_failed(RdmPeer *peer, Conn *conn, int err) noexcept;
 void rdm_conn_established(RdmPeer *peer, Conn *c) noexcept;
 // Frees connections whose send rings drained.
 void rdm_reap(RdmEp *ep) noexcept;
+// Gives idle peers back once the table is over its high mark (src/
+// peer_limit.h): peers with no connection that nothing refers to (no dying
+// connection, unexpected message, queued answer or read, FI_MORE hold),
+// the longest idle first. Only where no caller holds a peer
+// (rdm_progress_reap).
+void rdm_reclaim_peers(RdmEp *ep) noexcept;
 // fi_cq_readfrom's address of a peer (FI_ADDR_NOTAVAIL when not in the AV).
 fi_addr_t rdm_peer_fi_addr(RdmPeer *peer) noexcept;
 // At close: every connection down, drained, freed.

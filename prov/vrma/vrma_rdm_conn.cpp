@@ -27,9 +27,15 @@
 //    is destroyed after its ack (rdm_cm_event's return value);
 //  - a connection's slots are named by completions until its queue pair is
 //    flushed: a failed connection moves to RdmEp::dying and is freed by
-//    rdm_reap once its ring drained.
+//    rdm_reap once its ring drained;
+//  - a full peer table (FI_VRMA_RDM_MAX_PEERS): a new peer is turned away
+//    (kConnFlagBusy) or its sender told -FI_EAGAIN; idle peers are freed by
+//    rdm_reclaim_peers only where no caller holds a peer, and only those
+//    nothing in the endpoint names.
 #include "vrma_rdm.h"
 #include "vrma_post.h"
+
+#include <unordered_set>
 
 namespace vrma {
 
@@ -274,14 +280,26 @@ Conn *live_conn(RdmPeer *peer, Conn *c)
 	return nullptr;
 }
 
+// The peer of an address, made if new; nullptr if it is new and the table
+// is full (FI_VRMA_RDM_MAX_PEERS: one warning until it has room again).
+// Throws std::bad_alloc.
 RdmPeer *find_or_add_peer(RdmEp *ep, const rdm::RdmAddr &addr)
 {
 	auto it = ep->peers.find(addr);
 	if (it != ep->peers.end())
 		return it->second.get();
+	if (ep->peer_limit.full(ep->peers.size())) {
+		if (!ep->peers_full_warned)
+			VRMA_WARN(FI_LOG_EP_CTRL,
+				  "RDM: %zu peers (FI_VRMA_RDM_MAX_PEERS): new ones wait until a peer without a connection is given back\n",
+				  ep->peers.size());
+		ep->peers_full_warned = true;
+		return nullptr;
+	}
 	auto p = std::make_unique<RdmPeer>();
 	p->ep = ep;
 	p->addr = addr;
+	p->idle_since = std::chrono::steady_clock::now();
 	RdmPeer *raw = p.get();
 	ep->peers.emplace(addr, std::move(p));
 	return raw;
@@ -361,6 +379,12 @@ rdma_cm_id *accept_request(RdmEp *ep, rdma_cm_event *ev)
 		peer = find_or_add_peer(ep, h.addr);
 	} catch (...) {
 		rdma_reject(id, nullptr, 0);
+		return id;
+	}
+	if (!peer) {
+		// The table is full: the initiator tries again (kBusyRetry)
+		// while progress gives idle peers back.
+		reject_with(ep, id, rdm::kConnFlagBusy);
 		return id;
 	}
 	if (!self) {
@@ -488,6 +512,10 @@ RdmPeer *rdm_peer_of(RdmEp *ep, fi_addr_t fi_addr, int &err) noexcept
 		err = FI_ENOMEM;
 		return nullptr;
 	}
+	if (!peer) {
+		err = FI_EAGAIN; // a full table: progress gives idle peers back
+		return nullptr;
+	}
 	try {
 		if (slot < RdmEp::kPeerCacheMax) {
 			if (slot >= ep->peer_cache.size())
@@ -534,8 +562,8 @@ int rdm_tx_conn(RdmEp *ep, fi_addr_t dest, const RdmTxReport &op, bool more, Rdm
 		peer = rdm_peer_of(ep, dest, err);
 		if (!peer) {
 			rdm_more_flush(ep);
-			if (err == FI_ENOMEM)
-				return -FI_ENOMEM;
+			if (err == FI_ENOMEM || err == FI_EAGAIN)
+				return -err;
 			rdm_report_tx(ep, op.context, op.comp_flags, op.len, op.report, op.cntr, err, 0);
 			return 1;
 		}
@@ -586,6 +614,8 @@ void rdm_conn_failed(RdmPeer *peer, Conn *conn, int err) noexcept
 		// Cannot park it: leak it rather than free slots a flush names.
 		(void)slot->release();
 	}
+	if (!peer->conn && !peer->loopback)
+		peer->idle_since = std::chrono::steady_clock::now();
 	if (slot == &peer->conn) {
 		peer->keys.clear(); // read again over the next connection
 		peer->key_table_pending = false;
@@ -649,6 +679,67 @@ void rdm_reap(RdmEp *ep) noexcept
 		}
 		ep->dying.erase(ep->dying.begin() + static_cast<std::ptrdiff_t>(i));
 	}
+}
+
+namespace {
+
+// At most one scan of the table per interval: a table over its high mark
+// whose peers are all busy costs a scan per interval, not per progress.
+constexpr auto kReclaimInterval = std::chrono::milliseconds(100);
+
+} // namespace
+
+void rdm_reclaim_peers(RdmEp *ep) noexcept
+try {
+	using clock = std::chrono::steady_clock;
+	const clock::time_point now = clock::now();
+	if (now < ep->reclaim_next)
+		return;
+	ep->reclaim_next = now + kReclaimInterval;
+	// What refers to a peer after its connections ended: the dying ones
+	// (their completions name it until reaped), unexpected messages (for
+	// their source), answers and reads left in the backlogs, an FI_MORE
+	// hold. Operations end with their connection (rdm_fail_waiting).
+	std::unordered_set<const RdmPeer *> held;
+	for (const auto &c : ep->dying)
+		held.insert(c->peer);
+	for (MatchKind k : {MatchKind::kMsg, MatchKind::kTagged})
+		for (RdmMsg *m = ep->matcher.unexpected_front(k); m; m = TagMatcher<RdmRecv, RdmMsg>::next(*m))
+			held.insert(m->peer);
+	for (const RdmEp::Answer &a : ep->answer_backlog)
+		held.insert(a.peer);
+	for (const RdmRxOp *op : ep->read_backlog)
+		held.insert(op->peer);
+	held.insert(ep->more_peer.load(std::memory_order_relaxed));
+	std::vector<peers::Idle<RdmPeer *>> idle;
+	for (auto &[addr, p] : ep->peers) {
+		RdmPeer *peer = p.get();
+		if (peer->conn || peer->loopback || !peer->waiting.empty() || !peer->atomics.empty() ||
+		    peer->answers_queued || now < peer->expect_until || held.count(peer))
+			continue;
+		idle.push_back({peer, static_cast<uint64_t>((peer->idle_since - clock::time_point{}).count())});
+	}
+	const size_t n = peers::longest_idle(idle, ep->peer_limit.excess(ep->peers.size()));
+	if (!n)
+		return;
+	std::unordered_set<const RdmPeer *> gone;
+	for (const auto &i : idle)
+		gone.insert(i.who);
+	ep->by_qp.erase_peers([&](const RdmPeer *p) { return gone.count(p) != 0; });
+	// Cached handles of given-back peers: looked up again.
+	std::fill(ep->peer_cache.begin(), ep->peer_cache.end(), RdmEp::PeerCacheEntry{});
+	for (const auto &i : idle) {
+		const rdm::RdmAddr addr = i.who->addr; // not a key inside the node erased
+		ep->peers.erase(addr);
+	}
+	ep->peers_reclaimed += n;
+	if (!ep->peer_limit.full(ep->peers.size()))
+		ep->peers_full_warned = false;
+	VRMA_INFO(FI_LOG_EP_CTRL, "RDM: gave back %zu idle peers (%zu left, %llu in all)\n", n, ep->peers.size(),
+		  static_cast<unsigned long long>(ep->peers_reclaimed));
+} catch (...) {
+	// Out of memory for the scan: the table stays as it is (full, new
+	// peers keep waiting), and the next interval tries again.
 }
 
 namespace {
@@ -769,8 +860,10 @@ void rdm_cm_event(RdmEp *ep, rdma_cm_event *ev, rdma_cm_id *&destroy) noexcept
 		}
 		if (decoded && (h.flags & rdm::kConnFlagBusy)) {
 			// Our address has a live connection there (we restarted, or
-			// someone claims it): try again once its probe had time.
-			VRMA_INFO(FI_LOG_EP_CTRL, "RDM: %s holds a live connection for our address: trying again\n",
+			// someone claims it), or its peer table is full: try again
+			// once its probe or its reclaim had time.
+			VRMA_INFO(FI_LOG_EP_CTRL,
+				  "RDM: %s turned us away for now (a live connection for our address, or a full peer table): trying again\n",
 				  AddrStr(peer->addr).c_str());
 			peer->expect_until = std::chrono::steady_clock::now() + kBusyRetry;
 			rdm_conn_failed(peer, c, 0);

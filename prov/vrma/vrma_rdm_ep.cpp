@@ -764,6 +764,8 @@ void rdm_progress_reap(RdmEp *ep) noexcept
 	rdm_progress_locked(ep);
 	if (!ep->dying.empty() && !ep->in_progress) [[unlikely]]
 		rdm_reap(ep);
+	if (ep->peer_limit.over(ep->peers.size()) && !ep->in_progress) [[unlikely]]
+		rdm_reclaim_peers(ep);
 }
 
 int RdmHooks::attach(RdmEp *ep, int epoll_fd, int wait_fd, const char *what) noexcept
@@ -937,6 +939,7 @@ try {
 	ep->peer_allowance = 4 * ep->peer_tx_depth;
 	ep->unexp.reset(rdm_unexpected_max(), ep->peer_allowance);
 	ep->drain_timeout = std::chrono::milliseconds(rdm_drain_timeout_ms());
+	ep->peer_limit = peers::Limit::of(rdm_max_peers());
 	ep->recv_pool.reserve(RdmEp::kRecvPoolMax);
 	ep->fid.fclass = FI_CLASS_EP;
 	ep->fid.context = context;

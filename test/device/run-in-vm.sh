@@ -18,9 +18,12 @@ fail() { echo "FAIL: $1"; failed=$((failed + 1)); }
 # once: here the ones neither sanitizer takes, at the end (section 9) the
 # RDM suites (the wire, the hostile peer, rendezvous and atomics) against
 # the ASan+UBSan provider and the suites whose tests start threads of their
-# own against the TSan one (rdm and rdm_rma are both, and run under each).
+# own against the TSan one; of rdm and rdm_rma (all under ASan) the TSan
+# run takes the test cases that start threads or run auto progress
+# (SUITE:CASE, check's CK_RUN_CASE).
 asan_suites="rdm rdm_rma rdm_atomic rdm_atomic_flags rdm_on_demand hostile auth"
-tsan_suites="rdm rdm_rma msg_auto cntr objects staged"
+tsan_suites="msg_auto cntr objects staged"
+tsan_cases="rdm:rdm_conn rdm:rdm_threads rdm:rdm_auto rdm_rma:rdm_rma_events"
 secs() { echo "$(($(date +%s) - t0)) s"; }
 t0=$(date +%s)
 if [ -n "${VRMA_SAN_STATUS:-}" ]; then
@@ -213,13 +216,17 @@ fi
 # once device.sh's background build says it is done (at most 40 minutes
 # from here). halt_on_error: the first report ends the test that provoked
 # it, and check counts it failed.
-# sanitized NAME DIR PRELOAD SUITES VAR=VALUE...
+# sanitized NAME DIR PRELOAD SUITES VAR=VALUE...: SUITES is a list of
+# suites, or one SUITE:CASE.
 sanitized() {
 	name=$1 dir=$2 preload=$3 suites=$4
 	shift 4
+	case $suites in
+	*:*) set -- CK_RUN_CASE="${suites#*:}" "$@" ;;
+	esac
 	t0=$(date +%s)
 	if env LD_PRELOAD="$preload" FI_PROVIDER_PATH="$dir/.libs" "$@" \
-		VRMA_TEST_SUITES="$suites" "$builddir/test/device_tests"; then
+		VRMA_TEST_SUITES="${suites%%:*}" "$builddir/test/device_tests"; then
 		pass "device_tests ($suites) against the $name provider ($(secs))"
 	else
 		fail "device_tests ($suites) against the $name provider"
@@ -235,8 +242,10 @@ if [ -n "${VRMA_SAN_STATUS:-}" ]; then
 		echo "sanitizer builds: waited $(secs) for them"
 		sanitized ASan+UBSan "$VRMA_SAN_ADDRESS" "$VRMA_SAN_ADDRESS_PRELOAD" "$asan_suites" \
 			ASAN_OPTIONS=halt_on_error=1:detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1
-		sanitized TSan "$VRMA_SAN_THREAD" "$VRMA_SAN_THREAD_PRELOAD" "$tsan_suites" \
-			TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
+		for s in "$tsan_suites" $tsan_cases; do
+			sanitized TSan "$VRMA_SAN_THREAD" "$VRMA_SAN_THREAD_PRELOAD" "$s" \
+				TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
+		done
 	else
 		fail "device_tests against the sanitized providers: $st"
 	fi

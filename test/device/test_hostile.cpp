@@ -432,6 +432,54 @@ START_TEST(hostile_stalled_receivers)
 }
 END_TEST
 
+// Finding 3 (peers never freed): every connect request from a new address
+// made a peer, kept for the endpoint's life, so one host could grow the
+// table (and its queue pairs) without end. With FI_VRMA_RDM_MAX_PEERS at 8
+// the victim, already holding the honest peer, admits 7 of 20 attackers
+// (each its own address) and turns the 13 others away as busy, serving the
+// honest peer throughout; once the 7 are gone their peers are given back
+// and new ones get in.
+START_TEST(hostile_peer_table)
+{
+	ScopedEnv max("FI_VRMA_RDM_MAX_PEERS", "8");
+	Scene s;
+	s.honest_round("before the attackers");
+	std::vector<std::unique_ptr<HostilePeer>> in;
+	size_t busy = 0;
+	for (int i = 0; i < 20; i++) {
+		auto a = std::make_unique<HostilePeer>(s.victim.name);
+		a->label = "attacker " + std::to_string(i);
+		if (a->connect()) {
+			in.push_back(std::move(a));
+			continue;
+		}
+		rdm::RdmConnHeader h;
+		ck_assert_msg(rdm::decode_conn_header(a->reject_data().data(), a->reject_data().size(), h) &&
+				      (h.flags & rdm::kConnFlagBusy),
+			      "%s: refused, but not as busy", a->label.c_str());
+		busy++;
+	}
+	ck_assert_msg(in.size() == 7 && busy == 13, "%zu attackers admitted and %zu turned away, expected 7 and 13",
+		      in.size(), busy);
+	s.honest_round("with the table full");
+	for (const auto &a : in)
+		ck_assert_msg(!a->dropped(), "%s: dropped though it did nothing", a->label.c_str());
+	in.clear();
+	// Given back once their connections ended (progress, every 100 ms).
+	size_t again = 0;
+	for (Deadline d(kTimeoutMs); again < 7 && !d.expired();) {
+		auto a = std::make_unique<HostilePeer>(s.victim.name);
+		a->label = "attacker after";
+		if (a->connect())
+			in.push_back(std::move(a)), again++;
+		else
+			settle(100);
+	}
+	ck_assert_msg(again == 7, "%zu new peers admitted after 7 left, expected 7", again);
+	s.honest_round("after the table turned over");
+}
+END_TEST
+
 // Finding 9 (remote CQ data): each RmaEvent with remote CQ data adds an
 // entry to the victim's CQ, which no receive of the application bounds.
 // Past the CQ's size (64 here) the sender is paused; a sender that goes on
@@ -843,7 +891,7 @@ Suite *hostile_suite()
 		      {hostile_atomic_count_overflow, hostile_write_imm_replay, hostile_answer_kind,
 		       hostile_stale_unexpected, hostile_native_rights, hostile_native_agreement,
 		       hostile_commit_without_pmem, hostile_unexpected_flood, hostile_rma_events,
-		       hostile_stalled_receivers, hostile_cq_data_flood});
+		       hostile_stalled_receivers, hostile_cq_data_flood, hostile_peer_table});
 	rdm_add_tcase(s, "hostile_fuzz", 600, {hostile_fuzz});
 	return s;
 }

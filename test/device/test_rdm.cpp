@@ -2335,6 +2335,58 @@ START_TEST(rdm_conn_peer_closed)
 }
 END_TEST
 
+// FI_VRMA_RDM_MAX_PEERS: an endpoint whose table holds 4 peers, all
+// connected, turns a fifth away (its sends return -FI_EAGAIN as to a peer
+// still connecting: its connect requests are refused as busy and tried
+// again) and returns -FI_EAGAIN for its own send to a new address, nothing
+// arriving anywhere, while the four are served. Once a peer's connection
+// ends, that peer is given back and the fifth gets in (data exact both
+// ways); full again, the next one's end lets the send to a new address out.
+START_TEST(rdm_peer_limit)
+{
+	ScopedEnv max("FI_VRMA_RDM_MAX_PEERS", "4");
+	RdmEnv env;
+	RdmNode s(env);
+	std::vector<std::unique_ptr<RdmNode>> c;
+	for (size_t i = 0; i < 6; i++) {
+		c.push_back(std::make_unique<RdmNode>(env));
+		s.insert(*c[i]);
+		c[i]->insert(s);
+	}
+	for (uint32_t i = 0; i < 4; i++)
+		send_recv_one(*c[i], s, 64, 1700 + i);
+	std::vector<uint8_t> m = pattern(64, 1790);
+	fi_context ctx{};
+	size_t tries = 0;
+	for (Deadline d(1000); !d.expired(); settle(20), tries++) {
+		ck_assert_int_eq(fi_tsend(c[4]->ep, m.data(), m.size(), nullptr, c[4]->addr_of(s), 1, &ctx), -FI_EAGAIN);
+		ck_assert_int_eq(fi_tsend(s.ep, m.data(), m.size(), nullptr, s.addr_of(*c[5]), 1, &ctx), -FI_EAGAIN);
+	}
+	ck_assert_uint_gt(tries, 5);
+	expect_none(s, 10, "while the table is full");
+	expect_none(*c[4], 10, "the turned-away peer");
+	expect_none(*c[5], 10, "the new address");
+	send_recv_one(s, *c[3], 64, 1704);
+	send_recv_one(*c[2], s, 64, 1705);
+	// The first peer goes away: given back, the fifth gets in.
+	s.forget(*c[0]);
+	c[0].reset();
+	send_recv_one(*c[4], s, 4096, 1706);
+	send_recv_one(s, *c[4], 100, 1707);
+	// Full again (1 to 4).
+	ck_assert_int_eq(fi_tsend(s.ep, m.data(), m.size(), nullptr, s.addr_of(*c[5]), 1, &ctx), -FI_EAGAIN);
+	s.forget(*c[1]);
+	c[1].reset();
+	send_recv_one(s, *c[5], 100, 1708);
+	send_recv_one(*c[5], s, 300 * KiB, 1709);
+	for (uint32_t i = 2; i < 6; i++)
+		send_recv_one(*c[i], s, 64, 1710 + i);
+	expect_none(s);
+	for (size_t i = 2; i < 6; i++)
+		expect_none(*c[i], 10);
+}
+END_TEST
+
 // A rendezvous whose receiver goes away before it read the data: the send
 // ends with an error entry (not a hang, not a success), and the sender still
 // reaches other peers.
@@ -2900,7 +2952,8 @@ Suite *rdm_suite()
 	add("rdm_multi_recv", 60, {rdm_multi_recv_buffer, rdm_multi_recv_rndv_release});
 	add("rdm_conn", 120,
 	    {rdm_conn_crossing_interleaved, rdm_conn_crossing_threads, rdm_conn_unknown_sender, rdm_conn_peer_closed,
-	     rdm_conn_av_remove, rdm_conn_more_close, rdm_conn_more_peer_gone, rdm_rndv_receiver_closes, rdm_rndv_sender_closes});
+	     rdm_conn_av_remove, rdm_conn_more_close, rdm_conn_more_peer_gone, rdm_rndv_receiver_closes, rdm_rndv_sender_closes,
+	     rdm_peer_limit});
 	add("rdm_rndv_cache", 60, {rdm_rndv_mmap_remap, rdm_rndv_mmap_fixed_replace, rdm_rndv_malloc_reuse,
 				   rdm_rndv_cache_counters});
 	add("rdm_threads", 120, {rdm_threads_tagged});

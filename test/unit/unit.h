@@ -27,3 +27,4 @@ Suite *wait_gate_suite();
 Suite *conn_auth_suite();
 Suite *rx_budget_suite();
 Suite *tx_share_suite();
+Suite *peer_limit_suite();
