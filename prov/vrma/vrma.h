@@ -256,6 +256,12 @@ struct PmemServiceDeleter {
 	void operator()(PmemService *svc) const noexcept;
 };
 using PmemServicePtr = std::unique_ptr<PmemService, PmemServiceDeleter>;
+// The persist worker of RDM commit requests (vrma_pmem.cpp).
+struct RdmPersister;
+struct RdmPersisterDeleter {
+	void operator()(RdmPersister *w) const noexcept;
+};
+using RdmPersisterPtr = std::unique_ptr<RdmPersister, RdmPersisterDeleter>;
 
 // Target-side counters of the commit service (fi_vrma_commit_stats).
 struct CommitStats {
@@ -428,6 +434,9 @@ struct Domain final : fid_domain {
 	// Serves commit messages while FI_RMA_PMEM endpoints exist.
 	std::mutex pmem_lock;
 	PmemServicePtr pmem;
+	// Persists RDM endpoints' commit requests off their locks; started at
+	// the first request (under pmem_lock), stopped with the domain.
+	RdmPersisterPtr rdm_persister;
 	CommitStats commit_stats;
 	// Delivery read-backs MSG endpoints posted (fi_vrma_rma_stats).
 	std::atomic<uint64_t> read_backs{0};

@@ -16,6 +16,7 @@ int domain_close(fid *f) noexcept
 	// Every CQ is closed: the data progress thread (if any) has nothing
 	// left to watch; stop and join it.
 	dom->progress.reset();
+	rdm_persist_stop(dom); // every RDM endpoint is closed: it holds no job
 	// Cached registrations go before the protection domain they are in.
 	mr_cache_close(dom);
 	dom->key_table_mr.reset(); // its registration is in the protection domain too

@@ -386,6 +386,13 @@ struct RdmPeer {
 	// Bounded: a peer owed more (RdmEp::peer_allowance) sends requests
 	// while it takes nothing, and its connection is dropped.
 	uint32_t answers_queued = 0;
+	// Which connection is conn: changes whenever conn is set. An answer
+	// prepared off the lock (a persisted commit) goes out only over the
+	// connection its request came on.
+	uint32_t conn_epoch = 0;
+	// Its commit requests the persist worker holds (RdmCommitJob): the
+	// peer is not given back meanwhile (rdm_reclaim_peers).
+	uint32_t persists = 0;
 	// Since when it has had no connection (made, or its last one failed):
 	// the longest idle are given back first (rdm_reclaim_peers).
 	std::chrono::steady_clock::time_point idle_since{};
@@ -847,10 +854,43 @@ void rdm_report_rma_event(RdmEp *ep, RdmPeer *peer, uint32_t qp_num, uint64_t fl
 // An RmaOp request completed: the operation's entry at its last request
 // (or its first error), then the op is freed.
 void rdm_rma_op_done(RdmEp *ep, Conn *c, const RdmRmaDone &d) noexcept;
-// A CommitRequest from a peer (lock held): persists its ranges, counts and
-// reports it as an RmaEvent would be, answers.
+// A CommitRequest from a peer (lock held): reports it as an RmaEvent would
+// be, then hands it to the domain's persist worker, or persists it here
+// when the worker's queue is full (or the endpoint closes) and answers.
 void rdm_handle_commit(RdmEp *ep, RdmPeer *peer, uint32_t qp_num, const uint8_t *buf,
 		       size_t len) noexcept;
+// A commit request the persist worker serves: msync of a file mapping may
+// take milliseconds to seconds of I/O, which must not stall the endpoint
+// (every peer's progress runs under its lock). The worker persists with no
+// lock held, then answers under the endpoint's lock, only if the peer's
+// connection is still the one the request came on (conn_epoch). The peer
+// stays alive meanwhile (RdmPeer::persists), the endpoint too (its close
+// runs or waits for its jobs first: rdm_persist_finish).
+struct RdmCommitJob {
+	RdmEp *ep = nullptr;
+	RdmPeer *peer = nullptr;
+	uint32_t conn_epoch = 0;
+	uint32_t msg_id = 0;
+	size_t n = 0;
+	rdm::CommitRange ranges[rdm::kMaxCommitRanges];
+};
+// Jobs the domain's worker holds at most; a request beyond them is persisted
+// where it arrives (the endpoint then waits for it, as a full queue pushes
+// back on every sender, and nothing grows).
+inline constexpr size_t kRdmPersistQueueMax = 256;
+// vrma_pmem.cpp. Queues a job (endpoint lock held; lock order: endpoint,
+// Domain::pmem_lock, the worker's): false when the queue is full or the
+// worker cannot start.
+bool rdm_persist_submit(const RdmCommitJob &job) noexcept;
+// Waits until the worker has served the endpoint's jobs (endpoint lock NOT
+// held: the worker takes it to answer). Called by fi_close once no thread
+// can hand it new ones.
+void rdm_persist_finish(RdmEp *ep) noexcept;
+// Stops the domain's worker (its endpoints are closed).
+void rdm_persist_stop(Domain *dom) noexcept;
+// vrma_rdm_rma.cpp: persists a job's ranges (no lock held), then answers
+// under the endpoint's lock.
+void rdm_commit_run(RdmCommitJob &job) noexcept;
 // The wire::kCmFlag* a peer's connection header announces (Conn::peer_cm_flags).
 inline uint8_t rdm_peer_cm_flags(uint16_t conn_flags) noexcept
 {

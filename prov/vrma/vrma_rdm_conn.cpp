@@ -248,6 +248,7 @@ int start_connect(RdmPeer *peer)
 	}
 	c->state.store(EpState::Connecting);
 	peer->conn = std::move(c);
+	peer->conn_epoch++;
 	peer->initiated = true;
 	peer->auth_answered = false; // fill_param answers a challenge it holds
 	ep->connecting++;
@@ -465,6 +466,7 @@ rdma_cm_id *accept_request(RdmEp *ep, rdma_cm_event *ev)
 		peer->loopback = std::move(c);
 	} else {
 		peer->conn = std::move(c);
+		peer->conn_epoch++;
 		peer->initiated = false;
 		peer->expect_until = {};
 		ep->connecting++;
@@ -699,7 +701,8 @@ try {
 	// What refers to a peer after its connections ended: the dying ones
 	// (their completions name it until reaped), unexpected messages (for
 	// their source), answers and reads left in the backlogs, an FI_MORE
-	// hold. Operations end with their connection (rdm_fail_waiting).
+	// hold, commits the persist worker holds (RdmPeer::persists).
+	// Operations end with their connection (rdm_fail_waiting).
 	std::unordered_set<const RdmPeer *> held;
 	for (const auto &c : ep->dying)
 		held.insert(c->peer);
@@ -715,7 +718,7 @@ try {
 	for (auto &[addr, p] : ep->peers) {
 		RdmPeer *peer = p.get();
 		if (peer->conn || peer->loopback || !peer->waiting.empty() || !peer->atomics.empty() ||
-		    peer->answers_queued || now < peer->expect_until || held.count(peer))
+		    peer->answers_queued || peer->persists || now < peer->expect_until || held.count(peer))
 			continue;
 		idle.push_back({peer, static_cast<uint64_t>((peer->idle_since - clock::time_point{}).count())});
 	}

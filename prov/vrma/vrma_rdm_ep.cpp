@@ -168,6 +168,9 @@ int rdm_ep_close(fid *f) noexcept
 			ep->data_thread.join();
 		cqs_attach(ep, false);
 		report_cntrs_attach(ep, false);
+		// No thread progresses it now: the commits the persist worker
+		// holds are answered before the connections linger and end.
+		rdm_persist_finish(ep);
 		{
 			std::lock_guard guard(ep->lock);
 			rdm_linger(ep);

@@ -501,51 +501,88 @@ void rdm_handle_rma_event(RdmEp *ep, RdmPeer *peer, uint32_t qp_num, const uint8
 			     h, keys, n);
 }
 
+namespace {
+
+// Makes a commit request's ranges durable and counts it (no lock but
+// mr_lock for the look-ups, see commit_persist_range: msync of a file
+// mapping may take long).
+rdm::CommitStatus persist_commit(Domain *dom, const RdmCommitJob &job) noexcept
+{
+	auto status = rdm::CommitStatus::Ok;
+	for (size_t i = 0; i < job.n && status == rdm::CommitStatus::Ok; i++)
+		status = static_cast<rdm::CommitStatus>(
+			commit_persist_range(dom, job.ranges[i].key, job.ranges[i].addr, job.ranges[i].len));
+	dom->commit_stats.requests.fetch_add(1, std::memory_order_relaxed);
+	if (status != rdm::CommitStatus::Ok) {
+		dom->commit_stats.failures.fetch_add(1, std::memory_order_relaxed);
+		VRMA_INFO(FI_LOG_EP_DATA, "RDM: commit %u answered with status %u\n", job.msg_id,
+			  static_cast<unsigned>(status));
+	}
+	return status;
+}
+
+void answer_commit(RdmEp *ep, RdmPeer *peer, uint32_t msg_id, rdm::CommitStatus status) noexcept
+{
+	uint8_t answer[rdm::kRdmHeaderBytes];
+	rdm::encode_commit_answer(answer, msg_id, status);
+	rdm_send_answer(ep, peer, answer, nullptr, 0);
+}
+
+} // namespace
+
 void rdm_handle_commit(RdmEp *ep, RdmPeer *peer, uint32_t qp_num, const uint8_t *buf,
 		       size_t len) noexcept
 {
 	rdm::RdmHeader h;
-	rdm::CommitRange ranges[rdm::kMaxCommitRanges];
-	size_t n = 0;
-	auto status = rdm::CommitStatus::Ok;
+	RdmCommitJob job;
 	// A malformed request ends its connection, as every malformed message
 	// does; the initiator's waiting commit fails with it.
-	if (!rdm::decode_commit_request(buf, len, h, ranges, n)) [[unlikely]] {
+	if (!rdm::decode_commit_request(buf, len, h, job.ranges, job.n)) [[unlikely]] {
 		rdm_drop_malformed(peer, qp_num, "a malformed commit request");
 		return;
 	}
 	// Only an FI_RMA_PMEM endpoint announces the commit service
 	// (kConnFlagCommitService); a request to any other is a peer that
 	// does not follow the protocol (or one making this endpoint msync
-	// whole regions under its lock): dropped.
+	// whole regions): dropped.
 	if (!ep->rma_pmem) [[unlikely]] {
 		rdm_drop_malformed(peer, qp_num, "a commit request to an endpoint without FI_RMA_PMEM");
 		return;
 	}
-	// Persisting runs under the endpoint's lock (msync of a file mapping
-	// may take milliseconds: progress of this endpoint waits that long;
-	// the domain's mr_lock is not held meanwhile, see
-	// commit_persist_range).
-	for (size_t i = 0; i < n && status == rdm::CommitStatus::Ok; i++)
-		status = static_cast<rdm::CommitStatus>(
-			commit_persist_range(ep->domain, ranges[i].key, ranges[i].addr, ranges[i].len));
-	Domain *dom = ep->domain;
-	dom->commit_stats.requests.fetch_add(1, std::memory_order_relaxed);
-	if (status != rdm::CommitStatus::Ok) {
-		dom->commit_stats.failures.fetch_add(1, std::memory_order_relaxed);
-		VRMA_INFO(FI_LOG_EP_DATA, "RDM: commit %u answered with status %u\n", h.msg_id,
-			  static_cast<unsigned>(status));
-	}
-	// The data was placed whether or not it could be made durable.
+	// The data was placed whether or not it can be made durable: its
+	// event is reported now, before the answer can complete the commit.
 	uint64_t keys[rdm::kMaxCommitRanges];
 	size_t nkeys = 0;
-	for (size_t i = 0; i < n; i++)
-		if (std::find(keys, keys + nkeys, ranges[i].key) == keys + nkeys)
-			keys[nkeys++] = ranges[i].key;
+	for (size_t i = 0; i < job.n; i++)
+		if (std::find(keys, keys + nkeys, job.ranges[i].key) == keys + nkeys)
+			keys[nkeys++] = job.ranges[i].key;
 	rdm_report_rma_event(ep, peer, qp_num, FI_RMA | FI_REMOTE_WRITE, h, keys, nkeys);
-	uint8_t answer[rdm::kRdmHeaderBytes];
-	rdm::encode_commit_answer(answer, h.msg_id, status);
-	rdm_send_answer(ep, peer, answer, nullptr, 0);
+	if (!peer->conn || peer->conn->state.load() != EpState::Connected)
+		return; // the report dropped it (or it is gone): the answer has nowhere to go
+	job.ep = ep;
+	job.peer = peer;
+	job.conn_epoch = peer->conn_epoch;
+	job.msg_id = h.msg_id;
+	if (!ep->closing && rdm_persist_submit(job)) {
+		peer->persists++;
+		return;
+	}
+	// The worker's queue is full: persisted here, under the endpoint's
+	// lock (every peer of this endpoint waits meanwhile: the push-back).
+	answer_commit(ep, peer, h.msg_id, persist_commit(ep->domain, job));
+}
+
+void rdm_commit_run(RdmCommitJob &job) noexcept
+{
+	const rdm::CommitStatus status = persist_commit(job.ep->domain, job);
+	RdmEp *ep = job.ep;
+	std::lock_guard guard(ep->lock);
+	RdmPeer *peer = job.peer;
+	peer->persists--;
+	// A later connection of the peer (a restarted process) never sees an
+	// answer to a request of an earlier one: that one failed the commit.
+	if (peer->conn_epoch == job.conn_epoch)
+		answer_commit(ep, peer, job.msg_id, status);
 }
 
 const fi_ops_rma rdm_rma_ops = {

@@ -23,9 +23,26 @@ fail() { echo "FAIL: $1"; failed=$((failed + 1)); }
 # (SUITE:CASE, check's CK_RUN_CASE).
 asan_suites="rdm rdm_rma rdm_atomic rdm_atomic_flags rdm_on_demand hostile auth"
 tsan_suites="msg_auto cntr objects staged"
-tsan_cases="rdm:rdm_conn rdm:rdm_threads rdm:rdm_auto rdm_rma:rdm_rma_events"
+tsan_cases="rdm:rdm_conn rdm:rdm_threads rdm:rdm_auto rdm_rma:rdm_rma_events rdm_rma:rdm_rma_persist"
 secs() { echo "$(($(date +%s) - t0)) s"; }
 t0=$(date +%s)
+# A block device whose writes each take VRMA_TEST_SLOW_MS (dm-delay over a
+# loop device): msync into it is slow, and a commit persisted there must not
+# stall its endpoint (rdm_rma's rdm_rma_persist). No udev in the VM: dmsetup
+# makes its node itself.
+slow_device() {
+	[ -e /dev/mapper/vrma-slow ] && return 0
+	img=/tmp/vrma-slow.img
+	truncate -s 16M "$img" && loop=$(losetup -f --show "$img") &&
+		dmsetup create --noudevsync vrma-slow --table "0 32768 delay $loop 0 0 $loop 0 ${VRMA_TEST_SLOW_MS:-800}" &&
+		dmsetup mknodes vrma-slow && [ -e /dev/mapper/vrma-slow ]
+}
+if slow_device; then
+	export VRMA_TEST_SLOW_DEV=/dev/mapper/vrma-slow VRMA_TEST_SLOW_IMG=/tmp/vrma-slow.img
+	export VRMA_TEST_SLOW_MS=${VRMA_TEST_SLOW_MS:-800}
+else
+	echo "run-in-vm: no slow block device (losetup, dmsetup or the loop and dm_delay modules failed): rdm_rma_persist fails"
+fi
 if [ -n "${VRMA_SAN_STATUS:-}" ]; then
 	if VRMA_TEST_SKIP="$asan_suites $tsan_suites" "$builddir/test/device_tests"; then
 		pass "device_tests, the suites run without a sanitizer ($(secs))"
