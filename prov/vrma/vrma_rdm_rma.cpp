@@ -506,8 +506,9 @@ namespace {
 // Makes a commit request's ranges durable and counts it (no lock but
 // mr_lock for the look-ups, see commit_persist_range: msync of a file
 // mapping may take long).
-rdm::CommitStatus persist_commit(Domain *dom, const RdmCommitJob &job) noexcept
+rdm::CommitStatus persist_commit(const RdmCommitJob &job) noexcept
 {
+	Domain *dom = job.ep->domain;
 	auto status = rdm::CommitStatus::Ok;
 	for (size_t i = 0; i < job.n && status == rdm::CommitStatus::Ok; i++)
 		status = static_cast<rdm::CommitStatus>(
@@ -557,8 +558,6 @@ void rdm_handle_commit(RdmEp *ep, RdmPeer *peer, uint32_t qp_num, const uint8_t 
 		if (std::find(keys, keys + nkeys, job.ranges[i].key) == keys + nkeys)
 			keys[nkeys++] = job.ranges[i].key;
 	rdm_report_rma_event(ep, peer, qp_num, FI_RMA | FI_REMOTE_WRITE, h, keys, nkeys);
-	if (!peer->conn || peer->conn->state.load() != EpState::Connected)
-		return; // the report dropped it (or it is gone): the answer has nowhere to go
 	job.ep = ep;
 	job.peer = peer;
 	job.conn_epoch = peer->conn_epoch;
@@ -569,12 +568,12 @@ void rdm_handle_commit(RdmEp *ep, RdmPeer *peer, uint32_t qp_num, const uint8_t 
 	}
 	// The worker's queue is full: persisted here, under the endpoint's
 	// lock (every peer of this endpoint waits meanwhile: the push-back).
-	answer_commit(ep, peer, h.msg_id, persist_commit(ep->domain, job));
+	answer_commit(ep, peer, h.msg_id, persist_commit(job));
 }
 
 void rdm_commit_run(RdmCommitJob &job) noexcept
 {
-	const rdm::CommitStatus status = persist_commit(job.ep->domain, job);
+	const rdm::CommitStatus status = persist_commit(job);
 	RdmEp *ep = job.ep;
 	std::lock_guard guard(ep->lock);
 	RdmPeer *peer = job.peer;

@@ -1,8 +1,11 @@
 #include "harness.h"
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
+#include <fcntl.h>
 #include <linux/capability.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -382,6 +385,19 @@ FileMapping::FileMapping(fid_domain *domain, size_t n, uint64_t access, uint64_t
 	fd = mkstemp(path.data());
 	ck_assert_int_ge(fd, 0);
 	ck_assert_int_eq(ftruncate(fd, static_cast<off_t>(len)), 0);
+	map_and_register(domain, access, flags);
+}
+
+FileMapping::FileMapping(fid_domain *domain, const char *existing, size_t n, uint64_t access)
+	: path(existing), len(n), temporary(false)
+{
+	fd = open(existing, O_RDWR | O_CLOEXEC);
+	ck_assert_msg(fd >= 0, "open %s: %s", existing, strerror(errno));
+	map_and_register(domain, access, 0);
+}
+
+void FileMapping::map_and_register(fid_domain *domain, uint64_t access, uint64_t flags)
+{
 	void *m = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	ck_assert_ptr_ne(m, MAP_FAILED);
 	p = static_cast<uint8_t *>(m);
@@ -394,7 +410,8 @@ FileMapping::~FileMapping()
 		fi_close(&mr->fid);
 	munmap(p, len);
 	close(fd);
-	unlink(path.c_str());
+	if (temporary)
+		unlink(path.c_str());
 }
 
 std::vector<uint8_t> FileMapping::file_bytes(size_t off, size_t n) const

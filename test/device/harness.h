@@ -215,7 +215,10 @@ struct FileMapping {
 	uint8_t *p = nullptr;
 	size_t len;
 	fid_mr *mr = nullptr;
+	bool temporary = true; // made here, unlinked at the end
 	FileMapping(fid_domain *domain, size_t n, uint64_t access, uint64_t flags = 0);
+	// The first n bytes of an existing file or block device, left in place.
+	FileMapping(fid_domain *domain, const char *existing, size_t n, uint64_t access);
 	~FileMapping();
 	FileMapping(const FileMapping &) = delete;
 	FileMapping &operator=(const FileMapping &) = delete;
@@ -223,6 +226,9 @@ struct FileMapping {
 	uint64_t key() const { return fi_mr_key(mr); }
 	// The file's bytes, read through the file, not the mapping.
 	std::vector<uint8_t> file_bytes(size_t off, size_t n) const;
+
+private:
+	void map_and_register(fid_domain *domain, uint64_t access, uint64_t flags);
 };
 
 } // namespace vt

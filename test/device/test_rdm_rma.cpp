@@ -2252,40 +2252,29 @@ namespace {
 // loop device on VRMA_TEST_SLOW_IMG: test/device/run-in-vm.sh makes it),
 // mapped shared and registered: msync of its dirty pages waits that long.
 struct SlowDevice {
-	int fd = -1, img = -1;
-	int delay_ms = 0;
-	uint8_t *p = nullptr;
-	size_t len;
-	fid_mr *mr = nullptr;
-	SlowDevice(RdmEnv &env, size_t n, uint64_t access) : len(n)
+	static const char *env(const char *name)
 	{
-		const char *dev = getenv("VRMA_TEST_SLOW_DEV"), *file = getenv("VRMA_TEST_SLOW_IMG"),
-			   *ms = getenv("VRMA_TEST_SLOW_MS");
-		ck_assert_msg(dev && file && ms,
-			      "VRMA_TEST_SLOW_DEV, VRMA_TEST_SLOW_IMG and VRMA_TEST_SLOW_MS must name a block device "
-			      "with slow writes and its backing file (test/device/run-in-vm.sh sets them up)");
-		delay_ms = atoi(ms);
-		fd = open(dev, O_RDWR | O_CLOEXEC);
-		ck_assert_msg(fd >= 0, "open %s: %s", dev, strerror(errno));
-		img = open(file, O_RDONLY | O_CLOEXEC);
-		ck_assert_msg(img >= 0, "open %s: %s", file, strerror(errno));
-		void *m = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-		ck_assert_ptr_ne(m, MAP_FAILED);
-		p = static_cast<uint8_t *>(m);
-		ck_assert_int_eq(fi_mr_reg(env.domain, p, len, access, 0, 0, 0, &mr, nullptr), 0);
+		const char *v = getenv(name);
+		ck_assert_msg(v, "%s unset: VRMA_TEST_SLOW_DEV, VRMA_TEST_SLOW_IMG and VRMA_TEST_SLOW_MS name a block "
+				 "device with slow writes and its backing file (test/device/run-in-vm.sh sets them up)",
+			      name);
+		return v;
 	}
-	~SlowDevice()
+	FileMapping map;
+	int img;
+	int delay_ms;
+	SlowDevice(RdmEnv &env_, size_t n, uint64_t access)
+		: map(env_.domain, env("VRMA_TEST_SLOW_DEV"), n, access),
+		  img(open(env("VRMA_TEST_SLOW_IMG"), O_RDONLY | O_CLOEXEC)), delay_ms(atoi(env("VRMA_TEST_SLOW_MS")))
 	{
-		if (mr)
-			fi_close(&mr->fid);
-		munmap(p, len);
-		close(fd);
-		close(img);
+		ck_assert_msg(img >= 0, "open %s: %s", env("VRMA_TEST_SLOW_IMG"), strerror(errno));
 	}
+	~SlowDevice() { close(img); }
 	SlowDevice(const SlowDevice &) = delete;
 	SlowDevice &operator=(const SlowDevice &) = delete;
 	// What the device holds, read from its backing file: written there
-	// only once the device's delayed writes completed.
+	// only once the device's delayed writes completed (map.file_bytes
+	// would read the device's page cache).
 	std::vector<uint8_t> stored(size_t off, size_t n) const
 	{
 		std::vector<uint8_t> out(n);
@@ -2293,18 +2282,6 @@ struct SlowDevice {
 		return out;
 	}
 };
-
-// The entry with this context, taken out of n's backlog (nullopt: none yet).
-std::optional<Completion> take(RdmNode &n, const void *ctx)
-{
-	for (auto it = n.backlog.begin(); it != n.backlog.end(); ++it)
-		if (it->context() == ctx) {
-			Completion c = *it;
-			n.backlog.erase(it);
-			return c;
-		}
-	return std::nullopt;
-}
 
 } // namespace
 
@@ -2338,22 +2315,27 @@ START_TEST(rdm_rma_commit_slow_persist)
 		fill_pattern(sbuf.data(), kMsg, static_cast<uint32_t>(1000 + i));
 		ck_assert_int_eq(fi_recv(b.ep, rbuf.data(), kMsg, nullptr, FI_ADDR_UNSPEC, &rctx), 0);
 		post([&] { return fi_send(c.ep, sbuf.data(), kMsg, nullptr, c_to_b, &sctx); }, "a message c -> b");
-		std::optional<Completion> got_r, got_s;
+		Expected e;
+		e.add(&rctx, FI_RECV | FI_MSG, "message " + std::to_string(i) + " received");
+		e.add(&sctx, FI_SEND | FI_MSG, "message " + std::to_string(i) + " sent");
 		const Deadline d(kTimeoutMs);
-		while (!got_r || !got_s) {
+		while (!e.done()) {
 			progress_all();
-			if (!got_r)
-				got_r = take(b, &rctx);
-			if (!got_s)
-				got_s = take(c, &sctx);
-			if (!commit && (commit = take(a, &wctx)))
+			for (RdmNode *n : {&b, &c})
+				for (; !n->backlog.empty(); n->backlog.pop_front()) {
+					const Completion &got = n->backlog.front();
+					ck_assert_msg(got.context() != &rctx || (got.ok && got.e.len == kMsg), "message %zu: %s", i,
+						      got.describe().c_str());
+					e.take(got);
+				}
+			// a has only the commit outstanding.
+			if (!commit && !a.backlog.empty()) {
+				commit = a.backlog.front();
+				a.backlog.pop_front();
 				t_done = clock::now();
-			ck_assert_msg(!d.expired(), "message %zu: no completion within %d ms", i, kTimeoutMs);
+			}
+			ck_assert_msg(!d.expired(), "message %zu: %s missing after %d ms", i, e.missing().c_str(), kTimeoutMs);
 		}
-		ck_assert_msg(got_r->ok && got_r->e.flags == (FI_RECV | FI_MSG) && got_r->e.len == kMsg,
-			      "message %zu: %s", i, got_r->describe().c_str());
-		ck_assert_msg(got_s->ok && got_s->e.flags == (FI_SEND | FI_MSG), "message %zu sent: %s", i,
-			      got_s->describe().c_str());
 		expect_pattern(rbuf.data(), kMsg, static_cast<uint32_t>(1000 + i), "a message c -> b");
 		return !commit;
 	};
@@ -2372,14 +2354,15 @@ START_TEST(rdm_rma_commit_slow_persist)
 
 	const fi_vrma_commit_stats before = commit_stats(env);
 	iovec iov{src.p, kLen};
-	fi_rma_iov rma{reinterpret_cast<uintptr_t>(dev.p) + kOff, kLen, fi_mr_key(dev.mr)};
+	fi_rma_iov rma{dev.map.addr(kOff), kLen, dev.map.key()};
 	fi_msg_rma m = rma_msg(&iov, 1, &rma, 1, a_to_b, &wctx);
 	const clock::time_point t_post = clock::now();
 	post([&] { return fi_writemsg(a.ep, &m, FI_COMMIT_COMPLETE | FI_COMPLETION); }, "commit into the slow device");
 	size_t during = 0;
 	for (size_t i = 1; round_trip(i); i++)
 		during++;
-	ck_assert_msg(commit->ok && commit->e.flags == kWriteDone, "the commit: %s", commit->describe().c_str());
+	ck_assert_msg(commit->ok && commit->context() == &wctx && commit->e.flags == kWriteDone, "the commit: %s",
+		      commit->describe().c_str());
 	const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(t_done - t_post).count();
 	// Not before the device took the bytes: its writes each wait the delay.
 	ck_assert_msg(took >= dev.delay_ms * 3 / 4, "the commit completed after %lld ms; the device's writes take %d ms",
@@ -2387,8 +2370,8 @@ START_TEST(rdm_rma_commit_slow_persist)
 	const std::vector<uint8_t> stored = dev.stored(kOff, kLen);
 	expect_pattern(stored.data(), kLen, seed, "the committed bytes in the slow device's backing file");
 	expect_delta(delta(before, commit_stats(env)), {1, 1, kLen, 1, 0, 0}, "the slow commit");
-	// The endpoint kept serving c meanwhile (persisted under its lock, no
-	// message passes while the msync runs).
+	// The endpoint kept serving c meanwhile (a persist under its lock
+	// would let no message through while the msync runs).
 	ck_assert_msg(during >= 10, "only %zu messages reached the target in the %lld ms its commit took", during,
 		      static_cast<long long>(took));
 	std::printf("rdm_rma_commit_slow_persist: %zu messages in the %lld ms of the commit\n", during,
