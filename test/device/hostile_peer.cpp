@@ -27,7 +27,7 @@ uint64_t fresh_nonce()
 HostilePeer::HostilePeer(const sockaddr_in &victim, const HostileOptions &opt)
 	: victim_(victim), claim_(opt.claim), nonce_(opt.nonce ? opt.nonce : fresh_nonce()),
 	  conn_flags_(opt.conn_flags), cookie_(opt.cookie), mac_(opt.mac), recv_count_(opt.recv_count),
-	  recv_bytes_(opt.recv_bytes)
+	  recv_bytes_(opt.recv_bytes), recv_later_(opt.recv_later)
 {
 	channel_ = rdma_create_event_channel();
 	ck_assert_msg(channel_, "hostile peer: rdma_create_event_channel: %s", strerror(errno));
@@ -38,7 +38,7 @@ HostilePeer::HostilePeer(const sockaddr_in &victim, const HostileOptions &opt)
 		      "hostile peer: rdma_create_id: %s", strerror(errno));
 	// With no receive buffers (a peer that takes nothing) one is still
 	// registered and the queue takes one: neither is ever posted.
-	recv_mem_.assign(std::max<size_t>(recv_count_, 1) * recv_bytes_, 0);
+	recv_mem_.assign(std::max<size_t>(recv_count_ + recv_later_, 1) * recv_bytes_, 0);
 	send_mem_.assign(recv_bytes_, 0);
 }
 
@@ -72,6 +72,14 @@ sockaddr_in HostilePeer::claimed_sockaddr() const
 	return out;
 }
 
+void HostilePeer::post_later()
+{
+	ck_assert_msg(state_ == State::Connected, "hostile peer: post_later before connecting");
+	for (size_t i = recv_count_; i < recv_count_ + recv_later_; i++)
+		post_recv(i);
+	recv_later_ = 0;
+}
+
 void HostilePeer::post_recv(size_t i)
 {
 	ibv_sge sge{};
@@ -99,7 +107,7 @@ void HostilePeer::handle_cm(rdma_cm_event *ev)
 		}
 		pd_ = ibv_alloc_pd(id_->verbs);
 		ck_assert_msg(pd_, "hostile peer: ibv_alloc_pd: %s", strerror(errno));
-		cq_ = ibv_create_cq(id_->verbs, static_cast<int>(recv_count_ + 16), nullptr, nullptr, 0);
+		cq_ = ibv_create_cq(id_->verbs, static_cast<int>(recv_count_ + recv_later_ + 16), nullptr, nullptr, 0);
 		ck_assert_msg(cq_, "hostile peer: ibv_create_cq: %s", strerror(errno));
 		recv_mr_ = ibv_reg_mr(pd_, recv_mem_.data(), recv_mem_.size(), IBV_ACCESS_LOCAL_WRITE);
 		send_mr_ = ibv_reg_mr(pd_, send_mem_.data(), send_mem_.size(), IBV_ACCESS_LOCAL_WRITE);
@@ -109,7 +117,7 @@ void HostilePeer::handle_cm(rdma_cm_event *ev)
 		attr.recv_cq = cq_;
 		attr.qp_type = IBV_QPT_RC;
 		attr.cap.max_send_wr = 16;
-		attr.cap.max_recv_wr = static_cast<uint32_t>(std::max<size_t>(recv_count_, 1));
+		attr.cap.max_recv_wr = static_cast<uint32_t>(std::max<size_t>(recv_count_ + recv_later_, 1));
 		attr.cap.max_send_sge = 1;
 		attr.cap.max_recv_sge = 1;
 		ck_assert_msg(rdma_create_qp(id_, pd_, &attr) == 0, "hostile peer: rdma_create_qp: %s",
@@ -177,7 +185,8 @@ void HostilePeer::handle_cm(rdma_cm_event *ev)
 
 void HostilePeer::pump()
 {
-	progress_all();
+	if (!quiet)
+		progress_all();
 	rdma_cm_event *ev;
 	while (rdma_get_cm_event(channel_, &ev) == 0) {
 		// Copy what handle_cm reads, then ack: the ack frees ev.

@@ -39,6 +39,9 @@ struct HostileOptions {
 	// largest message at its largest eager size. None: every send the
 	// victim makes to it waits (RNR, retried for ever).
 	size_t recv_count = 16;
+	// Buffers made ready beside those and posted only by post_later(): a
+	// peer that takes nothing (recv_count 0), then takes that many.
+	size_t recv_later = 0;
 	size_t recv_bytes = vrma::rdm::kEagerSizeMax + vrma::rdm::kRdmHeaderBytes;
 };
 
@@ -64,6 +67,9 @@ public:
 	// completion then says len bytes arrived, though none reached the
 	// receive buffer it consumed.
 	ibv_wc_status write_imm(uint32_t imm, size_t len = 0, uint64_t raddr = 0, uint32_t rkey = 0);
+	// Posts the recv_later buffers (once; they are not reposted unless
+	// this peer's own waits pump its completion queue).
+	void post_later();
 	// Whether the victim dropped the connection (disconnect event or a
 	// failed work completion seen); progress until it does or the timeout.
 	bool wait_dropped(int timeout_ms = kTimeoutMs);
@@ -83,6 +89,10 @@ public:
 	rdma_cm_id *id() const { return id_; }
 	// Named in this peer's failure messages (what the test was doing).
 	std::string label;
+	// True: this peer's waits progress no RdmNode, so what it sends stays
+	// in the victim's completion queue until the victim's own next
+	// progress (a test then picks the call that finds it).
+	bool quiet = false;
 
 private:
 	void pump();            // one round: every RdmNode, our CM events, our CQ
@@ -99,7 +109,7 @@ private:
 	uint64_t cookie_ = 0;
 	std::array<uint8_t, vrma::rdm::kConnMacBytes> mac_{};
 	std::vector<uint8_t> reject_data_;
-	size_t recv_count_, recv_bytes_;
+	size_t recv_count_, recv_bytes_, recv_later_;
 
 	rdma_event_channel *channel_ = nullptr;
 	rdma_cm_id *id_ = nullptr;

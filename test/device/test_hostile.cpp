@@ -8,8 +8,11 @@
 #include "hostile_peer.h"
 #include "rdm_atomic_harness.h"
 
+#include <algorithm>
 #include <cinttypes>
 #include <cstdlib>
+#include <deque>
+#include <map>
 #include <memory>
 #include <random>
 #include <string>
@@ -367,6 +370,135 @@ START_TEST(hostile_stale_unexpected)
 						: "a delivery-complete message of a failed connection");
 		s.honest_round("after a stale message");
 	}
+}
+END_TEST
+
+// Item 2: a transmit call that progresses to make room (no send buffer
+// free, a full ring, no send credit) holds its connection across that
+// progress. A malformed message from the connection's peer, waiting in the
+// victim's completion queue, ends the connection inside the call; the old
+// code then freed it (its ring was empty) and the call went on with the
+// freed connection (ASan: heap-use-after-free in the victim's fi_tsend).
+// Three peers that take nothing hold the victim's send buffers (before fair
+// shares they held all 256), then the first takes 32 messages; the
+// attacker's connection is idle and its version-2 header unread, 100
+// honest messages behind it, when the victim sends to it: the progress
+// inside that send frees buffers, ends the connection and polls on while
+// the device flushes it. Whatever that send
+// returns, every operation ends with exactly one completion, the victim
+// stays up, its buffers all come back and the honest peer is served.
+START_TEST(hostile_conn_lost_in_transmit)
+{
+	Scene s;
+	s.honest_round("before");
+	const ssize_t pool = fi_tx_size_left(s.victim.ep);
+	HostilePeer a(s.victim.name);
+	a.label = "attacker";
+	ck_assert(a.connect());
+	const fi_addr_t to_a = s.victim.insert_addr(a.claimed_sockaddr());
+	constexpr size_t kLen = 1024; // beyond the inline size: each send takes a send buffer
+	std::vector<uint8_t> out(kLen);
+	fill_pattern(out.data(), kLen, 5);
+	{
+		// The victim's connection to the attacker is up and its ring empty.
+		fi_context sctx{};
+		post([&] { return fi_tsend(s.victim.ep, out.data(), kLen, nullptr, to_a, 0x21, &sctx); },
+		     "victim fi_tsend to the attacker");
+		expect_ok(s.victim, &sctx, FI_TAGGED | FI_SEND, "the victim's first send to the attacker");
+		std::vector<uint8_t> got;
+		ck_assert_msg(a.next_message(got), "the victim's send did not reach the attacker");
+		ck_assert_uint_eq(got.size(), rdm::kRdmHeaderBytes + kLen);
+	}
+	HostileOptions o;
+	o.recv_count = 0;
+	std::vector<std::unique_ptr<HostilePeer>> stalled;
+	std::deque<fi_context> held; // their sends' contexts (stable addresses)
+	for (int i = 0; i < 3; i++) {
+		o.recv_later = i == 0 ? 32 : 0;
+		auto b = std::make_unique<HostilePeer>(s.victim.name, o);
+		b->label = "stalled peer " + std::to_string(i);
+		ck_assert_msg(b->connect(), "the victim refused stalled peer %d", i);
+		const fi_addr_t to = s.victim.insert_addr(b->claimed_sockaddr());
+		post_until_refused([&](size_t) {
+			held.emplace_back();
+			const ssize_t rc = fi_tsend(s.victim.ep, out.data(), kLen, nullptr, to, 0x22, &held.back());
+			if (rc)
+				held.pop_back();
+			return rc;
+		}, 512, 300, "victim fi_tsend to a stalled peer");
+		stalled.push_back(std::move(b));
+	}
+	fprintf(stderr, "hostile_conn_lost_in_transmit: %zu sends held by three stalled peers, %zd of %zd send buffers free\n",
+		held.size(), fi_tx_size_left(s.victim.ep), pool);
+	// The first stalled peer takes 32 of its messages: their completions
+	// wait in the victim's queue, so that its next progress frees send
+	// buffers (the call that progresses then goes on to use one).
+	stalled[0]->post_later();
+	usleep(1500 * 1000); // past rxe's RNR timer (655 ms), nobody progressing
+	// The malformed message reaches the victim's device, not its progress.
+	a.quiet = true;
+	auto bad = header_only(rdm::MsgType::DeliveryAck, 5);
+	bad[1] = 2;
+	ck_assert_int_eq(a.send(bad), IBV_WC_SUCCESS);
+	a.quiet = false;
+	// Behind it, messages from the honest peer: the progress that takes
+	// the attacker's message goes on polling them while the device
+	// flushes the failed connection, so the connection's end is complete
+	// (reapable) before that progress returns into the send.
+	constexpr int kBehind = 100;
+	constexpr size_t kBehindLen = 64;
+	std::vector<std::vector<uint8_t>> behind(kBehind, std::vector<uint8_t>(kBehindLen));
+	std::vector<fi_context> bctx(kBehind);
+	for (int i = 0; i < kBehind; i++) {
+		fill_pattern(behind[i].data(), kBehindLen, 1000 + i);
+		post([&] {
+			return fi_tsend(s.honest.ep, behind[i].data(), kBehindLen, nullptr, s.honest.addr_of(s.victim),
+					0x77, &bctx[i]);
+		}, "honest fi_tsend behind the attacker's message", &s.honest);
+	}
+	for (int i = 0; i < kBehind; i++) {
+		const Completion c = next_alone(s.honest);
+		ck_assert_msg(c.ok && (c.e.flags & FI_SEND), "the honest peer's send behind: %s", c.describe().c_str());
+	}
+	// The victim's next send to the attacker is the call that finds it.
+	fi_context last{};
+	const ssize_t rc = fi_tsend(s.victim.ep, out.data(), kLen, nullptr, to_a, 0x23, &last);
+	ck_assert_msg(rc == 0 || rc == -FI_EAGAIN, "the send to a connection lost under it returned %zd (%s)", rc,
+		      fi_strerror(static_cast<int>(-rc)));
+	ck_assert_msg(a.wait_dropped(), "the victim kept a connection that sent a version 2 header");
+	// Every operation ends once: the send to the attacker (if taken), then,
+	// as the stalled peers leave, each send they held.
+	std::map<const void *, int> ends;
+	size_t want = held.size() + (rc == 0);
+	stalled.clear();
+	for (size_t n = 0; n < want; n++) {
+		const Completion c = next(s.victim);
+		const void *ctx = c.context();
+		const bool known = ctx == &last ? rc == 0
+					      : std::any_of(held.begin(), held.end(), [&](const fi_context &h) {
+							return &h == ctx;
+						});
+		ck_assert_msg(known, "an entry for no operation of the victim's: %s", c.describe().c_str());
+		ck_assert_msg(++ends[ctx] == 1, "a second entry for one send: %s", c.describe().c_str());
+	}
+	expect_none(s.victim, 300, "after every send ended");
+	// The honest messages arrived once each, in order.
+	for (int i = 0; i < kBehind; i++) {
+		std::vector<uint8_t> in(kBehindLen, 0);
+		fi_context rctx{};
+		post([&] {
+			return fi_trecv(s.victim.ep, in.data(), kBehindLen, nullptr, s.victim.addr_of(s.honest), 0x77, 0,
+					&rctx);
+		}, "victim fi_trecv of a message behind");
+		const Completion c = expect_ok(s.victim, &rctx, FI_TAGGED | FI_RECV, "a message behind the attacker's");
+		ck_assert_uint_eq(c.e.len, kBehindLen);
+		expect_pattern(in.data(), kBehindLen, 1000 + i, "a message behind the attacker's");
+	}
+	for (int i = 0; i < 500 && fi_tx_size_left(s.victim.ep) != pool; i++)
+		settle(20);
+	ck_assert_int_eq(fi_tx_size_left(s.victim.ep), pool);
+	s.region.expect_canaries("after a connection lost under a send");
+	s.honest_round("after a connection lost under a send");
 }
 END_TEST
 
@@ -892,6 +1024,7 @@ Suite *hostile_suite()
 		       hostile_stale_unexpected, hostile_native_rights, hostile_native_agreement,
 		       hostile_commit_without_pmem, hostile_unexpected_flood, hostile_rma_events,
 		       hostile_stalled_receivers, hostile_cq_data_flood, hostile_peer_table});
+	rdm_add_tcase(s, "hostile_lifetimes", 60, {hostile_conn_lost_in_transmit});
 	rdm_add_tcase(s, "hostile_fuzz", 600, {hostile_fuzz});
 	return s;
 }
