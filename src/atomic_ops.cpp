@@ -3,11 +3,13 @@
 // elements through memcpy loads and stores.
 #include "atomic_ops.h"
 
+#include <array>
 #include <bit>
 #include <complex>
 #include <cstring>
 #include <limits>
 #include <tuple>
+#include <utility>
 #include <type_traits>
 
 #include <rdma/fi_errno.h>
@@ -130,7 +132,7 @@ template <typename T> using Fn = bool (*)(const T &t, const T &x, const T &c, T 
 
 // The two shapes of op, made from capture-less lambdas (which C++20 can
 // default-construct). An op that always writes g(t, x, c):
-template <typename T, typename G> Fn<T> writes(G) noexcept
+template <typename T, typename G> constexpr Fn<T> writes(G) noexcept
 {
 	return [](const T &t, const T &x, const T &c, T &n) noexcept {
 		n = G{}(t, x, c);
@@ -138,7 +140,7 @@ template <typename T, typename G> Fn<T> writes(G) noexcept
 	};
 }
 // An op that writes the operand when p(t, x, c) holds:
-template <typename T, typename P> Fn<T> swaps_if(P) noexcept
+template <typename T, typename P> constexpr Fn<T> swaps_if(P) noexcept
 {
 	return [](const T &t, const T &x, const T &c, T &n) noexcept {
 		n = x;
@@ -148,7 +150,7 @@ template <typename T, typename P> Fn<T> swaps_if(P) noexcept
 
 // op's function on T, or nullptr where op is not defined on T (the tables in
 // atomic_ops.h).
-template <typename T> Fn<T> op_fn(int op) noexcept
+template <typename T> constexpr Fn<T> op_fn(int op) noexcept
 {
 	constexpr bool ordered = !kComplex<T>;
 	using A = const T &;
@@ -227,6 +229,38 @@ bool next(Fn<T> fn, const unsigned char *old, const unsigned char *x, const unsi
 	return fn(load<T>(old), x ? load<T>(x) : T{}, c ? load<T>(c) : T{}, n);
 }
 
+// The size of each datatype and the ops defined on it (a bit per op),
+// tabulated at compile time from Types and op_fn: valid() and
+// datatype_size() run on every atomic call and request.
+constexpr size_t kTypeCount = std::tuple_size_v<Types>;
+constexpr int kOpBits = 32;
+static_assert(FI_MSWAP < kOpBits, "every fi_op has a bit");
+
+template <size_t... I> constexpr std::array<uint8_t, kTypeCount> type_sizes(std::index_sequence<I...>)
+{
+	return {static_cast<uint8_t>(sizeof(std::tuple_element_t<I, Types>))...};
+}
+
+template <typename T> constexpr uint32_t defined_ops()
+{
+	uint32_t m = 0;
+	for (int op = 0; op < kOpBits; op++)
+		if (op_fn<T>(op) != nullptr)
+			m |= uint32_t(1) << op;
+	return m;
+}
+
+template <size_t... I> constexpr std::array<uint32_t, kTypeCount> type_ops(std::index_sequence<I...>)
+{
+	return {defined_ops<std::tuple_element_t<I, Types>>()...};
+}
+
+constexpr auto kTypeSizes = type_sizes(std::make_index_sequence<kTypeCount>{});
+constexpr auto kTypeOps = type_ops(std::make_index_sequence<kTypeCount>{});
+static_assert(kTypeSizes[FI_INT8] == 1 && kTypeSizes[FI_UINT64] == 8 && kTypeSizes[FI_UINT128] == 16);
+static_assert((kTypeOps[FI_UINT64] >> FI_BOR) & 1 && !((kTypeOps[FI_DOUBLE] >> FI_BOR) & 1) &&
+	      !((kTypeOps[FI_FLOAT_COMPLEX] >> FI_MIN) & 1) && (kTypeOps[FI_FLOAT_COMPLEX] >> FI_SUM) & 1);
+
 // The arrays op does not read, as nullptr: neither is touched then.
 void drop_unread(int op, const void *&operand, const void *&compare) noexcept
 {
@@ -240,16 +274,13 @@ void drop_unread(int op, const void *&operand, const void *&compare) noexcept
 
 size_t datatype_size(int datatype) noexcept
 {
-	return with_type(datatype, size_t(0),
-			 []<typename T>(std::type_identity<T>) { return sizeof(T); });
+	return static_cast<unsigned>(datatype) < kTypeCount ? kTypeSizes[datatype] : 0;
 }
 
 bool valid(Kind kind, int op, int datatype) noexcept
 {
-	return kind_takes(kind, op) &&
-	       with_type(datatype, false, [op]<typename T>(std::type_identity<T>) {
-		       return op_fn<T>(op) != nullptr;
-	       });
+	return kind_takes(kind, op) && static_cast<unsigned>(datatype) < kTypeCount &&
+	       static_cast<unsigned>(op) < kOpBits && ((kTypeOps[datatype] >> op) & 1);
 }
 
 bool combine(int op, int datatype, const void *old_value, const void *operand,

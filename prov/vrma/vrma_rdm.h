@@ -40,6 +40,7 @@
 #include "tx_share.h"
 #include "tag_match.h"
 #include "atomic_ops.h"
+#include "free_list.h"
 
 #include <algorithm>
 #include <unordered_map>
@@ -237,6 +238,9 @@ struct RdmKeyRead {
 	uint32_t buf = 0;
 };
 
+struct RdmAtomicOp;
+using RdmAtomicMap = std::unordered_map<uint32_t, RdmAtomicOp *>;
+
 // An atomic operation in flight: emulated ones wait in RdmPeer::atomics
 // for the target's AtomicResponse; native ones are the context of their
 // device atomics, whose old values land in the send buffer `buf`.
@@ -370,7 +374,7 @@ struct RdmPeer {
 	// connection is up is turned away and the connection probed, at most
 	// once per kProbeInterval (vrma_rdm_conn.cpp).
 	std::chrono::steady_clock::time_point probe_after{};
-	std::unordered_map<uint32_t, RdmAtomicOp *> atomics; // emulated, by msg_id
+	RdmAtomicMap atomics; // emulated, by msg_id
 	// Back-pressure on messages (rdm_wire.h's Flow, src/rx_budget.h), for
 	// the current connection (rdm_conn_failed resets both): tx_paused, the
 	// peer asked this side to send it no message until it resumes; flow_rx,
@@ -504,11 +508,15 @@ struct RdmEp final : fid_ep {
 	std::chrono::milliseconds drain_timeout{0};
 	std::chrono::steady_clock::time_point watch_next{};
 	uint32_t watch_calls = 0;
-	// Receives done with, kept for the next fi_recv (malloc and free cost
-	// as much as the rest of a posted receive). Its capacity, kRecvPoolMax,
-	// is reserved at open, so putting one back never allocates.
+	// Receives and emulated atomics done with, and the atomics' map nodes
+	// (RdmPeer::atomics), kept for the next operation: malloc and free cost
+	// as much as the rest of a posted receive, and a tenth of an atomic.
+	// Their room (kRecvPoolMax, kAtomicPoolMax each) is reserved at open.
 	static constexpr size_t kRecvPoolMax = 256;
-	std::vector<std::unique_ptr<RdmRecv>> recv_pool;
+	static constexpr size_t kAtomicPoolMax = 64;
+	FreeList<RdmRecv> recv_pool;
+	FreeList<RdmAtomicOp> atomic_pool;
+	NodeCache<RdmAtomicMap> atomic_nodes;
 	std::unordered_map<rdm::RdmAddr, std::unique_ptr<RdmPeer>, rdm::RdmAddrHash> peers;
 	// FI_VRMA_RDM_MAX_PEERS (src/peer_limit.h): a full table turns new
 	// peers away (one warning while full); above its high mark progress
@@ -810,8 +818,17 @@ void rdm_reap(RdmEp *ep) noexcept;
 // the longest idle first. Only where no caller holds a peer
 // (rdm_progress_reap).
 void rdm_reclaim_peers(RdmEp *ep) noexcept;
-// fi_cq_readfrom's address of a peer (FI_ADDR_NOTAVAIL when not in the AV).
-fi_addr_t rdm_peer_fi_addr(RdmPeer *peer) noexcept;
+// fi_cq_readfrom's address of a peer (FI_ADDR_NOTAVAIL when not in the AV),
+// kept per peer and looked up again (rdm_peer_fi_addr_lookup) once the AV
+// changed: every received message asks.
+fi_addr_t rdm_peer_fi_addr_lookup(RdmPeer *peer, uint64_t epoch) noexcept;
+inline fi_addr_t rdm_peer_fi_addr(RdmPeer *peer) noexcept
+{
+	const uint64_t epoch = peer->ep->av->epoch.load(std::memory_order_acquire);
+	if (peer->av_epoch != epoch) [[unlikely]]
+		return rdm_peer_fi_addr_lookup(peer, epoch);
+	return peer->fi_addr;
+}
 // At close: every connection down, drained, freed.
 void rdm_close_peers(RdmEp *ep) noexcept;
 

@@ -137,13 +137,20 @@ void scatter(const fi_ioc *ioc, size_t n, size_t size, const uint8_t *src, size_
 void finish(RdmEp *ep, RdmAtomicOp *op, int err, int prov_errno)
 {
 	rdm_report_tx(ep, op->context, op->comp_flags, 0, op->report, op->cntr, err, prov_errno);
-	delete op;
+	ep->atomic_pool.put(op);
 }
+
+// An atomic not handed on yet goes back to its endpoint's pool (lock held).
+struct AtomicOpPut {
+	RdmEp *ep;
+	void operator()(RdmAtomicOp *op) const noexcept { ep->atomic_pool.put(op); }
+};
+using AtomicOpPtr = std::unique_ptr<RdmAtomicOp, AtomicOpPut>;
 
 // The native path: one device atomic per element, old values into a send
 // buffer (registered for local writes).
 ssize_t post_native(RdmEp *ep, RdmPeer *peer, Conn *conn, const AtomicCall &c,
-		    std::unique_ptr<RdmAtomicOp> &op, size_t total)
+		    AtomicOpPtr &op, size_t total)
 {
 	const fi_msg_atomic &m = *c.msg;
 	fi_rma_iov remote[rdm::kMaxAtomicSegments];
@@ -243,7 +250,7 @@ ssize_t post_native(RdmEp *ep, RdmPeer *peer, Conn *conn, const AtomicCall &c,
 
 // The emulated path: one AtomicRequest; the op waits for the answer.
 ssize_t post_emulated(RdmEp *ep, RdmPeer *peer, Conn *conn, const AtomicCall &c,
-		      std::unique_ptr<RdmAtomicOp> &op, size_t total)
+		      AtomicOpPtr &op, size_t total)
 {
 	const fi_msg_atomic &m = *c.msg;
 	rdm::AtomicRequest r;
@@ -276,12 +283,15 @@ ssize_t post_emulated(RdmEp *ep, RdmPeer *peer, Conn *conn, const AtomicCall &c,
 	}
 	op->conn = conn;
 	try {
-		peer->atomics.emplace(h.msg_id, op.get());
+		// False: the id is still an atomic's from 2^32 requests ago.
+		if (!ep->atomic_nodes.insert(peer->atomics, h.msg_id, op.get())) [[unlikely]]
+			return -FI_EAGAIN;
 	} catch (...) {
 		return -FI_ENOMEM;
 	}
 	if (ssize_t rc = rdm_post_send_copy(ep, conn, b, len, c.flags & FI_MORE, c.flags & FI_FENCE)) {
-		peer->atomics.erase(h.msg_id);
+		if (auto it = peer->atomics.find(h.msg_id); it != peer->atomics.end())
+			ep->atomic_nodes.erase(peer->atomics, it);
 		return rc;
 	}
 	op->msg_id = h.msg_id;
@@ -372,7 +382,7 @@ ssize_t atomic_long(RdmEp *ep, const AtomicCall &c) noexcept
 		return -FI_EAGAIN;
 	if ((c.flags & FI_REMOTE_CQ_DATA) && rdm_tx_paused(ep, peer, conn)) [[unlikely]]
 		return -FI_EAGAIN;
-	auto op = std::unique_ptr<RdmAtomicOp>(new (std::nothrow) RdmAtomicOp);
+	AtomicOpPtr op(ep->atomic_pool.get(), AtomicOpPut{ep});
 	if (!op)
 		return -FI_ENOMEM;
 	op->peer = peer;
@@ -666,7 +676,7 @@ void rdm_handle_atomic(RdmEp *ep, RdmPeer *peer, uint32_t qp_num, const uint8_t 
 		rdm_drop_malformed(peer, qp_num, "an atomic response over another connection than its request's");
 		return;
 	}
-	peer->atomics.erase(it);
+	ep->atomic_nodes.erase(peer->atomics, it);
 	if (resp.status != rdm::AtomicStatus::Ok) {
 		VRMA_WARN(FI_LOG_EP_DATA, "RDM atomic: the target refused it (%s)\n",
 			  resp.status == rdm::AtomicStatus::AccessError ? "no such key, range or access"

@@ -476,14 +476,10 @@ rdma_cm_id *accept_request(RdmEp *ep, rdma_cm_event *ev)
 
 } // namespace
 
-fi_addr_t rdm_peer_fi_addr(RdmPeer *peer) noexcept
+fi_addr_t rdm_peer_fi_addr_lookup(RdmPeer *peer, uint64_t epoch) noexcept
 {
-	Av *av = peer->ep->av;
-	const uint64_t epoch = av->epoch.load(std::memory_order_acquire);
-	if (peer->av_epoch != epoch) {
-		peer->fi_addr = av_reverse(av, peer->addr);
-		peer->av_epoch = epoch;
-	}
+	peer->fi_addr = av_reverse(peer->ep->av, peer->addr);
+	peer->av_epoch = epoch;
 	return peer->fi_addr;
 }
 

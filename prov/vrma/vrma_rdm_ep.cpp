@@ -944,6 +944,8 @@ try {
 	ep->drain_timeout = std::chrono::milliseconds(rdm_drain_timeout_ms());
 	ep->peer_limit = peers::Limit::of(rdm_max_peers());
 	ep->recv_pool.reserve(RdmEp::kRecvPoolMax);
+	ep->atomic_pool.reserve(RdmEp::kAtomicPoolMax);
+	ep->atomic_nodes.reserve(RdmEp::kAtomicPoolMax);
 	ep->fid.fclass = FI_CLASS_EP;
 	ep->fid.context = context;
 	ep->fid.ops = const_cast<fi_ops *>(&rdm_fi_ops);

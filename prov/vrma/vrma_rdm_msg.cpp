@@ -1234,22 +1234,16 @@ void handle_message(RdmEp *ep, const ibv_wc &wc, const uint8_t *buf)
 
 } // namespace
 
-RdmRecv *rdm_get_recv(RdmEp *ep) noexcept
+// Never inlined: inside rdm_recv the reset of a kept receive costs more
+// than the call (callgrind: 20 to 55 instructions more per fi_trecv).
+[[gnu::noinline]] RdmRecv *rdm_get_recv(RdmEp *ep) noexcept
 {
-	if (ep->recv_pool.empty()) [[unlikely]]
-		return new (std::nothrow) RdmRecv;
-	RdmRecv *r = ep->recv_pool.back().release();
-	ep->recv_pool.pop_back();
-	*r = RdmRecv{}; // unlinked: the hook's assignment copies no links
-	return r;
+	return ep->recv_pool.get(); // unlinked: the hook's assignment copies no links
 }
 
-void rdm_put_recv(RdmEp *ep, RdmRecv *r) noexcept
+[[gnu::noinline]] void rdm_put_recv(RdmEp *ep, RdmRecv *r) noexcept
 {
-	if (ep->recv_pool.size() < ep->recv_pool.capacity()) [[likely]]
-		ep->recv_pool.emplace_back(r); // within the reserved capacity
-	else
-		delete r;
+	ep->recv_pool.put(r);
 }
 
 void rdm_fail_waiting(RdmPeer *peer, int err) noexcept

@@ -28,3 +28,4 @@ Suite *conn_auth_suite();
 Suite *rx_budget_suite();
 Suite *tx_share_suite();
 Suite *peer_limit_suite();
+Suite *free_list_suite();
