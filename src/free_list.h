@@ -4,8 +4,8 @@
 //
 // Contract:
 //  - reserve(max) allocates the cache's whole room once (it may throw: at
-//    open, where failing is allowed); after it, put() and keep() never
-//    allocate and never throw.
+//    open, where failing is allowed); after it, FreeList::put() and
+//    NodeCache::erase() never allocate and never throw.
 //  - A cache holds at most max objects; beyond that a freed one is deleted.
 //    It never grows because a peer or an application misbehaves.
 //  - FreeList::get() hands out a value-initialised T (a kept one is reset by
