@@ -1382,6 +1382,10 @@ int ep_post_provider_rx(Ep *ep) noexcept;
 void ep_repost_own_rx(Ep *ep) noexcept;
 // Moves the QP to the error state so that outstanding requests flush.
 void ep_set_error(Ep *ep) noexcept;
+// Ends a connected endpoint's connection: rdma_disconnect's request to the
+// peer, then the QP to the error state (outstanding requests flush now).
+// Returns rdma_disconnect's result, errno set.
+int ep_disconnect(Ep *ep) noexcept;
 // The connection ended (fi_shutdown, the peer disconnected, a request
 // failed, the device went): what FI_MORE held back is posted into the error
 // state, so that each operation ends like every posted one, with one

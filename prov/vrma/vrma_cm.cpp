@@ -556,7 +556,7 @@ int cm_shutdown(fid_ep *f, uint64_t flags) noexcept
 		return -FI_ENOTCONN;
 	}
 	int rc = 0;
-	if (rdma_disconnect(ep->conn.id.get())) {
+	if (was == EpState::Connected ? ep_disconnect(ep) : rdma_disconnect(ep->conn.id.get())) {
 		int err = errno;
 		VRMA_WARN(FI_LOG_EP_CTRL, "rdma_disconnect: %s\n", strerror(err));
 		rc = errno_to_fi(err);

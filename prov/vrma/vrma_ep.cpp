@@ -7,6 +7,8 @@
 #include <rdma/fi_collective.h>
 #include <rdma/fi_tagged.h>
 
+#include <utility>
+
 namespace vrma {
 
 namespace {
@@ -101,7 +103,12 @@ int ep_close(fid *f) noexcept
 	}
 	bool drained = true;
 	if (ep->conn.qp) {
-		ep_set_error(ep);
+		// A connection the application closes without fi_shutdown ends
+		// like one it shuts down (the ACK hazard of ep_disconnect).
+		if (ep->conn.state.load() == EpState::Connected)
+			(void)ep_disconnect(ep);
+		else
+			ep_set_error(ep);
 		conn_post_sentinel(&ep->conn);
 		drained = cq_drain_endpoint(send_cq_of(ep), ep, true, 2000) &&
 			  cq_drain_endpoint(recv_cq_of(ep), ep, false, 2000);
@@ -448,6 +455,29 @@ void ep_set_error(Ep *ep) noexcept
 	if (int rc = ibv_modify_qp(ep->conn.qp, &attr, IBV_QP_STATE))
 		VRMA_INFO(FI_LOG_EP_CTRL, "moving QP %u to the error state: %s\n", ep->conn.qp->qp_num,
 			  strerror(rc));
+}
+
+// Hazard: the device may still owe the peer the ACK of a message whose
+// completion this side has already read: soft-RoCE writes the receive's CQE
+// before it sends the ACK, from the sender's context. The error state drops
+// an ACK not yet sent, and the peer's send, delivered, then ends flushed
+// (FI_ECANCELED) when the disconnect reaches it: fabtests' finalize does
+// exactly this (the client leaves as soon as it has the server's last
+// message). rdma_disconnect moves the QP first; here the request goes out
+// first, which leaves the device the time of that call to finish.
+// librdmacm moves the QP only when the id names one, and touches the id's
+// QP on no later event once it is ESTABLISHED: hiding it for the call is
+// safe for a connected endpoint only.
+int ep_disconnect(Ep *ep) noexcept
+{
+	rdma_cm_id *id = ep->conn.id.get();
+	ibv_qp *qp = std::exchange(id->qp, nullptr);
+	const int rc = rdma_disconnect(id);
+	const int err = errno;
+	id->qp = qp;
+	ep_set_error(ep);
+	errno = err;
+	return rc;
 }
 
 void ep_cancel_held(Ep *ep) noexcept

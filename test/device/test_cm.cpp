@@ -5,6 +5,8 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 
+#include <thread>
+
 using namespace vt;
 
 START_TEST(connect_with_cm_data)
@@ -308,6 +310,51 @@ START_TEST(shutdown_reaches_peer)
 }
 END_TEST
 
+// A message the peer has read is delivered: its send completes successfully
+// even when the reader shuts down the moment it has it (fabtests' finalize).
+// The send is posted from another thread, whose call carries the message and
+// its acknowledgement through soft-RoCE while this thread reads the receive
+// and calls fi_shutdown at once: a shutdown that moved the QP to the error
+// state first dropped the acknowledgement not yet sent (about one round in
+// fifty under emulation), and the send ended FI_ECANCELED.
+START_TEST(shutdown_after_delivery)
+{
+	Env env;
+	constexpr int kRounds = 100;
+	for (int round = 0; round < kRounds; round++) {
+		Pair p(env);
+		Region src(env, 64, FI_SEND), dst(env, 64, FI_RECV);
+		src.fill(static_cast<uint8_t>(round));
+		int rctx, sctx;
+		ck_assert_int_eq(fi_recv(p.client.ep, dst.buf.data(), 64, dst.desc(), 0, &rctx), 0);
+		ssize_t send_rc = 1;
+		std::thread sender([&] {
+			send_rc = fi_send(p.server.ep, src.buf.data(), 64, src.desc(), 0, &sctx);
+		});
+		fi_cq_data_entry e{};
+		ssize_t n;
+		Deadline until(kTimeoutMs);
+		while ((n = fi_cq_read(p.client.cq, &e, 1)) == -FI_EAGAIN && !until.expired())
+			;
+		ck_assert_int_eq(fi_shutdown(p.client.ep, 0), 0);
+		sender.join();
+		ck_assert_int_eq(send_rc, 0);
+		ck_assert_msg(n == 1, "round %d: the receive: %zd", round, n);
+		ck_assert_ptr_eq(e.op_context, &rctx);
+		ck_assert_uint_eq(e.len, 64);
+		ck_assert(dst.check(static_cast<uint8_t>(round), 64));
+		fi_cq_data_entry se{};
+		fi_cq_err_entry err{};
+		n = wait_cq(p.server.cq, &se, &err);
+		ck_assert_msg(n == 1, "round %d: the delivered send ended %zd (err %d %s, prov_errno %d)",
+			      round, n, err.err, err.err ? fi_strerror(err.err) : "", err.prov_errno);
+		ck_assert_ptr_eq(se.op_context, &sctx);
+		ck_assert_uint_eq(se.flags, FI_SEND | FI_MSG);
+		expect_no_completion(p.server.cq, 0);
+	}
+}
+END_TEST
+
 START_TEST(pep_setname_then_listen)
 {
 	Env env;
@@ -421,6 +468,7 @@ Suite *cm_suite()
 	tcase_add_test(tc, reject_with_data);
 	tcase_add_test(tc, connect_without_listener);
 	tcase_add_test(tc, shutdown_reaches_peer);
+	tcase_add_test(tc, shutdown_after_delivery);
 	tcase_add_test(tc, pep_setname_then_listen);
 	tcase_add_test(tc, ep_takes_pep_address);
 	tcase_add_test(tc, cm_bad_arguments);
