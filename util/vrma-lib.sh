@@ -97,11 +97,15 @@ vrma_apt_unlock() {
 # (the test bed's guest runs everything as root), MPI's own traffic goes
 # over shared memory (pml ob1, btl self,vader), never over libfabric; and a
 # guest without a host name gets one, which mpirun needs (the minimal guest
-# has none).
+# has none). Every process start costs seconds under TCG: MPI loads only
+# the collectives and one-sided components it can use here, and hwloc
+# leaves out its PCI, GPU and XML plugins (X11, OpenCL and libxml2 with
+# them).
 vrma_mpi_launcher() {
 	local h
 	export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_pml=ob1 \
-		OMPI_MCA_btl=self,vader OMPI_MCA_mtl=^ofi
+		OMPI_MCA_btl=self,vader OMPI_MCA_mtl=^ofi OMPI_MCA_coll=basic,libnbc,self OMPI_MCA_osc=pt2pt \
+		HWLOC_PLUGINS_BLACKLIST=hwloc_pci,hwloc_opencl,hwloc_gl,hwloc_xml_libxml,hwloc_cuda,hwloc_nvml,hwloc_rsmi,hwloc_levelzero
 	h=$(hostname 2>/dev/null) || h=
 	[[ -n $h && $h != "(none)" ]] || hostname vrma-guest || vrma_die "this host has no name and cannot be given one (mpirun needs it)"
 }
