@@ -25,7 +25,7 @@
 //    the call returns 0. fi_close leaves those entries in the EQ (fi_av(3)).
 //  - Named (shared) AVs and FI_READ: -FI_ENOSYS; rx_ctx_bits: 0 only (no
 //    scalable endpoints); ep_per_node ignored; count reserves room (a hint).
-#include "vrma.h"
+#include "vrma_av.h"
 
 #include <arpa/inet.h>
 #include <netdb.h>

@@ -1,7 +1,7 @@
 // Connection management over rdma_cm: passive endpoints, connect/accept/
 // reject/shutdown, names, CM data, and the translation of rdma_cm events
 // into EQ entries.
-#include "vrma.h"
+#include "vrma_msg_ep.h"
 
 #include <array>
 

@@ -8,7 +8,7 @@
 // own eventfd, which fi_cntr_add/set and every count made while a thread
 // waits write (count_completion in vrma.h). Of several waiting threads one
 // sleeps on those descriptors, the others on the counter's WaitGate.
-#include "vrma.h"
+#include "vrma_cq.h"
 
 #include <sys/epoll.h>
 #include <sys/eventfd.h>

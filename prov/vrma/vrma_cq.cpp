@@ -8,7 +8,7 @@
 //    is parked, later successes are parked behind it;
 //  - an endpoint's slots must outlive every completion that names them: an
 //    endpoint is only freed after its rings drained (cq_drain_endpoint).
-#include "vrma.h"
+#include "vrma_msg_ep.h"
 
 #include <fcntl.h>
 #include <poll.h>

@@ -1,6 +1,7 @@
 // The domain: one protection domain on one RDMA device.
-#include "vrma.h"
-#include "vrma_rdm.h"
+#include "vrma_av.h"
+#include "vrma_cq.h"
+#include "vrma_rdm_api.h"
 
 namespace vrma {
 

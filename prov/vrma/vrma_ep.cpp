@@ -1,7 +1,7 @@
 // Active MSG endpoints: one RC QP on an rdma_cm id.
-#include "vrma.h"
-#include "vrma_post.h"
-#include "vrma_rdm.h"
+#include "vrma_msg_ep.h"
+#include "vrma_msg_post.h"
+#include "vrma_rdm_api.h"
 
 #include <rdma/fi_atomic.h>
 #include <rdma/fi_collective.h>

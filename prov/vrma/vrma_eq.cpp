@@ -1,6 +1,6 @@
 // Event queues: connection-management events (translated from the rdma_cm
 // channel of the endpoints bound to it) and application-written events.
-#include "vrma.h"
+#include "vrma_msg_ep.h"
 
 #include <cstdio>
 #include <fcntl.h>

@@ -1,6 +1,6 @@
 // The fabric: holds rdma_cm's device list, which every domain and cm id of
 // this fabric shares (a QP can only be created on the context its id is on).
-#include "vrma.h"
+#include "vrma_msg_ep.h"
 
 namespace vrma {
 

@@ -1,8 +1,8 @@
 // fi_getinfo: one fi_info per active verbs port that has an IP address,
 // limits read from the device, hints matched by src/info_match.
-#include "vrma.h"
+#include "vrma_msg_ep.h"
 #include "info_match.h"
-#include "vrma_rdm.h"
+#include "vrma_rdm_api.h"
 
 #include <rdma/fi_ext_vrma.h>
 #include <rdma/fi_tagged.h>

@@ -1,6 +1,6 @@
 // Provider registration and parameters.
-#include "vrma.h"
-#include "vrma_rdm.h"
+#include "vrma_base.h"
+#include "vrma_rdm_api.h"
 
 #include <algorithm>
 

@@ -18,8 +18,8 @@
 // them), and RDM endpoints use a desc only when it covers the buffer
 // (otherwise the registration cache registers just what an operation
 // touches): neither registers the region.
-#include "vrma.h"
-#include "vrma_rdm.h"
+#include "vrma_cq.h"
+#include "vrma_rdm_api.h"
 
 #include <bit>
 #include <sys/mman.h>

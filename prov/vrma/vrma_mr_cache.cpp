@@ -1,5 +1,5 @@
 // The registration cache of application buffers: vrma_mr_cache.h.
-#include "vrma.h"
+#include "vrma_domain.h"
 #include "vrma_mr_cache.h"
 
 #include <cinttypes>

@@ -1,5 +1,5 @@
 // Messaging on MSG endpoints: send/recv and their variants.
-#include "vrma_post.h"
+#include "vrma_msg_post.h"
 
 namespace vrma {
 

@@ -14,7 +14,7 @@
 //    fi_cntr_wait): whoever drains it re-arms and polls under the CQ lock,
 //    and the thread wakes a reader armed by fi_trywait through the CQ's
 //    eventfd (cq_progress_event), so no completion is left unpolled.
-#include "vrma.h"
+#include "vrma_msg_ep.h"
 
 #include <sys/epoll.h>
 #include <sys/eventfd.h>

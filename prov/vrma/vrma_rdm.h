@@ -30,7 +30,9 @@
 // (Conn::tx_serialized).
 #pragma once
 
-#include "vrma.h"
+#include "vrma_rdm_api.h"
+#include "vrma_conn.h"
+#include "vrma_av.h"
 #include "vrma_post.h"
 #include "fast_mutex.h"
 #include "rdm_wire.h"
@@ -47,98 +49,9 @@
 
 namespace vrma {
 
-// What the RDM endpoint offers. RMA needs the application's registrations
-// named by device keys at virtual addresses (kRdmRmaMrMode): offered only
-// to applications that take that mode on.
-inline constexpr uint64_t kRdmMsgCaps = FI_MSG | FI_TAGGED | FI_SEND | FI_RECV | FI_DIRECTED_RECV |
-					FI_MULTI_RECV | FI_SOURCE | FI_LOCAL_COMM | FI_REMOTE_COMM;
-// FI_RMA_PMEM: offered only when asked for (vrma_info.cpp).
-inline constexpr uint64_t kRdmRmaCaps = FI_RMA | FI_ATOMIC | FI_READ | FI_WRITE | FI_REMOTE_READ |
-					FI_REMOTE_WRITE | FI_RMA_EVENT | FI_FENCE | FI_RMA_PMEM;
-inline constexpr uint64_t kRdmCaps = kRdmMsgCaps | kRdmRmaCaps;
-inline constexpr int kRdmRmaMrMode = FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
-// FI_COMMIT_COMPLETE as a default: RMA writes only (getinfo offers it only
-// without messages).
-inline constexpr uint64_t kRdmTxOpFlags = FI_COMPLETION | FI_INJECT | FI_INJECT_COMPLETE |
-					  FI_TRANSMIT_COMPLETE | FI_DELIVERY_COMPLETE |
-					  FI_COMMIT_COMPLETE;
-inline constexpr uint64_t kRdmRxOpFlags = FI_COMPLETION | FI_MULTI_RECV;
-// One RC connection per peer keeps the order of sends and RMA between two
-// endpoints, and a rendezvous message completes its receive before any
-// later message of the peer is matched (matching is in arrival order).
-// RMA among RMA: RAR, RAW, WAW (an RDMA WRITE may pass an earlier READ's
-// data: no WAR).
-inline constexpr uint64_t kRdmMsgOrder = FI_ORDER_SAS | FI_ORDER_SAW | FI_ORDER_WAS |
-					 FI_ORDER_RAS | FI_ORDER_RMA_RAR | FI_ORDER_RMA_RAW |
-					 FI_ORDER_RMA_WAW;
-// Emulated atomics run in the target's arrival order: ordered among
-// themselves. Not with native atomics, where the device applies 64-bit
-// ones on arrival and the target's progress the others later.
-inline constexpr uint64_t kRdmAtomicOrder = FI_ORDER_ATOMIC_RAR | FI_ORDER_ATOMIC_RAW |
-					    FI_ORDER_ATOMIC_WAR | FI_ORDER_ATOMIC_WAW;
-// RAR, RAW and WAW order RMA and atomics together, which emulated atomics
-// do not give (the target applies one after RMA that arrived later):
-// offered only to applications that ask for RMA without atomics.
-inline constexpr uint64_t kRdmRmaAtomicOrder = FI_ORDER_RAR | FI_ORDER_RAW | FI_ORDER_WAW;
-inline constexpr size_t kRdmCqDataSize = 8; // the header carries 64 bits
-// Scatter entries of a send or receive: a rendezvous request names at most
-// this many of the sender's segments.
-inline constexpr size_t kRdmIovLimit = rdm::kMaxRndvSegments;
-// Largest message: a rendezvous registration is one ibv MR per segment.
-inline constexpr size_t kRdmMaxMsg = size_t(1) << 31;
-
-// Parameters (FI_VRMA_RDM_*), read at fi_prov_ini (vrma_init.cpp).
-struct RdmParams {
-	size_t eager_size = 8192;  // payload bytes sent eagerly; longer: rendezvous
-	size_t rx_buffers = 256;   // SRQ buffers per endpoint
-	size_t tx_buffers = 256;   // registered eager send buffers per endpoint
-	size_t peer_tx_size = 128; // send queue depth per peer
-	size_t rndv_reads = 0;     // READs in flight per connection (0: max_rd_atomic)
-	size_t mr_keys = 4096;     // scalable keys a domain publishes (key_table.h)
-	bool native_atomics = false; // (U)INT64 SUM, READ, CSWAP as device atomics
-	size_t mr_on_demand = size_t(1) << 20; // Domain::on_demand_min (0: off)
-};
-extern RdmParams rdm_params;
-// FI_VRMA_RDM_UNEXPECTED_MAX: bytes of unexpected messages an endpoint keeps
-// before it pauses their senders (src/rx_budget.h); read at each
-// fi_endpoint (and fi_getinfo, for rx_attr->total_buffered_recv), so that
-// one process may open endpoints with different limits. Never 0.
-inline constexpr size_t kRdmUnexpectedMaxDefault = size_t(64) << 20;
-size_t rdm_unexpected_max() noexcept;
-// FI_VRMA_RDM_DRAIN_TIMEOUT: ms a connection's sends may make no progress
-// (the peer takes none of them: it posts no receive buffers, or is gone)
-// before the connection fails with FI_ETIMEDOUT and gives back what they
-// hold; 0: never. Read at each fi_endpoint.
-inline constexpr int64_t kRdmDrainTimeoutDefaultMs = 300000;
-int64_t rdm_drain_timeout_ms() noexcept;
-// FI_VRMA_RDM_MAX_PEERS: peers an endpoint's table holds at most
-// (src/peer_limit.h; at least 2); read at each fi_endpoint.
-inline constexpr size_t kRdmMaxPeersDefault = 8192;
-size_t rdm_max_peers() noexcept;
-
 struct RdmPeer;
 
-// TxSlot::aux of an RDM request: what it is (the top byte) and the send
-// buffer it holds (index + 1 in the low 24 bits, 0: none).
-enum class RdmTx : uint8_t {
-	App = 0,      // an application send: its completion is the operation's
-	Internal = 1, // vrma's own message (answers): no completion
-	RndvReq = 2,  // a rendezvous request: context is the RdmTxOp
-	RndvRead = 3, // an RDMA READ of a rendezvous receive: context is the RdmRxOp
-	// A request of an operation the peer's answer completes (an eager send
-	// with FI_DELIVERY_COMPLETE, an RMA write with FI_COMMIT_COMPLETE):
-	// context is the msg_id of its RdmTxOp in RdmPeer::waiting; only an
-	// error completion ends the operation.
-	Awaited = 4,
-	RmaOp = 5,    // an RMA operation holding registrations: context is the RdmRmaOp
-	KeyRead = 6,  // a READ of a peer's key bucket: context is the RdmKeyRead
-	AtomicNative = 7, // a device atomic of an operation: context is the RdmAtomicOp
-};
-inline constexpr uint32_t rdm_aux(RdmTx kind, uint32_t buf_plus1) noexcept
-{
-	return static_cast<uint32_t>(kind) << 24 | buf_plus1;
-}
-inline RdmTx rdm_aux_kind(uint32_t aux) noexcept { return static_cast<RdmTx>(aux >> 24); }
+// The send buffer an RDM request holds (index + 1; 0: none).
 inline uint32_t rdm_aux_buf(uint32_t aux) noexcept { return aux & kAuxHeldBuffer; }
 // The opcodes a successful completion of a request of that kind may carry
 // (rdm_wc.h): what the posting sites put in the chains they tag with it.
@@ -626,7 +539,6 @@ struct RdmEp final : fid_ep {
 };
 
 // vrma_rdm_ep.cpp
-int rdm_ep_open(fid_domain *domain, fi_info *info, fid_ep **ep, void *context) noexcept;
 // Progress with the endpoint's lock held. It never frees a connection:
 // transmit paths run it while they hold Conn and RdmPeer pointers (a full
 // ring, bounce buffers, send credit, a fence), and a message it handles may
@@ -895,7 +807,7 @@ struct RdmCommitJob {
 // where it arrives (the endpoint then waits for it, as a full queue pushes
 // back on every sender, and nothing grows).
 inline constexpr size_t kRdmPersistQueueMax = 256;
-// vrma_pmem.cpp. Queues a job (endpoint lock held; lock order: endpoint,
+// vrma_rdm_persist.cpp. Queues a job (endpoint lock held; lock order: endpoint,
 // Domain::pmem_lock, the worker's): false when the queue is full or the
 // worker cannot start.
 bool rdm_persist_submit(const RdmCommitJob &job) noexcept;
@@ -903,8 +815,6 @@ bool rdm_persist_submit(const RdmCommitJob &job) noexcept;
 // held: the worker takes it to answer). Called by fi_close once no thread
 // can hand it new ones.
 void rdm_persist_finish(RdmEp *ep) noexcept;
-// Stops the domain's worker (its endpoints are closed).
-void rdm_persist_stop(Domain *dom) noexcept;
 // vrma_rdm_rma.cpp: persists a job's ranges (no lock held), then answers
 // under the endpoint's lock.
 void rdm_commit_run(RdmCommitJob &job) noexcept;
@@ -1007,10 +917,6 @@ void rdm_handle_key_table(RdmPeer *peer, uint32_t qp_num, const uint8_t *buf, si
 
 // vrma_rdm_atomic.cpp
 extern const fi_ops_atomic rdm_atomic_ops;
-// The largest element count of an atomic of this kind, op and datatype on an
-// RDM endpoint (0: not offered). native: rdm_params.native_atomics in effect.
-size_t rdm_atomic_max(atomic::Kind kind, int op, int datatype, bool native,
-		      size_t eager_size) noexcept;
 // An AtomicRequest or AtomicResponse from a peer (lock held).
 void rdm_handle_atomic(RdmEp *ep, RdmPeer *peer, uint32_t qp_num, const uint8_t *buf,
 		       size_t len) noexcept;
@@ -1070,9 +976,6 @@ void rdm_put_recv(RdmEp *ep, RdmRecv *r) noexcept;
 extern const fi_ops_tagged rdm_tagged_ops;
 // A completion of the internal CQ (lock held).
 void rdm_handle_wc(RdmEp *ep, const ibv_wc &wc) noexcept;
-// Requests of an RDM connection accepted but never posted (a held-back
-// FI_MORE chain whose post failed): one error per operation.
-void rdm_report_unposted(Conn *conn, const ibv_send_wr *first, int err) noexcept;
 // fi_cancel of a posted receive.
 ssize_t rdm_cancel(RdmEp *ep, void *context) noexcept;
 // Posts the n SRQ buffers named by idx (n at most RdmEp::kSrqBatchMax).

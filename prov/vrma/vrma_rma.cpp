@@ -1,4 +1,5 @@
 // RMA on MSG endpoints: RDMA READ / WRITE / WRITE_WITH_IMM.
+#include "vrma_msg_ep.h"
 #include "vrma_rma.h"
 
 namespace vrma {

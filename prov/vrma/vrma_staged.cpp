@@ -15,7 +15,7 @@
 //    posts no receives stops its peer (RNR) instead of losing data;
 //  - called from the CQ poller (CQ lock held, then the rx lock) and from
 //    fi_recv (rx lock, then cq_push after releasing it): never the reverse.
-#include "vrma_post.h"
+#include "vrma_msg_post.h"
 
 #include <algorithm>
 

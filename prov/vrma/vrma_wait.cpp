@@ -1,6 +1,6 @@
 // Wait objects shared by CQs and EQs: an epoll descriptor over the object's
 // event sources, which the application may poll (FI_GETWAIT).
-#include "vrma.h"
+#include "vrma_base.h"
 
 #include <sys/epoll.h>
 

@@ -1,0 +1,242 @@
+// One RC connection (Conn): the queue pair, its send slot ring and what
+// posts to it. A MSG endpoint owns one, an RDM endpoint one per peer; the
+// data path core (vrma_post.h) works on a Conn.
+#pragma once
+
+#include "vrma_cq.h"
+
+namespace vrma {
+
+// Work request bookkeeping; wr_id points to a slot.
+enum class SlotKind : uint8_t { Tx, Rx };
+struct Conn;
+struct SlotHeader {
+	Conn *conn = nullptr;
+	uint64_t seq = 0;
+	SlotKind kind = SlotKind::Tx;
+};
+// TxSlot::aux bits in which the owner names a buffer the request holds
+// until it completes (RDM: a shared send buffer). Such a request is always
+// signaled: its buffer comes back with its own completion, not behind a
+// later signaled request, which a connection that goes quiet never posts.
+inline constexpr uint32_t kAuxHeldBuffer = 0xffffff;
+
+struct TxSlot : SlotHeader {
+	uint64_t op_end = 0; // sequence of the operation's last work request
+	void *context = nullptr;
+	uint64_t comp_flags = 0; // FI_SEND|FI_MSG, FI_RMA|FI_WRITE, ...
+	size_t len = 0;
+	Cntr *cntr = nullptr;    // counts the completion (success or error)
+	bool report = false;     // a successful completion goes to the CQ
+	// FI_COMMIT_COMPLETE through the target: id + 1 of the pending commit
+	// the target's answer completes (0: none). Errors of the operation's
+	// requests claim it.
+	uint32_t commit = 0;
+	// The owner's own mark (RDM: what the request is, and the send buffer
+	// it holds, kAuxHeldBuffer); MSG endpoints leave it 0.
+	uint32_t aux = 0;
+
+	// TxSlot::commit marks of delivery-complete writes sharing one
+	// read-back (MSG endpoints; pmem commit ids are 24 bits):
+	// kDcDeferred, a write whose proof is a later read (its read-back
+	// dropped); kDcProof, a write whose own read-back also proves the
+	// deferred writes before it; kDcCloser, vrma's read that does only
+	// that (no completion of its own).
+	static constexpr uint32_t kDcDeferred = UINT32_MAX, kDcProof = UINT32_MAX - 1,
+				  kDcCloser = UINT32_MAX - 2;
+	static bool pmem_commit(uint32_t c) noexcept { return c && c < kDcCloser; }
+
+	void fill(uint64_t seq_, uint64_t op_end_, void *context_, uint64_t comp_flags_, size_t len_,
+		  bool report_, Cntr *cntr_, uint32_t commit_, uint32_t aux_ = 0) noexcept
+	{
+		aux = aux_;
+		seq = seq_;
+		op_end = op_end_;
+		context = context_;
+		comp_flags = comp_flags_;
+		len = len_;
+		report = report_;
+		cntr = cntr_;
+		commit = commit_;
+	}
+};
+struct RxSlot : SlotHeader {
+	void *context = nullptr;
+	void *buf = nullptr;
+	size_t len = 0;
+	Cntr *cntr = nullptr;
+	bool report = true;
+	bool internal = false; // posted by vrma for remote CQ data (reposted)
+};
+
+// Registered buffers, allocated at first use and indexed by send sequence
+// (see Ep and slot_buffers_ready).
+struct SlotBuffers {
+	std::unique_ptr<uint8_t[]> buf;
+	MrPtr mr;
+};
+
+// What one work completion turns into for the application.
+enum class Outcome { None, Success, Error };
+
+enum class EpState : uint8_t { Idle, Enabled, Connecting, Connected, Shutdown };
+
+// Work requests held back by FI_MORE, posted with one doorbell by the first
+// operation without it (or when full). Copies: the caller's stack is gone.
+// Inline payloads are copied here (the device copies inline data only when
+// the chain is posted, and the caller may reuse its buffer at once).
+struct MoreChain {
+	static constexpr size_t kMaxWr = 32;
+	ibv_send_wr wr[kMaxWr];
+	ibv_sge sge[kMaxWr * kMaxSge];
+	size_t nwr = 0;
+	size_t nsge = 0;
+	std::unique_ptr<uint8_t[]> inline_buf; // kMaxWr * the endpoint's inline size
+	size_t inline_cap = 0;
+	size_t inline_used = 0;
+	// Conn::dc_open: where the closing zero-length read goes (no key is
+	// checked for it, but the address is the last write's).
+	uint64_t dc_addr = 0;
+	uint32_t dc_rkey = 0;
+};
+
+// One RC connection: the queue pair and everything that posts to it (the
+// send slot ring, the FI_MORE chain, the bounce, event and header buffers,
+// the peer's CM flags, the connection state). A MSG endpoint owns one; an
+// RDM endpoint owns one per peer. The data path core (vrma_post.h) works on
+// a Conn, so both endpoint kinds share rma_one/send_one/post_send_one.
+// Hazard: slots name their Conn (SlotHeader::conn) and completions arrive
+// until the QP is drained: a Conn is freed only after its ring drained.
+struct Conn {
+	Domain *domain = nullptr;
+	Ep *ep = nullptr;       // the MSG endpoint owning it, or nullptr
+	RdmPeer *peer = nullptr; // the RDM peer owning it, or nullptr
+	CmIdPtr id;
+	ibv_qp *qp = nullptr; // id->qp once enabled
+	std::atomic<EpState> state{EpState::Idle};
+	std::atomic<bool> closing{false};
+	// wire::kCmFlag* the peer announced; set before Connected, read
+	// through peer_has().
+	std::atomic<uint8_t> peer_cm_flags{0};
+	// RDM, a connection this side initiated: the acceptor's flags arrive
+	// with the ESTABLISHED event, which a first message from the peer can
+	// overtake (rdm_conn_established). Until the event was handled, RMA
+	// waits (-FI_EAGAIN): whether the target counts events is unknown.
+	bool peer_flags_pending = false;
+
+	// Requests in flight before a post says -FI_EAGAIN (tx_attr->size).
+	size_t tx_depth = 0;
+	// Requests the send queue holds (tx_capacity_for): an operation of more
+	// than tx_depth requests (a long split RMA) goes alone, when nothing
+	// else is in flight.
+	size_t tx_cap = 0;
+	// Requests in flight before post_send_one takes the long way: tx_depth,
+	// or 0 when the send queue is credited (tx_credits), so that every
+	// post of such a queue goes through post_send_chain_locked, which
+	// takes the credits; the fast path pays nothing for credits.
+	size_t tx_one_limit = 0;
+	// The send CQ whose credit pool this queue posts from (nullptr: its
+	// whole ring is reserved in the CQ, cq_reserve). One credit per pushed
+	// slot, given back when the slot retires (handle_wc) or is unpushed.
+	Cq *tx_credits = nullptr;
+	// Credits held by no slot: the one taken at fi_enable for the close
+	// sentinel (conn_post_sentinel), given back at close if not used.
+	size_t tx_spare = 0;
+	size_t tx_iov_limit = 0;
+	size_t inline_size = 0; // bytes the QP takes inline
+	size_t inject_size = 0; // bytes an inject may carry (bounce beyond inline)
+	size_t max_msg_size = 0;
+	size_t max_wr_bytes = 0; // longer RMA segments are split
+	// RDMA READs posted and not retired, and how many may be: a READ the
+	// queue pair has no credit for (max_rd_atomic) stalls the send queue,
+	// and every request behind it, until an earlier READ completes. The
+	// RDM endpoint holds further READs back rather than post them (an
+	// answer the peer waits for must not queue behind them).
+	uint32_t reads_out = 0;
+	uint32_t read_credits = 1;
+	// RDM: the endpoint's send buffers this connection's requests hold
+	// (RdmEp::tx_free; its share: RdmEp::tx_share).
+	uint32_t bufs_held = 0;
+
+	std::mutex tx_lock;
+	// The application serializes this connection's transmit calls (domain
+	// threading FI_THREAD_DOMAIN, FI_THREAD_COMPLETION or
+	// FI_THREAD_ENDPOINT) and no provider thread posts on it: the data
+	// path skips tx_lock (TxGuard).
+	bool tx_serialized = false;
+	SlotRing<TxSlot> tx;
+	uint64_t last_signaled = 0; // sequence of the last signaled send WR
+	// An unsignaled request at least this far after the last signaled one
+	// is signaled (min(tx_depth / 2, kSignalPeriod), set at fi_enable).
+	uint64_t signal_period = 1;
+	// Touched by the CQ poller only: the last operation an error was
+	// reported for (its other requests' flushes are not reported again).
+	uint64_t failed_op_end = UINT64_MAX;
+	// RDM: why the connection was failed, when its flushed requests should
+	// say so rather than FI_ECANCELED (FI_ETIMEDOUT: the drain watch); 0.
+	int fail_err = 0;
+	// Reclaims finished send requests when the ring is full (slow path):
+	// polls the CQ the send queue completes into.
+	void (*progress)(Conn *) noexcept = nullptr;
+	// Target of the small RDMA READ that makes writes durable (commit).
+	uint64_t scratch[2] = {0, 0};
+	MrPtr scratch_mr;
+	std::unique_ptr<MoreChain> more; // allocated at the first FI_MORE (tx lock)
+	// Guards the chain's contents and more_held. Posters take it under
+	// the tx lock; when the connection ends ep_cancel_held takes it under
+	// the EQ lock (EQ thread) or a CQ lock (the poller that saw a request
+	// fail), which may not take the tx lock, and a serialized endpoint has
+	// none. A leaf: nothing is locked under it, so what a failed post of
+	// the chain reports (report_unposted takes CQ locks) waits until it is
+	// released, and no poster holds it while polling. A FastMutex: posters
+	// take it once per FI_MORE call, nearly always uncontended (std::mutex
+	// cost 90 instructions per such call, callgrind).
+	FastMutex more_lock;
+	// The chain holds requests; read without more_lock by the fast path,
+	// which then takes the long way.
+	std::atomic<bool> more_held{false};
+	// Delivery-complete writes wait in the held chain with their
+	// read-backs dropped (kDcDeferred) and no read is queued behind them
+	// yet (tx lock; close_deferred, vrma_post.h). Whatever is posted next
+	// queues one first, or carries it (kDcProof).
+	bool dc_open = false;
+	// Provider messages that ride with an operation, one buffer per send
+	// slot, allocated at first use (copy_to_slot_buffer): RMA event
+	// messages (wire::RmaEvent), and headers of staged messages sent as
+	// pieces (wire::MsgHeader); RDM commit requests too long for an event
+	// buffer (rdm::kCommitRequestMax).
+	SlotBuffers event_bufs;
+	SlotBuffers msg_hdr_bufs;
+	SlotBuffers commit_bufs;
+	// Registered copies of injected payloads too large for inline data,
+	// allocated at the first such inject. Buffer i serves the operation
+	// whose first sequence is i modulo kBounceCount: free once that
+	// operation retired, which post_send_chain checks from the ring.
+	static constexpr size_t kBounceCount = 64;
+	size_t bounce_stride = 0; // inject_size and room for a header
+	SlotBuffers bounce;
+
+	// Points every slot of a freshly sized ring at this connection.
+	void reset_tx(size_t depth) // throws std::bad_alloc
+	{
+		tx.reset(depth);
+		for (uint64_t i = 0; i < tx.capacity(); i++) {
+			tx.at(i).conn = this;
+			tx.at(i).kind = SlotKind::Tx;
+		}
+	}
+};
+
+// What the peer announced while connecting.
+inline bool peer_has(const Conn &conn, uint8_t cm_flag) noexcept
+{
+	return conn.peer_cm_flags.load(std::memory_order_acquire) & cm_flag;
+}
+
+// vrma_ep.cpp
+// On a QP in the error state: a signaled zero-length write whose flush
+// retires every earlier unsignaled request (completed ones never report
+// again). The ring keeps one slot free for it. Whether it was posted.
+bool conn_post_sentinel(Conn *conn) noexcept;
+
+} // namespace vrma
