@@ -447,6 +447,23 @@ START_TEST(cm_bad_arguments)
 	int not_a_handle = 0;
 	(void)not_a_handle;
 	ck_assert_int_eq(fi_reject(pep, &c.ep->fid, nullptr, 0), -FI_EINVAL);
+	// The other kind's calls (fid_ep and fid_pep start alike, so the
+	// inline wrappers take either): -FI_ENOSYS, never one object read as
+	// the other.
+	auto *ep_as_pep = reinterpret_cast<fid_pep *>(c.ep);
+	auto *pep_as_ep = reinterpret_cast<fid_ep *>(pep);
+	ck_assert_int_eq(fi_listen(ep_as_pep), -FI_ENOSYS);
+	ck_assert_int_eq(fi_reject(ep_as_pep, &c.ep->fid, nullptr, 0), -FI_ENOSYS);
+	ck_assert_int_eq(fi_connect(pep_as_ep, &bound, nullptr, 0), -FI_ENOSYS);
+	ck_assert_int_eq(fi_accept(pep_as_ep, nullptr, 0), -FI_ENOSYS);
+	ck_assert_int_eq(fi_shutdown(pep_as_ep, 0), -FI_ENOSYS);
+	char name[64];
+	size_t name_len = sizeof name;
+	ck_assert_int_eq(fi_getpeer(pep_as_ep, name, &name_len), -FI_ENOSYS);
+	// The passive endpoint still listens, and names its address.
+	name_len = sizeof name;
+	ck_assert_int_eq(fi_getname(&pep->fid, name, &name_len), 0);
+	ck_assert_uint_eq(name_len, bound.ss_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in));
 	close_side(c);
 
 	// A passive endpoint without an EQ cannot listen.

@@ -238,7 +238,7 @@ END_TEST
 // The desc of a region already closed: its Mr used to be freed, and the
 // next post read the key out of freed memory (valgrind: invalid read),
 // then failed with a local protection error. A desc stays safe to look at
-// until the domain closes (vrma.h, MrDesc) and is refused.
+// until the domain closes (vrma_domain.h, MrDesc) and is refused.
 START_TEST(desc_of_closed_region)
 {
 	Env env;

@@ -10,7 +10,7 @@
 //    application's calls (FI_PROGRESS_MANUAL) or in a second thread
 //    (FI_PROGRESS_AUTO).
 //  - RdmPeer: one remote endpoint, by listening address: its Conn (the queue
-//    pair and the send ring the MSG endpoint uses too, vrma.h), and the
+//    pair and the send ring the MSG endpoint uses too, vrma_conn.h), and the
 //    operations waiting for the peer's answer (rendezvous, delivery).
 //  - Wire formats: src/rdm_wire.h. Every send starts with an RdmHeader.
 //

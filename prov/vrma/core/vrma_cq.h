@@ -242,7 +242,7 @@ inline void cq_dequeue(Cq *cq) noexcept
 // lock the caller holds.
 void cq_complete(Cq *cq, const Completion &c, fi_addr_t src) noexcept;
 
-// vrma_progress.cpp: the data progress thread of an FI_PROGRESS_AUTO domain
+// vrma_msg_progress.cpp: the data progress thread of an FI_PROGRESS_AUTO domain
 // (MSG endpoints). One per domain, sleeping on an epoll set of its CQs'
 // completion channels; it handles an event under MsgProgress::lock, so CQ
 // close, which unregisters under that lock, never races it. Lock order:

@@ -251,12 +251,12 @@ struct Mr;
 struct Cntr;
 struct PmemService;
 struct MsgProgress;
-// Defined where MsgProgress is (vrma_progress.cpp).
+// Defined where MsgProgress is (vrma_msg_progress.cpp).
 struct MsgProgressDeleter {
 	void operator()(MsgProgress *mp) const noexcept;
 };
 using MsgProgressPtr = std::unique_ptr<MsgProgress, MsgProgressDeleter>;
-// Defined where PmemService is (vrma_pmem.cpp).
+// Defined where PmemService is (vrma_msg_pmem.cpp).
 struct PmemServiceDeleter {
 	void operator()(PmemService *svc) const noexcept;
 };
@@ -296,7 +296,7 @@ template <typename R, typename... A> struct NoSys<R (*)(A...)> {
 #define VRMA_NOSYS(table, member) ::vrma::NoSys<decltype(table::member)>::fn
 
 // What endpoints answer for the atomic and collective calls they do not offer
-// (vrma_ep.cpp).
+// (vrma_msg_ep.cpp).
 extern const fi_ops_atomic atomic_nosys;
 extern const fi_ops_collective collective_nosys;
 
@@ -309,9 +309,9 @@ void info_cleanup() noexcept;
 // vrma_fabric.cpp
 int fabric_open(fi_fabric_attr *attr, fid_fabric **fabric, void *context) noexcept;
 
-// fi_endpoint (vrma_ep.cpp: a MSG endpoint, or vrma_rdm_ep.cpp's RDM one) and
-// fi_passive_ep (vrma_cm.cpp).
-int ep_open(fid_domain *domain, fi_info *info, fid_ep **ep, void *context) noexcept;
+// fi_endpoint of a MSG endpoint (vrma_msg_ep.cpp; the domain dispatches, RDM
+// endpoints to rdm_ep_open) and fi_passive_ep (vrma_msg_cm.cpp).
+int msg_ep_open(fid_domain *domain, fi_info *info, fid_ep **ep, void *context) noexcept;
 int passive_ep_open(fid_fabric *fabric, fi_info *info, fid_pep **pep, void *context) noexcept;
 
 // vrma_wait.cpp: the FD wait object of CQs and EQs.

@@ -1,5 +1,5 @@
 // Fabric, domain and memory regions (vrma_fabric.cpp, vrma_domain.cpp,
-// vrma_mr.cpp; the domain's commit service in vrma_pmem.cpp).
+// vrma_mr.cpp; the domain's commit service in vrma_msg_pmem.cpp).
 #pragma once
 
 #include "vrma_base.h"
@@ -162,7 +162,7 @@ struct Domain final : fid_domain {
 	std::atomic<int> mr_cache_state{0};
 	std::unique_ptr<MrCache, MrCacheDeleter> mr_cache;
 	std::atomic<uint64_t> mr_uncached{0}; // registrations for one transfer only
-	// FI_PROGRESS_AUTO data progress of MSG endpoints (vrma_progress.cpp):
+	// FI_PROGRESS_AUTO data progress of MSG endpoints (vrma_msg_progress.cpp):
 	// set at fi_domain when the info asks for it (not for FI_EP_RDM, whose
 	// endpoints run their own thread); its thread starts with the first CQ.
 	MsgProgressPtr progress;
@@ -252,7 +252,7 @@ Mr *mr_by_device_key(Domain *dom, uint64_t key) noexcept;
 // done.
 bool rma_event_plausible(Domain *dom, bool write, const uint64_t *keys, size_t n,
 			 uint64_t length) noexcept;
-// vrma_pmem.cpp: the domain's side of commits (fi_open_ops, persisting).
+// vrma_msg_pmem.cpp: the domain's side of commits (fi_open_ops, persisting).
 int domain_ops_open(fid *f, const char *name, uint64_t flags, void **ops, void *context) noexcept;
 // Makes len bytes at virtual address addr of the region with device key
 // `key` durable: msync for memory of a shared file mapping, a CPU cache

@@ -90,6 +90,23 @@ int domain_query_collective(fid_domain *, fi_collective_op, fi_collective_attr *
 	return -FI_ENOSYS;
 }
 
+// fi_endpoint: the MSG endpoint (vrma_msg_ep.cpp) or the RDM one (vrma_rdm_ep.cpp).
+int domain_endpoint(fid_domain *domain, fi_info *info, fid_ep **ep, void *context) noexcept
+{
+	if (!domain || !info || !ep) {
+		VRMA_WARN(FI_LOG_EP_CTRL, "fi_endpoint: NULL domain, info or output\n");
+		return -FI_EINVAL;
+	}
+	const fi_ep_type type = info->ep_attr ? info->ep_attr->type : FI_EP_UNSPEC;
+	if (type == FI_EP_RDM)
+		return rdm_ep_open(domain, info, ep, context);
+	if (type != FI_EP_MSG && type != FI_EP_UNSPEC) {
+		VRMA_WARN(FI_LOG_EP_CTRL, "fi_endpoint: vrma offers FI_EP_MSG and FI_EP_RDM\n");
+		return -FI_EINVAL;
+	}
+	return msg_ep_open(domain, info, ep, context);
+}
+
 int domain_endpoint2(fid_domain *domain, fi_info *info, fid_ep **ep, uint64_t flags,
 		     void *context) noexcept
 {
@@ -98,7 +115,7 @@ int domain_endpoint2(fid_domain *domain, fi_info *info, fid_ep **ep, uint64_t fl
 			  static_cast<unsigned long long>(flags));
 		return -FI_EBADFLAGS;
 	}
-	return ep_open(domain, info, ep, context);
+	return domain_endpoint(domain, info, ep, context);
 }
 
 constexpr fi_ops domain_fi_ops = {
@@ -115,7 +132,7 @@ constexpr fi_ops_domain domain_ops = {
 	.size = sizeof(fi_ops_domain),
 	.av_open = av_open,
 	.cq_open = cq_open,
-	.endpoint = ep_open,
+	.endpoint = domain_endpoint,
 	.scalable_ep = domain_scalable_ep,
 	.cntr_open = cntr_open,
 	.poll_open = domain_poll_open,

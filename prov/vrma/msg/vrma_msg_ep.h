@@ -1,10 +1,12 @@
 // The MSG endpoint (Ep), its passive endpoint (Pep) and connection
-// requests: vrma_ep.cpp, vrma_cm.cpp, vrma_msg.cpp, vrma_rma.cpp,
-// vrma_staged.cpp, vrma_pmem.cpp, vrma_progress.cpp.
+// requests: vrma_msg_ep.cpp, vrma_msg_cm.cpp, vrma_msg_sendrecv.cpp, vrma_msg_rma.cpp,
+// vrma_msg_staged.cpp, vrma_msg_pmem.cpp, vrma_msg_progress.cpp.
 #pragma once
 
 #include "vrma_conn.h"
 #include "vrma_eq.h"
+
+#include <array>
 
 namespace vrma {
 
@@ -110,7 +112,7 @@ struct Ep final : fid_ep {
 	bool passive_side = false; // created from a connection request
 	// FI_SHUTDOWN was queued for the endpoint: it gets one when its
 	// connection ends, whichever side or failure ended it
-	// (report_shutdown, vrma_cm.cpp).
+	// (report_shutdown, vrma_msg_cm.cpp).
 	std::atomic<bool> shutdown_reported{false};
 	uint8_t responder_resources = 0;
 	uint8_t initiator_depth = 0;
@@ -199,9 +201,15 @@ struct ConnReq final : fid {
 	uint8_t peer_cm_flags = 0; // wire::kCmFlag* the requester offers
 };
 
-// vrma_cm.cpp
+// vrma_msg_cm.cpp
 extern const fi_ops_cm ep_cm_ops;
-extern const fi_ops_ep pep_ep_ops;
+// CM private data: vrma's header (with the sender's wire::kCmFlag*) in front
+// of the application's CM data; 0 or -FI_EINVAL (logged).
+using PrivateData = std::array<uint8_t, wire::kCmPrivateDataMax>;
+int build_private_data(const void *param, size_t len, uint8_t flags, PrivateData &out,
+		       uint8_t &out_len);
+// fi_getname's copy of an address (-FI_ETOOSMALL with the length needed).
+int copy_name(const sockaddr *sa, void *addr, size_t *addrlen);
 // Handles one rdma_cm event for the EQ (called with eq->lock held). Returns
 // an id to destroy once the event was acked (a refused connection request).
 rdma_cm_id *eq_handle_cm_event(Eq *eq, rdma_cm_event *event) noexcept;
@@ -211,7 +219,7 @@ void ep_connection_failed(Ep *ep) noexcept;
 int ep_getopt(fid_t fid, int level, int optname, void *optval, size_t *optlen) noexcept;
 int ep_setopt(fid_t fid, int level, int optname, const void *optval, size_t optlen) noexcept;
 
-// vrma_ep.cpp
+// vrma_msg_ep.cpp
 int ep_enable(Ep *ep) noexcept;
 // Posts one of the provider's own zero-length receives (provider_rx).
 int ep_post_provider_rx(Ep *ep) noexcept;
@@ -232,7 +240,7 @@ int ep_disconnect(Ep *ep) noexcept;
 // device refuses stays held for the next transmit call to report.
 void ep_cancel_held(Ep *ep) noexcept;
 
-// vrma_pmem.cpp: FI_RMA_PMEM endpoints and the domain's commit service.
+// vrma_msg_pmem.cpp: FI_RMA_PMEM endpoints and the domain's commit service.
 // An endpoint attached to its domain's commit service, with its commit
 // message buffers (pmem_ep_enable). Destruction detaches it and frees the
 // buffers unless release()d; the endpoint's QP must be gone by then.
@@ -295,7 +303,7 @@ bool pmem_commits_pending(Ep *ep) noexcept;
 // Releases a commit whose requests were never posted.
 void pmem_abort_commit(Ep *ep, uint32_t commit) noexcept;
 
-// vrma_staged.cpp: staged receives (uses_staged_rx).
+// vrma_msg_staged.cpp: staged receives (uses_staged_rx).
 // The staging buffers an endpoint keeps posted.
 size_t staged_buffer_count(const Ep *ep) noexcept;
 // fi_enable: allocates and registers the staging buffers into `out`; 0 or
@@ -318,7 +326,7 @@ Outcome staged_rx_completion(Ep *ep, Cq *cq, const ibv_wc &wc, void *buf, Comple
 ssize_t staged_cancel(Ep *ep, void *context) noexcept;
 size_t staged_rx_left(Ep *ep) noexcept;
 
-// vrma_msg.cpp, vrma_rma.cpp
+// vrma_msg_sendrecv.cpp, vrma_msg_rma.cpp
 extern const fi_ops_msg msg_ops;
 extern const fi_ops_rma rma_ops;
 

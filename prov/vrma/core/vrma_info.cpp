@@ -287,7 +287,7 @@ fi_info *build_cap_info(const Port &p, const PortAddr &a, int inline_size)
 
 // Data progress of an info after apply_hints: manual unless the hints ask
 // for a kind (automatic costs a thread woken by every completion: the RDM
-// endpoint's own, or the domain's for MSG endpoints, vrma_progress.cpp).
+// endpoint's own, or the domain's for MSG endpoints, vrma_msg_progress.cpp).
 void default_manual_data_progress(fi_info &out, const fi_info *hints)
 {
 	if (!hints || !hints->domain_attr || hints->domain_attr->data_progress == FI_PROGRESS_UNSPEC)

@@ -1212,7 +1212,7 @@ void handle_message(RdmEp *ep, const ibv_wc &wc, const uint8_t *buf)
 		RdmTxOp *op = answered_op(peer, wc.qp_num, h);
 		if (!op)
 			return;
-		// As MSG endpoints report their commits (vrma_pmem.cpp).
+		// As MSG endpoints report their commits (vrma_msg_pmem.cpp).
 		switch (static_cast<rdm::CommitStatus>(h.status)) {
 		case rdm::CommitStatus::Ok:
 			complete_tx_op(ep, op, 0, 0);

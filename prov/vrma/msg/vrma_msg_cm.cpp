@@ -1,36 +1,11 @@
-// Connection management over rdma_cm: passive endpoints, connect/accept/
-// reject/shutdown, names, CM data, and the translation of rdma_cm events
-// into EQ entries.
+// Connection management of the MSG endpoint over rdma_cm: connect/accept/
+// shutdown, names, CM data, and the translation of rdma_cm events into EQ
+// entries (the passive endpoint's: vrma_msg_pep.cpp).
 #include "vrma_msg_ep.h"
 
 #include <array>
 
 namespace vrma {
-
-namespace {
-
-using PrivateData = std::array<uint8_t, wire::kCmPrivateDataMax>;
-
-// wire::kCmFlag* this endpoint announces to its peer.
-uint8_t ep_cm_flags(const Ep *ep)
-{
-	uint8_t flags = 0;
-	if (ep->rma_pmem)
-		flags |= wire::kCmFlagCommitService;
-	if (ep->rma_events)
-		flags |= wire::kCmFlagRmaEvents;
-	// Immediate data lands in vrma's own receives, or the application
-	// took on FI_RX_CQ_DATA; otherwise it would eat a posted receive.
-	if (ep->provider_rx || ep->rx_cq_data_mode || ep->staged)
-		flags |= wire::kCmFlagTakesCqData;
-	if (ep->staged)
-		flags |= wire::kCmFlagStagedRx;
-	if (ep->staged && ep->service)
-		flags |= wire::kCmFlagConfirmsMsgs;
-	if (ep->domain->direct_write_to_pmem.load())
-		flags |= wire::kCmFlagDirectWritePmem;
-	return flags;
-}
 
 // Puts vrma's header (with the sender's wire::kCmFlag*) in front of the
 // application's CM data.
@@ -52,6 +27,46 @@ int build_private_data(const void *param, size_t len, uint8_t flags, PrivateData
 		memcpy(out.data() + sizeof h, param, len);
 	out_len = static_cast<uint8_t>(sizeof h + len);
 	return 0;
+}
+
+int copy_name(const sockaddr *sa, void *addr, size_t *addrlen)
+{
+	if (!addrlen) {
+		VRMA_WARN(FI_LOG_EP_CTRL, "NULL address length\n");
+		return -FI_EINVAL;
+	}
+	size_t need = sockaddr_len(sa);
+	if (!need)
+		return -FI_EADDRNOTAVAIL;
+	size_t have = *addrlen;
+	*addrlen = need;
+	if (have < need || !addr)
+		return -FI_ETOOSMALL;
+	memcpy(addr, sa, need);
+	return 0;
+}
+
+namespace {
+
+// wire::kCmFlag* this endpoint announces to its peer.
+uint8_t ep_cm_flags(const Ep *ep)
+{
+	uint8_t flags = 0;
+	if (ep->rma_pmem)
+		flags |= wire::kCmFlagCommitService;
+	if (ep->rma_events)
+		flags |= wire::kCmFlagRmaEvents;
+	// Immediate data lands in vrma's own receives, or the application
+	// took on FI_RX_CQ_DATA; otherwise it would eat a posted receive.
+	if (ep->provider_rx || ep->rx_cq_data_mode || ep->staged)
+		flags |= wire::kCmFlagTakesCqData;
+	if (ep->staged)
+		flags |= wire::kCmFlagStagedRx;
+	if (ep->staged && ep->service)
+		flags |= wire::kCmFlagConfirmsMsgs;
+	if (ep->domain->direct_write_to_pmem.load())
+		flags |= wire::kCmFlagDirectWritePmem;
+	return flags;
 }
 
 // The application's part of received private data and the peer's flags;
@@ -304,39 +319,12 @@ try {
 
 namespace {
 
-int copy_name(const sockaddr *sa, void *addr, size_t *addrlen)
-{
-	if (!addrlen) {
-		VRMA_WARN(FI_LOG_EP_CTRL, "NULL address length\n");
-		return -FI_EINVAL;
-	}
-	size_t need = sockaddr_len(sa);
-	if (!need)
-		return -FI_EADDRNOTAVAIL;
-	size_t have = *addrlen;
-	*addrlen = need;
-	if (have < need || !addr)
-		return -FI_ETOOSMALL;
-	memcpy(addr, sa, need);
-	return 0;
-}
-
 int cm_setname(fid_t f, void *addr, size_t addrlen) noexcept
 {
 	const sockaddr *sa = static_cast<const sockaddr *>(addr);
 	if (!addr || addrlen < sockaddr_len(sa) || !sockaddr_len(sa)) {
 		VRMA_WARN(FI_LOG_EP_CTRL, "fi_setname: not a sockaddr_in/in6 address\n");
 		return -FI_EINVAL;
-	}
-	if (f->fclass == FI_CLASS_PEP) {
-		Pep *pep = from_fid<Pep>(f);
-		if (pep->listening) {
-			VRMA_WARN(FI_LOG_EP_CTRL, "fi_setname: passive endpoint already listens\n");
-			return -FI_EOPBADSTATE;
-		}
-		memcpy(&pep->src, sa, sockaddr_len(sa));
-		pep->src_len = static_cast<socklen_t>(sockaddr_len(sa));
-		return 0;
 	}
 	Ep *ep = from_fid<Ep>(f);
 	if (ep->addr_resolved || ep->passive_side || ep->conn.state.load() != EpState::Idle) {
@@ -354,12 +342,6 @@ int cm_setname(fid_t f, void *addr, size_t addrlen) noexcept
 
 int cm_getname(fid_t f, void *addr, size_t *addrlen) noexcept
 {
-	if (f->fclass == FI_CLASS_PEP) {
-		Pep *pep = from_fid<Pep>(f);
-		if (pep->listening)
-			return copy_name(rdma_get_local_addr(pep->id.get()), addr, addrlen);
-		return copy_name(reinterpret_cast<sockaddr *>(&pep->src), addr, addrlen);
-	}
 	Ep *ep = from_fid<Ep>(f);
 	return copy_name(rdma_get_local_addr(ep->conn.id.get()), addr, addrlen);
 }
@@ -523,28 +505,6 @@ int cm_accept(fid_ep *f, const void *param, size_t paramlen) noexcept
 	return 0;
 }
 
-int cm_reject(fid_pep *, fid_t handle, const void *param, size_t paramlen) noexcept
-{
-	if (!handle || handle->fclass != FI_CLASS_CONNREQ) {
-		VRMA_WARN(FI_LOG_EP_CTRL, "fi_reject: not a connection request handle\n");
-		return -FI_EINVAL;
-	}
-	PrivateData pd;
-	uint8_t pd_len;
-	if (int rc = build_private_data(param, paramlen, 0, pd, pd_len))
-		return rc;
-	auto *cr = static_cast<ConnReq *>(handle);
-	int rc = 0;
-	if (rdma_reject(cr->id, pd.data(), pd_len)) {
-		int err = errno;
-		VRMA_WARN(FI_LOG_EP_CTRL, "rdma_reject: %s\n", strerror(err));
-		rc = errno_to_fi(err);
-	}
-	rdma_destroy_id(cr->id);
-	delete cr;
-	return rc;
-}
-
 int cm_shutdown(fid_ep *f, uint64_t flags) noexcept
 {
 	Ep *ep = static_cast<Ep *>(f);
@@ -571,106 +531,13 @@ int cm_shutdown(fid_ep *f, uint64_t flags) noexcept
 	return rc;
 }
 
-int cm_listen(fid_pep *f) noexcept
-{
-	Pep *pep = static_cast<Pep *>(f);
-	if (pep->listening)
-		return -FI_EALREADY;
-	if (!pep->eq) {
-		VRMA_WARN(FI_LOG_EP_CTRL, "fi_listen: passive endpoint is not bound to an EQ\n");
-		return -FI_ENOEQ;
-	}
-	rdma_cm_id *raw = nullptr;
-	if (rdma_create_id(pep->eq->channel.get(), &raw, &pep->fid, RDMA_PS_TCP)) {
-		int err = errno;
-		VRMA_WARN(FI_LOG_EP_CTRL, "rdma_create_id: %s\n", strerror(err));
-		return errno_to_fi(err);
-	}
-	CmIdPtr id(raw);
-	if (pep->src_len && rdma_bind_addr(id.get(), reinterpret_cast<sockaddr *>(&pep->src))) {
-		int err = errno;
-		VRMA_WARN(FI_LOG_EP_CTRL, "fi_listen: binding %s: %s\n",
-			  sockaddr_str(reinterpret_cast<sockaddr *>(&pep->src)).c_str(), strerror(err));
-		return errno_to_fi(err);
-	}
-	if (rdma_listen(id.get(), params.listen_backlog)) {
-		int err = errno;
-		VRMA_WARN(FI_LOG_EP_CTRL, "rdma_listen: %s\n", strerror(err));
-		return errno_to_fi(err);
-	}
-	pep->id = std::move(id);
-	pep->listening = true;
-	return 0;
-}
-
 int cm_join(fid_ep *, const void *, uint64_t, fid_mc **, void *) noexcept
 {
 	VRMA_WARN(FI_LOG_EP_CTRL, "multicast is not supported\n");
 	return -FI_ENOSYS;
 }
 
-int pep_bind(fid *f, fid *bfid, uint64_t flags) noexcept
-{
-	Pep *pep = from_fid<Pep>(f);
-	(void)flags;
-	if (!bfid || bfid->fclass != FI_CLASS_EQ) {
-		VRMA_WARN(FI_LOG_EP_CTRL, "a passive endpoint binds only an EQ\n");
-		return -FI_EINVAL;
-	}
-	if (pep->listening) {
-		VRMA_WARN(FI_LOG_EP_CTRL, "passive endpoint already listens\n");
-		return -FI_EOPBADSTATE;
-	}
-	Eq *eq = from_fid<Eq>(bfid);
-	if (pep->eq)
-		pep->eq->refs--;
-	pep->eq = eq;
-	eq->refs++;
-	return 0;
-}
-
-int pep_close(fid *f) noexcept
-{
-	Pep *pep = from_fid<Pep>(f);
-	if (pep->eq) {
-		std::lock_guard<std::mutex> guard(pep->eq->lock);
-		pep->id.reset();
-	}
-	if (pep->eq) {
-		eq_purge(pep->eq, &pep->fid);
-		pep->eq->refs--;
-	}
-	pep->fabric->refs--;
-	delete pep;
-	return 0;
-}
-
-int pep_control(fid *, int command, void *) noexcept
-{
-	VRMA_WARN(FI_LOG_EP_CTRL, "fi_control(pep, %d) is not supported\n", command);
-	return -FI_ENOSYS;
-}
-
-constexpr fi_ops pep_fi_ops = {
-	.size = sizeof(fi_ops),
-	.close = pep_close,
-	.bind = pep_bind,
-	.control = pep_control,
-	.ops_open = fid_no_ops_open,
-	.tostr = fid_tostr,
-	.ops_set = fid_no_ops_set,
-};
-
-ssize_t pep_cancel(fid_t, void *) noexcept { return -FI_ENOENT; }
-
 } // namespace
-
-const Pep *as_vrma_pep(const fid *f) noexcept
-{
-	if (!f || f->fclass != FI_CLASS_PEP || f->ops != &pep_fi_ops)
-		return nullptr;
-	return from_fid<Pep>(const_cast<fid *>(f));
-}
 
 int ep_getopt(fid_t f, int level, int optname, void *optval, size_t *optlen) noexcept
 {
@@ -722,59 +589,11 @@ const fi_ops_cm ep_cm_ops = {
 	.getname = cm_getname,
 	.getpeer = cm_getpeer,
 	.connect = cm_connect,
-	.listen = cm_listen,
+	.listen = VRMA_NOSYS(fi_ops_cm, listen),
 	.accept = cm_accept,
-	.reject = cm_reject,
+	.reject = VRMA_NOSYS(fi_ops_cm, reject),
 	.shutdown = cm_shutdown,
 	.join = cm_join,
 };
-
-const fi_ops_ep pep_ep_ops = {
-	.size = sizeof(fi_ops_ep),
-	.cancel = pep_cancel,
-	.getopt = ep_getopt,
-	.setopt = ep_setopt,
-	.tx_ctx = VRMA_NOSYS(fi_ops_ep, tx_ctx),
-	.rx_ctx = VRMA_NOSYS(fi_ops_ep, rx_ctx),
-	.rx_size_left = VRMA_NOSYS(fi_ops_ep, rx_size_left),
-	.tx_size_left = VRMA_NOSYS(fi_ops_ep, tx_size_left),
-};
-
-int passive_ep_open(fid_fabric *fabric, fi_info *info, fid_pep **pep_out, void *context) noexcept
-try {
-	if (!fabric || !info || !pep_out) {
-		VRMA_WARN(FI_LOG_EP_CTRL, "fi_passive_ep: NULL fabric, info or output\n");
-		return -FI_EINVAL;
-	}
-	if (info->ep_attr && info->ep_attr->type != FI_EP_MSG && info->ep_attr->type != FI_EP_UNSPEC) {
-		VRMA_WARN(FI_LOG_EP_CTRL, "fi_passive_ep: only FI_EP_MSG\n");
-		return -FI_EINVAL;
-	}
-	auto pep = std::make_unique<Pep>();
-	pep->fabric = from_fid<Fabric>(&fabric->fid);
-	pep->info.reset(fi_dupinfo(info));
-	if (!pep->info)
-		return -FI_ENOMEM;
-	if (info->src_addr) {
-		const sockaddr *sa = static_cast<const sockaddr *>(info->src_addr);
-		size_t len = sockaddr_len(sa);
-		if (!len || info->src_addrlen < len) {
-			VRMA_WARN(FI_LOG_EP_CTRL, "fi_passive_ep: src_addr is not sockaddr_in/in6\n");
-			return -FI_EINVAL;
-		}
-		memcpy(&pep->src, sa, len);
-		pep->src_len = static_cast<socklen_t>(len);
-	}
-	pep->fid.fclass = FI_CLASS_PEP;
-	pep->fid.context = context;
-	pep->fid.ops = const_cast<fi_ops *>(&pep_fi_ops);
-	pep->ops = const_cast<fi_ops_ep *>(&pep_ep_ops);
-	pep->cm = const_cast<fi_ops_cm *>(&ep_cm_ops);
-	pep->fabric->refs++;
-	*pep_out = pep.release();
-	return 0;
-} catch (...) {
-	return -FI_ENOMEM;
-}
 
 } // namespace vrma

@@ -1,4 +1,4 @@
-// The RMA core both endpoint kinds build on (vrma_rma.cpp for MSG,
+// The RMA core both endpoint kinds build on (vrma_msg_rma.cpp for MSG,
 // vrma_rdm_rma.cpp for RDM): the checks of the remote side and the work
 // requests of one operation on one connection (splits, the delivery
 // read-back, a trailing provider send). What differs between the kinds (how

@@ -6,7 +6,7 @@
 // bound endpoints (entries meant for the application stay queued for it), and
 // fi_cntr_wait blocks on those CQs' completion channels and on the counter's
 // own eventfd, which fi_cntr_add/set and every count made while a thread
-// waits write (count_completion in vrma.h). Of several waiting threads one
+// waits write (count_completion in vrma_cq.h). Of several waiting threads one
 // sleeps on those descriptors, the others on the counter's WaitGate.
 #include "vrma_cq.h"
 
@@ -267,6 +267,26 @@ try {
 	return 0;
 } catch (...) {
 	return -FI_ENOMEM;
+}
+
+int bind_cntr(Cntr *c, const Domain *domain, uint64_t flags,
+	      std::initializer_list<CntrSlot> slots) noexcept
+{
+	if (c->domain != domain) {
+		VRMA_WARN(FI_LOG_EP_CTRL, "fi_ep_bind(cntr): counter belongs to another domain\n");
+		return -FI_EINVAL;
+	}
+	for (const CntrSlot &s : slots)
+		if ((flags & s.flag) && *s.slot) {
+			VRMA_WARN(FI_LOG_EP_CTRL, "fi_ep_bind(cntr): a counter is already bound for that event\n");
+			return -FI_EINVAL;
+		}
+	for (const CntrSlot &s : slots)
+		if (flags & s.flag) {
+			*s.slot = c;
+			c->refs++;
+		}
+	return 0;
 }
 
 } // namespace vrma

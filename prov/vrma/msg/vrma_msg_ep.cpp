@@ -1,7 +1,6 @@
 // Active MSG endpoints: one RC QP on an rdma_cm id.
 #include "vrma_msg_ep.h"
 #include "vrma_msg_post.h"
-#include "vrma_rdm_api.h"
 
 #include <rdma/fi_atomic.h>
 #include <rdma/fi_collective.h>
@@ -372,57 +371,8 @@ void ep_repost_own_rx(Ep *ep) noexcept
 	}
 }
 
-int bind_cntr(Cntr *c, const Domain *domain, uint64_t flags,
-	      std::initializer_list<CntrSlot> slots) noexcept
+void msg_report_unposted(Conn *conn, const ibv_send_wr *first, int err) noexcept
 {
-	if (c->domain != domain) {
-		VRMA_WARN(FI_LOG_EP_CTRL, "fi_ep_bind(cntr): counter belongs to another domain\n");
-		return -FI_EINVAL;
-	}
-	for (const CntrSlot &s : slots)
-		if ((flags & s.flag) && *s.slot) {
-			VRMA_WARN(FI_LOG_EP_CTRL, "fi_ep_bind(cntr): a counter is already bound for that event\n");
-			return -FI_EINVAL;
-		}
-	for (const CntrSlot &s : slots)
-		if (flags & s.flag) {
-			*s.slot = c;
-			c->refs++;
-		}
-	return 0;
-}
-
-bool conn_post_sentinel(Conn *conn) noexcept
-{
-	TxGuard guard(conn);
-	if (conn->tx.outstanding() == 0 || conn->tx.full())
-		return false;
-	TxSlot &s = conn->tx.next();
-	s.fill(conn->tx.head(), conn->tx.head(), nullptr, 0, 0, false, nullptr, 0,
-	       conn->peer ? rdm_aux(RdmTx::Internal, 0) : 0); // RDM: no completion of its own
-	ibv_send_wr wr{};
-	wr.wr_id = reinterpret_cast<uintptr_t>(&s);
-	wr.opcode = IBV_WR_RDMA_WRITE;
-	wr.send_flags = IBV_SEND_SIGNALED;
-	conn->tx.push();
-	ibv_send_wr *bad;
-	device_will_post(&wr);
-	if (ibv_post_send(conn->qp, &wr, &bad)) {
-		conn->tx.unpush();
-		return false;
-	}
-	// A credited queue's sentinel holds the credit kept for it at fi_enable.
-	if (conn->tx_credits)
-		conn->tx_spare = 0;
-	return true;
-}
-
-void report_unposted(Conn *conn, const ibv_send_wr *first, int err) noexcept
-{
-	if (conn->peer) {
-		rdm_report_unposted(conn, first, err);
-		return;
-	}
 	Ep *ep = conn->ep;
 	const int fi_err = -errno_to_fi(err, ErrPath::Post);
 	for (const ibv_send_wr *w = first; w; w = w->next) {
@@ -730,18 +680,8 @@ try {
 	return -FI_ENOMEM;
 }
 
-int ep_open(fid_domain *domain, fi_info *info, fid_ep **ep_out, void *context) noexcept
+int msg_ep_open(fid_domain *domain, fi_info *info, fid_ep **ep_out, void *context) noexcept
 try {
-	if (!domain || !info || !ep_out) {
-		VRMA_WARN(FI_LOG_EP_CTRL, "fi_endpoint: NULL domain, info or output\n");
-		return -FI_EINVAL;
-	}
-	if (info->ep_attr && info->ep_attr->type == FI_EP_RDM)
-		return rdm_ep_open(domain, info, ep_out, context);
-	if (info->ep_attr && info->ep_attr->type != FI_EP_MSG && info->ep_attr->type != FI_EP_UNSPEC) {
-		VRMA_WARN(FI_LOG_EP_CTRL, "fi_endpoint: vrma offers FI_EP_MSG and FI_EP_RDM\n");
-		return -FI_EINVAL;
-	}
 	Domain *dom = from_fid<Domain>(&domain->fid);
 	if (info->ep_attr && (info->ep_attr->auth_key_size || info->ep_attr->auth_key)) {
 		VRMA_WARN(FI_LOG_EP_CTRL, "fi_endpoint: auth keys are for RDM endpoints; a MSG endpoint's connections are the application's to accept\n");

@@ -233,10 +233,14 @@ inline bool peer_has(const Conn &conn, uint8_t cm_flag) noexcept
 	return conn.peer_cm_flags.load(std::memory_order_acquire) & cm_flag;
 }
 
-// vrma_ep.cpp
+// vrma_conn.cpp
 // On a QP in the error state: a signaled zero-length write whose flush
 // retires every earlier unsignaled request (completed ones never report
 // again). The ring keeps one slot free for it. Whether it was posted.
 bool conn_post_sentinel(Conn *conn) noexcept;
+
+// vrma_msg_ep.cpp: report_unposted (vrma_post.h) of a MSG endpoint's connection
+// (an RDM one's: rdm_report_unposted, vrma_rdm_api.h).
+void msg_report_unposted(Conn *conn, const ibv_send_wr *first, int err) noexcept;
 
 } // namespace vrma
