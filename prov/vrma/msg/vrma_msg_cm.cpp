@@ -3,8 +3,6 @@
 // entries (the passive endpoint's: vrma_msg_pep.cpp).
 #include "vrma_msg_ep.h"
 
-#include <array>
-
 namespace vrma {
 
 // Puts vrma's header (with the sender's wire::kCmFlag*) in front of the
@@ -44,6 +42,16 @@ int copy_name(const sockaddr *sa, void *addr, size_t *addrlen)
 		return -FI_ETOOSMALL;
 	memcpy(addr, sa, need);
 	return 0;
+}
+
+const sockaddr *setname_addr(const void *addr, size_t addrlen)
+{
+	const sockaddr *sa = static_cast<const sockaddr *>(addr);
+	if (!addr || addrlen < sockaddr_len(sa) || !sockaddr_len(sa)) {
+		VRMA_WARN(FI_LOG_EP_CTRL, "fi_setname: not a sockaddr_in/in6 address\n");
+		return nullptr;
+	}
+	return sa;
 }
 
 namespace {
@@ -321,11 +329,9 @@ namespace {
 
 int cm_setname(fid_t f, void *addr, size_t addrlen) noexcept
 {
-	const sockaddr *sa = static_cast<const sockaddr *>(addr);
-	if (!addr || addrlen < sockaddr_len(sa) || !sockaddr_len(sa)) {
-		VRMA_WARN(FI_LOG_EP_CTRL, "fi_setname: not a sockaddr_in/in6 address\n");
+	const sockaddr *sa = setname_addr(addr, addrlen);
+	if (!sa)
 		return -FI_EINVAL;
-	}
 	Ep *ep = from_fid<Ep>(f);
 	if (ep->addr_resolved || ep->passive_side || ep->conn.state.load() != EpState::Idle) {
 		VRMA_WARN(FI_LOG_EP_CTRL, "fi_setname: endpoint already has an address\n");

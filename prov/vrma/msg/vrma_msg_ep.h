@@ -210,6 +210,9 @@ int build_private_data(const void *param, size_t len, uint8_t flags, PrivateData
 		       uint8_t &out_len);
 // fi_getname's copy of an address (-FI_ETOOSMALL with the length needed).
 int copy_name(const sockaddr *sa, void *addr, size_t *addrlen);
+// fi_setname's address as a sockaddr_in/in6 of addrlen bytes, or nullptr
+// (one warning).
+const sockaddr *setname_addr(const void *addr, size_t addrlen);
 // Handles one rdma_cm event for the EQ (called with eq->lock held). Returns
 // an id to destroy once the event was acked (a refused connection request).
 rdma_cm_id *eq_handle_cm_event(Eq *eq, rdma_cm_event *event) noexcept;

@@ -9,11 +9,9 @@ namespace {
 
 int pep_setname(fid_t f, void *addr, size_t addrlen) noexcept
 {
-	const sockaddr *sa = static_cast<const sockaddr *>(addr);
-	if (!addr || addrlen < sockaddr_len(sa) || !sockaddr_len(sa)) {
-		VRMA_WARN(FI_LOG_EP_CTRL, "fi_setname: not a sockaddr_in/in6 address\n");
+	const sockaddr *sa = setname_addr(addr, addrlen);
+	if (!sa)
 		return -FI_EINVAL;
-	}
 	Pep *pep = from_fid<Pep>(f);
 	if (pep->listening) {
 		VRMA_WARN(FI_LOG_EP_CTRL, "fi_setname: passive endpoint already listens\n");
