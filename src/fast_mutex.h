@@ -10,6 +10,12 @@
 // the kernel (std::atomic::wait, a futex on Linux) until unlock() wakes one
 // waiter. Hazard: no condition_variable works with it (use
 // std::condition_variable_any), and no priority inheritance.
+//
+// Lock checks (VRMA_LOCK_CHECKS, on in the sanitizer builds: configure
+// --enable-lock-checks): the mutex records which thread holds it, and
+// held_here() says whether the calling thread does; functions whose
+// contract is "lock held" assert it (VRMA_ASSERT_HELD). Without the checks
+// nothing is recorded and the assertion compiles to nothing.
 #pragma once
 
 #include <atomic>
@@ -36,27 +42,57 @@ public:
 	{
 		uint32_t expected = kFree;
 		if (state_.compare_exchange_strong(expected, kLocked, std::memory_order_acquire,
-						   std::memory_order_relaxed)) [[likely]]
+						   std::memory_order_relaxed)) [[likely]] {
+			set_owner();
 			return;
+		}
 		lock_contended();
+		set_owner();
 	}
 
 	[[gnu::always_inline]] bool try_lock() noexcept
 	{
 		uint32_t expected = kFree;
-		return state_.compare_exchange_strong(expected, kLocked, std::memory_order_acquire,
-						      std::memory_order_relaxed);
+		const bool ok = state_.compare_exchange_strong(expected, kLocked, std::memory_order_acquire,
+							       std::memory_order_relaxed);
+		if (ok)
+			set_owner();
+		return ok;
 	}
 
 	[[gnu::always_inline]] void unlock() noexcept
 	{
+#ifdef VRMA_LOCK_CHECKS
+		owner_.store(nullptr, std::memory_order_relaxed);
+#endif
 		// kWaiters: somebody may sleep; wake one (it takes the lock as
 		// kWaiters again, so a later unlock wakes the next).
 		if (state_.exchange(kFree, std::memory_order_release) == kWaiters) [[unlikely]]
 			state_.notify_one();
 	}
 
+#ifdef VRMA_LOCK_CHECKS
+	// Whether the calling thread holds the mutex.
+	bool held_here() const noexcept
+	{
+		return owner_.load(std::memory_order_relaxed) == this_thread_tag();
+	}
+#endif
+
 private:
+#ifdef VRMA_LOCK_CHECKS
+	// A per-thread address names the thread (no syscall, no formatting).
+	static const void *this_thread_tag() noexcept
+	{
+		static thread_local const char tag = 0;
+		return &tag;
+	}
+	void set_owner() noexcept { owner_.store(this_thread_tag(), std::memory_order_relaxed); }
+	std::atomic<const void *> owner_{nullptr};
+#else
+	void set_owner() noexcept {}
+#endif
+
 	static constexpr uint32_t kFree = 0;
 	static constexpr uint32_t kLocked = 1;  // held, nobody sleeping
 	static constexpr uint32_t kWaiters = 2; // held, someone may sleep

@@ -81,6 +81,49 @@ END_TEST
 
 } // namespace
 
+// The lock checks (VRMA_LOCK_CHECKS, on for this program): held_here() is
+// true in the thread that holds the mutex, by lock() or try_lock(), and
+// false after unlock() and in every other thread meanwhile.
+START_TEST(test_held_here)
+{
+#ifndef VRMA_LOCK_CHECKS
+	ck_abort_msg("the unit tests are built with VRMA_LOCK_CHECKS");
+#else
+	FastMutex m;
+	ck_assert(!m.held_here());
+	m.lock();
+	ck_assert(m.held_here());
+	bool other_sees_held = true;
+	std::thread([&] { other_sees_held = m.held_here(); }).join();
+	ck_assert(!other_sees_held);
+	m.unlock();
+	ck_assert(!m.held_here());
+	ck_assert(m.try_lock());
+	ck_assert(m.held_here());
+	// Another thread takes it after us: it holds it, we no longer do.
+	m.unlock();
+	std::atomic<int> step{0};
+	bool other_holds = false;
+	std::thread t([&] {
+		m.lock();
+		other_holds = m.held_here();
+		step = 1;
+		while (step.load() != 2)
+			std::this_thread::yield();
+		m.unlock();
+	});
+	while (step.load() != 1)
+		std::this_thread::yield();
+	ck_assert(other_holds);
+	ck_assert(!m.held_here());
+	ck_assert(!m.try_lock());
+	step = 2;
+	t.join();
+	ck_assert(!m.held_here());
+#endif
+}
+END_TEST
+
 Suite *fast_mutex_suite()
 {
 	Suite *s = suite_create("fast_mutex");
@@ -89,6 +132,7 @@ Suite *fast_mutex_suite()
 	tcase_add_test(tc, test_contended_counts);
 	tcase_add_test(tc, test_try_lock);
 	tcase_add_test(tc, test_sleeper_woken);
+	tcase_add_test(tc, test_held_here);
 	suite_add_tcase(s, tc);
 	return s;
 }

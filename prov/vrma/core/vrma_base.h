@@ -72,6 +72,25 @@ inline constexpr uint32_t kApiVersion = FI_VERSION(1, 17);
 #define VRMA_INFO(subsys, ...) FI_INFO(&::vrma::provider, subsys, __VA_ARGS__)
 #define VRMA_DBG(subsys, ...) FI_DBG(&::vrma::provider, subsys, __VA_ARGS__)
 
+// Held-lock assertions (builds with VRMA_LOCK_CHECKS: the sanitizer builds,
+// or configure --enable-lock-checks): a function whose contract says
+// "lock held" states it with VRMA_ASSERT_HELD(lock) on a FastMutex; a
+// violation prints which lock, where, and aborts. Without the checks the
+// assertion is nothing.
+#ifdef VRMA_LOCK_CHECKS
+[[noreturn, gnu::cold]] void lock_check_failed(const char *lock, const char *func, const char *file,
+					       int line) noexcept;
+#define VRMA_ASSERT_HELD(m)                                                              \
+	do {                                                                              \
+		if (!(m).held_here()) [[unlikely]]                                           \
+			::vrma::lock_check_failed(#m, __func__, __FILE__, __LINE__);          \
+	} while (0)
+#else
+#define VRMA_ASSERT_HELD(m)                                                              \
+	do {                                                                              \
+	} while (0)
+#endif
+
 // Provider parameters (FI_VRMA_*), read once at fi_prov_ini.
 struct Params {
 	size_t tx_size = 384;      // default send queue depth per endpoint

@@ -175,9 +175,10 @@ struct Conn {
 	// RDM: why the connection was failed, when its flushed requests should
 	// say so rather than FI_ECANCELED (FI_ETIMEDOUT: the drain watch); 0.
 	int fail_err = 0;
-	// Reclaims finished send requests when the ring is full (slow path):
-	// polls the CQ the send queue completes into.
-	void (*progress)(Conn *) noexcept = nullptr;
+	// Reclaims finished send requests when the ring, its credits or its
+	// buffers are short (slow path, tx lock held): polls the CQ the send
+	// queue completes into (MSG: the bound send CQ; RDM: rdm_tx_reclaim).
+	void (*reclaim)(Conn *) noexcept = nullptr;
 	// Target of the small RDMA READ that makes writes durable (commit).
 	uint64_t scratch[2] = {0, 0};
 	MrPtr scratch_mr;

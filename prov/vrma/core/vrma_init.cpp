@@ -6,6 +6,7 @@
 
 #include <arpa/inet.h>
 #include <cstdio>
+#include <cstdlib>
 
 namespace vrma {
 
@@ -248,6 +249,18 @@ std::string sockaddr_str(const sockaddr *sa)
 	std::snprintf(out, sizeof out, "%s:%u", host, port);
 	return out;
 }
+
+#ifdef VRMA_LOCK_CHECKS
+void lock_check_failed(const char *lock, const char *func, const char *file, int line) noexcept
+{
+	// Also on stderr: the core's log level may hide the warning.
+	VRMA_WARN(FI_LOG_CORE, "lock check: %s not held by this thread in %s (%s:%d)\n", lock, func,
+		  file, line);
+	fprintf(stderr, "vrma: lock check: %s not held by this thread in %s (%s:%d)\n", lock, func,
+		file, line);
+	abort();
+}
+#endif
 
 } // namespace vrma
 

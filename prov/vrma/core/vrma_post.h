@@ -40,9 +40,9 @@ struct TxOp {
 	bool dc_share = false;
 };
 
-// After conn->progress: whether the progress it ran failed this very
-// connection (a message it handled was malformed, the peer restarted). The
-// connection stays allocated (only top-level progress frees one), but
+// After conn->reclaim: whether the reclaim it ran failed this very
+// connection (an error completion it handled). The connection stays
+// allocated (only top-level progress frees one), but
 // nothing more is posted on it: the caller returns -FI_EAGAIN and the next
 // call sees the connection's end.
 inline bool conn_lost(const Conn *conn) noexcept
@@ -98,7 +98,7 @@ inline ssize_t fill_bounce(Conn *conn, uint64_t first, ibv_send_wr *wrs, size_t 
 	// passed it.
 	static_assert(kMaxInjectOpWr < kCount, "a bounce buffer can be reused");
 	if (conn->tx.outstanding() + n + kMaxInjectOpWr > kCount) {
-		conn->progress(conn);
+		conn->reclaim(conn);
 		if (conn->tx.outstanding() + n + kMaxInjectOpWr > kCount || conn_lost(conn))
 			return -FI_EAGAIN;
 	}
@@ -407,7 +407,7 @@ inline constexpr uint64_t kOneWrOpFlags = FI_COMPLETION | FI_INJECT | FI_INJECT_
 	if (cq_credit_take(conn->tx_credits, n))
 		return 0;
 	flush_more(conn);
-	conn->progress(conn);
+	conn->reclaim(conn);
 	return !conn_lost(conn) && cq_credit_take(conn->tx_credits, n) ? 0 : -FI_EAGAIN;
 }
 
@@ -571,7 +571,7 @@ inline ssize_t post_send_chain_locked(Conn *conn, ibv_send_wr *wrs, size_t n, co
 		if (conn->dc_open)
 			close_deferred(conn);
 		flush_more(conn);
-		conn->progress(conn);
+		conn->reclaim(conn);
 		// One longer than tx_depth goes alone, into the spare capacity.
 		const size_t out = conn->tx.outstanding();
 		if ((out + n > conn->tx_depth && (n <= conn->tx_depth || out != 0)) || conn_lost(conn))

@@ -22,12 +22,32 @@
 //    RDMA READ straight into the receive buffer and answers RndvDone, which
 //    completes the send.
 //
-// Locking: one mutex per endpoint (RdmEp::lock, a FastMutex: the data path
-// takes it two or three times per message, nearly always uncontended)
-// covers everything of the endpoint, peers and connections included: data
-// calls, progress and the CM thread take it. Lock order: RdmHooks (a CQ's or counter's), RdmEp::lock,
-// Cq::lock. The data path of a Conn is serialized by that lock
-// (Conn::tx_serialized).
+// Serialization model (the whole of it; DEVELOPERS.md has it as a table):
+//  - one mutex per endpoint, RdmEp::lock (a FastMutex: the data path takes
+//    it two or three times per message, nearly always uncontended), covers
+//    everything of the endpoint, peers and connections included. The
+//    engine's entry points (progress, reclaim, the completion handlers,
+//    the reports, a connection's failure and reaping) assert it in
+//    lock-checked builds (VRMA_ASSERT_HELD: the sanitizer builds).
+//  - who takes it: the application's data calls; the CQ's and counters'
+//    reads (rdm_progress, through RdmHooks); the CM thread (rdma_cm events);
+//    the data thread (FI_PROGRESS_AUTO only); fi_close. (fi_enable builds
+//    the endpoint before any thread can reach it, without the lock.)
+//  - lock order: RdmHooks::lock (a CQ's or counter's list of endpoints),
+//    then RdmEp::lock, then the leaves taken under it: Cq::lock (entries),
+//    the domain's mr_lock (emulated atomics) and registration cache, the
+//    atomic executor's lock, the domain's pmem_lock and the persist
+//    worker's lock, a Conn's more_lock. No leaf is held while taking
+//    RdmEp::lock.
+//  - the engine: rdm_progress_locked (CM events while connecting, every
+//    completion, backlogs, Resumes, drain watch) runs from CQ and counter
+//    reads, the data thread, fi_recv with FI_PEEK, and the CM thread's
+//    DISCONNECTED handler; transmit calls run only rdm_tx_reclaim (send
+//    completions; receive completions wait in RdmEp::rx_deferred). Neither
+//    nests (RdmEp::in_progress). Connections are freed only by
+//    rdm_progress_reap, where no caller holds one.
+//  - a Conn's send queue is serialized by that lock (Conn::tx_serialized:
+//    Conn::tx_lock is not taken).
 #pragma once
 
 #include "vrma_rdm_api.h"
@@ -512,8 +532,18 @@ struct RdmEp final : fid_ep {
 	std::vector<std::unique_ptr<Conn>> dying;
 	size_t connecting = 0;
 	// rdm_progress_locked is not re-entered from the handlers it runs (a
-	// handler that finds its queue full leaves the work in a backlog).
+	// handler that finds its queue full leaves the work in a backlog);
+	// neither is rdm_tx_reclaim, nor either of them from the other.
 	bool in_progress = false;
+	// Receive completions a transmit call's reclaim (rdm_tx_reclaim) took
+	// from the internal CQ without handling them: the next progress
+	// handles them first, in order. The reclaim polls only while a whole
+	// batch fits, so they never exceed kRxDeferMax.
+	static constexpr int kReclaimBatch = 16;
+	static constexpr size_t kRxDeferMax = 64;
+	static_assert(kRxDeferMax >= kReclaimBatch && kRxDeferMax % kReclaimBatch == 0);
+	uint32_t rx_deferred_n = 0;
+	ibv_wc rx_deferred[kRxDeferMax];
 
 	// Work that found its queue full, retried by progress: rendezvous
 	// reads and vrma's own answers (RndvDone, DeliveryAck).
@@ -536,16 +566,31 @@ struct RdmEp final : fid_ep {
 	std::thread cm_thread;
 	std::thread data_thread;
 	Fd stop_fd;
+	// FI_PROGRESS_AUTO: makes the data thread run progress when a reclaim
+	// kept receive completions (no CQ event announces them again).
+	Fd kick_fd;
 };
 
 // vrma_rdm_ep.cpp
-// Progress with the endpoint's lock held. It never frees a connection:
-// transmit paths run it while they hold Conn and RdmPeer pointers (a full
-// ring, bounce buffers, send credit, a fence), and a message it handles may
-// fail the very connection they hold (which moves to RdmEp::dying, alive).
-// A transmit path that ran it re-checks its connection's state before
-// posting on it.
+// The progress engine, with the endpoint's lock held: CM events while
+// connecting, every completion of the internal CQ (those a reclaim kept
+// first), the backlogs, Resumes due, the drain watch. Transmit calls never
+// run it (rdm_tx_reclaim is theirs). It never frees a connection: its
+// callers may hold Conn pointers (the CM thread's DISCONNECTED handler, an
+// fi_recv with FI_PEEK), and a message it handles may fail the very
+// connection they hold (which moves to RdmEp::dying, alive).
 void rdm_progress_locked(RdmEp *ep) noexcept;
+// A transmit call's only entry into the engine (vrma_rdm_rx.cpp), when it
+// is short of send credit, send buffers or ring slots (lock held): polls
+// the internal CQ and handles the completions of send requests (their
+// slots retire, their operations complete); receive completions are kept
+// for the next progress (RdmEp::rx_deferred). It drains no CM event,
+// retries no backlog, sends no Resume and frees nothing; an error
+// completion it handles may fail a connection, so the caller re-checks
+// its own (conn_lost). Nothing inside progress or another reclaim.
+void rdm_tx_reclaim(RdmEp *ep) noexcept;
+// Handles the receive completions a reclaim kept (progress, close).
+void rdm_handle_deferred(RdmEp *ep) noexcept;
 // rdm_progress_locked, then frees the failed connections whose rings
 // drained (rdm_reap). Only where no caller holds a connection: the CQ's
 // progress (rdm_progress), the data thread, fi_trywait, close.
@@ -592,24 +637,21 @@ inline CqPending rdm_error_entry(void *context, uint64_t flags, void *buf, size_
 void rdm_complete_rx(RdmEp *ep, bool report, const Completion &c, fi_addr_t src) noexcept;
 
 // Room for n more send requests within the internal CQ's reserve (after
-// progress, when short).
+// a reclaim, when short).
 inline bool rdm_tx_room(RdmEp *ep, size_t n) noexcept
 {
 	if (ep->tx_wrs + n <= ep->tx_credit) [[likely]]
 		return true;
-	rdm_progress_locked(ep);
+	rdm_tx_reclaim(ep);
 	return ep->tx_wrs + n <= ep->tx_credit;
 }
 
 // A transmit that adds to what the peer's flow control counts (a message,
-// remote CQ data) waits while the peer has paused this side: true when it
-// still has, or the connection ended, after progress.
-inline bool rdm_tx_paused(RdmEp *ep, RdmPeer *peer, const Conn *conn) noexcept
+// remote CQ data) waits while the peer has paused this side: the caller
+// returns -FI_EAGAIN, and the peer's Resume arrives with progress.
+inline bool rdm_tx_paused(const RdmPeer *peer) noexcept
 {
-	if (!peer->tx_paused) [[likely]]
-		return false;
-	rdm_progress_locked(ep);
-	return peer->tx_paused || conn_lost(conn);
+	return peer->tx_paused;
 }
 
 // vrma_rdm_conn.cpp: peers and connections (lock held).
@@ -655,8 +697,9 @@ private:
 // The connection a transmit to `dest` goes on: 0 and peer/conn;
 // -FI_EOPBADSTATE before fi_enable; 1 when dest names no peer: the
 // operation is accepted and ends at once in an error entry (as any failed
-// operation: the caller returns 0); -FI_EAGAIN while connecting (progress
-// ran once); another negative FI_E* code when the last attempt failed.
+// operation: the caller returns 0); -FI_EAGAIN while connecting (the CM
+// thread makes the connection); another negative FI_E* code when the last
+// attempt failed.
 // `more`: the transmit has FI_MORE (rdm_more_switch).
 int rdm_tx_conn(RdmEp *ep, fi_addr_t dest, const RdmTxReport &op, bool more, RdmPeer *&peer,
 		Conn *&conn) noexcept;
@@ -866,15 +909,15 @@ inline ssize_t rdm_post_op_chain(RdmEp *ep, Conn *conn, ibv_send_wr *wrs, size_t
 // and delivery-complete sends, commits, emulated atomics, which the target
 // applies after a later READ could have run) are waited for here: true
 // while any is outstanding, after posting what FI_MORE held back (so that
-// it can end) and one progress pass. The caller returns -FI_EAGAIN.
-inline bool rdm_fence_blocked(RdmEp *ep, RdmPeer *peer, Conn *conn) noexcept
+// it can end). The caller returns -FI_EAGAIN; the answers arrive with
+// progress.
+inline bool rdm_fence_blocked(const RdmPeer *peer, Conn *conn) noexcept
 {
 	if (peer->waiting.empty() && peer->atomics.empty()) [[likely]]
 		return false;
 	if (conn->more_held)
 		flush_more(conn);
-	rdm_progress_locked(ep);
-	return !peer->waiting.empty() || !peer->atomics.empty() || conn_lost(conn);
+	return true;
 }
 
 // vrma_rdm_keys.cpp: scalable keys and keys of regions registered on
@@ -935,15 +978,26 @@ ssize_t rdm_post_send_copy(RdmEp *ep, Conn *conn, const uint8_t *src, size_t len
 			   bool fence = false) noexcept;
 // An answer to the peer (a header, body_len bytes of body), queued when
 // the ring is full.
-void rdm_send_answer(RdmEp *ep, RdmPeer *peer, const uint8_t *hdr, const uint8_t *body,
-		     size_t body_len) noexcept;
+void rdm_send_answer(RdmEp *ep, RdmPeer *peer, const uint8_t *hdr, const uint8_t *body = nullptr,
+		     size_t body_len = 0) noexcept;
+// An answer posted on conn now: 0, or -FI_EAGAIN when the ring, the
+// endpoint's send credit or its buffers are short (after a reclaim).
+ssize_t rdm_post_answer(RdmEp *ep, Conn *conn, const uint8_t *hdr, const uint8_t *body,
+			size_t body_len) noexcept;
 uint32_t rdm_next_msg_id(RdmPeer *peer) noexcept;
 // A registered send buffer for a request on conn (-1: conn holds its
-// share, RdmEp::tx_share, or none is free, after progress); giving it
+// share, RdmEp::tx_share, or none is free, after a reclaim); giving it
 // back; its memory.
 int rdm_take_tx_buf(RdmEp *ep, Conn *conn) noexcept;
-void rdm_give_tx_buf(RdmEp *ep, Conn *conn, uint32_t idx) noexcept;
-uint8_t *rdm_tx_buf(RdmEp *ep, uint32_t idx) noexcept;
+inline void rdm_give_tx_buf(RdmEp *ep, Conn *conn, uint32_t idx) noexcept
+{
+	ep->tx_free.push_back(idx); // never reallocates: reserved for every buffer
+	conn->bufs_held--;
+}
+inline uint8_t *rdm_tx_buf(RdmEp *ep, uint32_t idx) noexcept
+{
+	return ep->tx_bufs.get() + size_t(idx) * ep->buf_stride;
+}
 // A send buffer taken for an operation not posted yet: given back at
 // destruction unless its post succeeded (posted(): the retirement of the
 // operation's last request gives it back, rdm_aux_buf).
@@ -968,6 +1022,24 @@ private:
 	Conn *conn_;
 	int idx_;
 };
+// The flags of a receive's entry: its kind, and the message's CQ data.
+inline uint64_t rdm_recv_flags(MatchKind kind) noexcept
+{
+	return FI_RECV | (kind == MatchKind::kTagged ? FI_TAGGED : FI_MSG);
+}
+inline uint64_t rdm_rx_flags(MatchKind kind, const rdm::RdmHeader &h) noexcept
+{
+	return rdm_recv_flags(kind) | ((h.flags & rdm::kFlagCqData) ? FI_REMOTE_CQ_DATA : 0);
+}
+
+// vrma_rdm_rx.cpp: the receive engine (lock held).
+// An unexpected message meets receive r, which is not queued: placed or
+// its rendezvous started; m is freed. Returns whether r is gone (completed
+// and freed, or owned by its rendezvous).
+bool rdm_deliver_unexpected(RdmEp *ep, RdmRecv *r, RdmMsg *m) noexcept;
+// An unexpected message discarded (FI_DISCARD): its sender still gets the
+// answer it waits for; m is freed.
+void rdm_discard_unexpected(RdmEp *ep, RdmMsg *m) noexcept;
 // A receive from the endpoint's pool (or the heap), default-initialised;
 // nullptr when out of memory. rdm_put_recv takes it back (lock held for
 // both).

@@ -378,9 +378,9 @@ ssize_t atomic_long(RdmEp *ep, const AtomicCall &c) noexcept
 		return rc > 0 ? 0 : rc;
 	if (conn->peer_flags_pending) [[unlikely]]
 		return -FI_EAGAIN;
-	if ((c.flags & FI_FENCE) && rdm_fence_blocked(ep, peer, conn)) [[unlikely]]
+	if ((c.flags & FI_FENCE) && rdm_fence_blocked(peer, conn)) [[unlikely]]
 		return -FI_EAGAIN;
-	if ((c.flags & FI_REMOTE_CQ_DATA) && rdm_tx_paused(ep, peer, conn)) [[unlikely]]
+	if ((c.flags & FI_REMOTE_CQ_DATA) && rdm_tx_paused(peer)) [[unlikely]]
 		return -FI_EAGAIN;
 	AtomicOpPtr op(ep->atomic_pool.get(), AtomicOpPut{ep});
 	if (!op)

@@ -41,7 +41,7 @@ namespace vrma {
 
 namespace {
 
-void rdm_conn_progress(Conn *c) noexcept { rdm_progress_locked(c->peer->ep); }
+void rdm_conn_reclaim(Conn *c) noexcept { rdm_tx_reclaim(c->peer->ep); } // its post holds the lock
 
 std::unique_ptr<Conn> new_conn(RdmPeer *peer)
 {
@@ -49,7 +49,7 @@ std::unique_ptr<Conn> new_conn(RdmPeer *peer)
 	auto c = std::make_unique<Conn>();
 	c->domain = ep->domain;
 	c->peer = peer;
-	c->progress = rdm_conn_progress;
+	c->reclaim = rdm_conn_reclaim;
 	c->tx_depth = ep->peer_tx_depth;
 	c->tx_one_limit = ep->peer_tx_depth;
 	c->tx_cap = ep->peer_tx_depth;
@@ -550,6 +550,7 @@ int rdm_conn_ready(RdmPeer *peer, Conn *&conn) noexcept
 int rdm_tx_conn(RdmEp *ep, fi_addr_t dest, const RdmTxReport &op, bool more, RdmPeer *&peer,
 		Conn *&conn) noexcept
 {
+	VRMA_ASSERT_HELD(ep->lock);
 	if (!ep->enabled) [[unlikely]] {
 		VRMA_WARN(FI_LOG_EP_DATA, "RDM transmit before fi_enable\n");
 		return -FI_EOPBADSTATE;
@@ -567,17 +568,14 @@ int rdm_tx_conn(RdmEp *ep, fi_addr_t dest, const RdmTxReport &op, bool more, Rdm
 		}
 	}
 	rdm_more_switch(ep, peer, more);
-	if (int rc = rdm_conn_ready(peer, conn)) [[unlikely]] {
-		if (rc != -FI_EAGAIN)
-			return rc;
-		rdm_progress_locked(ep);
-		return rdm_conn_ready(peer, conn);
-	}
-	return 0;
+	// A connection still being made: -FI_EAGAIN (the CM thread, or the
+	// next progress, handles its events).
+	return rdm_conn_ready(peer, conn);
 }
 
 void rdm_conn_failed(RdmPeer *peer, Conn *conn, int err) noexcept
 {
+	VRMA_ASSERT_HELD(peer->ep->lock);
 	RdmEp *ep = peer->ep;
 	std::unique_ptr<Conn> *slot = nullptr;
 	if (peer->conn.get() == conn)
@@ -629,6 +627,7 @@ void rdm_conn_failed(RdmPeer *peer, Conn *conn, int err) noexcept
 
 void rdm_watch_drain(RdmEp *ep) noexcept
 {
+	VRMA_ASSERT_HELD(ep->lock);
 	using clock = std::chrono::steady_clock;
 	const clock::time_point now = clock::now();
 	if (now < ep->watch_next)
@@ -662,6 +661,7 @@ void rdm_watch_drain(RdmEp *ep) noexcept
 
 void rdm_reap(RdmEp *ep) noexcept
 {
+	VRMA_ASSERT_HELD(ep->lock);
 	for (size_t i = 0; i < ep->dying.size();) {
 		Conn *c = ep->dying[i].get();
 		if (c->qp && c->tx.outstanding()) {
@@ -689,6 +689,7 @@ constexpr auto kReclaimInterval = std::chrono::milliseconds(100);
 
 void rdm_reclaim_peers(RdmEp *ep) noexcept
 try {
+	VRMA_ASSERT_HELD(ep->lock);
 	using clock = std::chrono::steady_clock;
 	const clock::time_point now = clock::now();
 	if (now < ep->reclaim_next)

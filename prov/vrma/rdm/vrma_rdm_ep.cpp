@@ -43,6 +43,7 @@ int set_nonblock(int fd)
 // the id-destruction hazard in vrma_rdm_conn.cpp.
 void drain_cm_events(RdmEp *ep)
 {
+	VRMA_ASSERT_HELD(ep->lock);
 	rdma_cm_event *ev;
 	while (rdma_get_cm_event(ep->cm_channel.get(), &ev) == 0) {
 		rdma_cm_id *destroy = nullptr;
@@ -61,18 +62,22 @@ void drain_channel(RdmEp *ep)
 		ibv_ack_cq_events(cq, 1);
 }
 
-// Runs step (lock held) whenever fd is readable, and every tick_ms without
-// (< 0: only when readable), until the endpoint's stop_fd is.
-template <typename Step> void service_loop(RdmEp *ep, int fd, Step step, int tick_ms = -1)
+// Runs step (lock held) whenever fd (or extra_fd, when >= 0) is readable,
+// and every tick_ms without (< 0: only when readable), until the
+// endpoint's stop_fd is.
+template <typename Step>
+void service_loop(RdmEp *ep, int fd, Step step, int tick_ms = -1, int extra_fd = -1)
 {
 	Fd epfd;
-	if (int rc = wait_epoll_create(epfd, {fd, ep->stop_fd.get()})) {
+	const int rc = extra_fd >= 0 ? wait_epoll_create(epfd, {fd, ep->stop_fd.get(), extra_fd})
+				     : wait_epoll_create(epfd, {fd, ep->stop_fd.get()});
+	if (rc) {
 		VRMA_WARN(FI_LOG_EP_CTRL, "RDM: a service thread cannot wait: %s\n", fi_strerror(-rc));
 		return;
 	}
 	for (;;) {
-		int ready[2];
-		const int n = wait_epoll(epfd.get(), Deadline(tick_ms), ready, 2);
+		int ready[3];
+		const int n = wait_epoll(epfd.get(), Deadline(tick_ms), ready, 3);
 		if (n < 0)
 			return;
 		for (int i = 0; i < n; i++)
@@ -182,6 +187,7 @@ int rdm_ep_close(fid *f) noexcept
 				ibv_wc wcs[32];
 				const int n = ibv_poll_cq(ep->cq.get(), 32, wcs);
 				ep->in_progress = true;
+				rdm_handle_deferred(ep); // none after rdm_linger's progress
 				for (int i = 0; i < n; i++)
 					rdm_handle_wc(ep, wcs[i]);
 				ep->in_progress = false;
@@ -358,7 +364,7 @@ int start_listener(RdmEp *ep)
 // free list then held every send buffer twice).
 struct RdmEnableParts {
 	EventChannelPtr cm_channel;
-	Fd stop_fd;
+	Fd stop_fd, kick_fd;
 	std::unique_ptr<uint8_t[]> rx_bufs, tx_bufs;
 	MrPtr rx_mr, tx_mr;
 	std::vector<uint32_t> tx_free;
@@ -373,6 +379,7 @@ struct RdmEnableParts {
 	{
 		std::swap(cm_channel, ep->cm_channel);
 		std::swap(stop_fd, ep->stop_fd);
+		std::swap(kick_fd, ep->kick_fd);
 		std::swap(rx_bufs, ep->rx_bufs);
 		std::swap(tx_bufs, ep->tx_bufs);
 		std::swap(rx_mr, ep->rx_mr);
@@ -448,6 +455,11 @@ try {
 	ep->stop_fd.reset(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
 	if (ep->stop_fd.get() < 0)
 		return errno_to_fi(errno);
+	if (ep->auto_progress) {
+		ep->kick_fd.reset(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+		if (ep->kick_fd.get() < 0)
+			return errno_to_fi(errno);
+	}
 
 	// Buffers.
 	// Every vrma message fits a buffer, whatever the eager size.
@@ -533,13 +545,14 @@ try {
 				ep, ep->channel->fd,
 				[ep] {
 					drain_channel(ep);
+					eventfd_clear(ep->kick_fd.get());
 					rdm_progress_locked(ep);
 					ibv_req_notify_cq(ep->cq.get(), 0);
 					rdm_progress_reap(ep);
 					if (ep->drain_timeout.count())
 						rdm_watch_drain(ep);
 				},
-				ep->drain_timeout.count() ? 1000 : -1);
+				ep->drain_timeout.count() ? 1000 : -1, ep->kick_fd.get());
 		});
 	}
 	// Last: once it runs, peers can connect.
@@ -736,11 +749,14 @@ constexpr fi_ops_cm rdm_cm_ops = {
 
 void rdm_progress_locked(RdmEp *ep) noexcept
 {
+	VRMA_ASSERT_HELD(ep->lock);
 	if (ep->in_progress) [[unlikely]]
 		return;
 	ep->in_progress = true;
 	if (ep->connecting) [[unlikely]]
 		drain_cm_events(ep);
+	if (ep->rx_deferred_n) [[unlikely]]
+		rdm_handle_deferred(ep);
 	ibv_wc wcs[16];
 	for (;;) {
 		const int n = ibv_poll_cq(ep->cq.get(), 16, wcs);
@@ -844,6 +860,11 @@ int rdm_trywait(RdmEp *ep) noexcept
 	if (ep->auto_progress)
 		return 0; // the data thread reports through the CQ's own wakeup
 	std::lock_guard guard(ep->lock);
+	if (ep->rx_deferred_n) {
+		// Taken from the CQ by a transmit's reclaim: no event comes.
+		rdm_progress_reap(ep);
+		return -FI_EAGAIN;
+	}
 	drain_channel(ep);
 	if (int rc = ibv_req_notify_cq(ep->cq.get(), 0))
 		return errno_to_fi(rc);
@@ -863,6 +884,7 @@ int rdm_trywait(RdmEp *ep) noexcept
 void rdm_report_tx(RdmEp *ep, void *context, uint64_t flags, size_t len, bool report, Cntr *cntr,
 		   int err, int prov_errno) noexcept
 {
+	VRMA_ASSERT_HELD(ep->lock);
 	count_completion(cntr, err == 0);
 	if (!ep->tx_cq || (!report && !err))
 		return;
@@ -876,6 +898,7 @@ void rdm_report_tx(RdmEp *ep, void *context, uint64_t flags, size_t len, bool re
 
 void rdm_report_rx_error(RdmEp *ep, const CqPending &p) noexcept
 {
+	VRMA_ASSERT_HELD(ep->lock);
 	count_completion(ep->cntr_recv, false);
 	if (ep->rx_cq)
 		cq_push(ep->rx_cq, p);
@@ -883,6 +906,7 @@ void rdm_report_rx_error(RdmEp *ep, const CqPending &p) noexcept
 
 void rdm_complete_rx(RdmEp *ep, bool report, const Completion &c, fi_addr_t src) noexcept
 {
+	VRMA_ASSERT_HELD(ep->lock);
 	count_completion(ep->cntr_recv, true);
 	if (report && ep->rx_cq)
 		cq_complete(ep->rx_cq, c, src);

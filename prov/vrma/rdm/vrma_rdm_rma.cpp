@@ -138,14 +138,9 @@ ssize_t rma_long(RdmEp *ep, ibv_wr_opcode opcode, const iovec *iov, void *const 
 		return rc > 0 ? 0 : rc;
 	if (conn->peer_flags_pending) [[unlikely]]
 		return -FI_EAGAIN; // the CM thread handles the ESTABLISHED event soon
-	if (!ep->answer_backlog.empty() || !ep->read_backlog.empty()) [[unlikely]] {
-		rdm_progress_locked(ep);
-		if (conn_lost(conn))
-			return -FI_EAGAIN;
-	}
-	if ((flags & FI_FENCE) && rdm_fence_blocked(ep, peer, conn)) [[unlikely]]
+	if ((flags & FI_FENCE) && rdm_fence_blocked(peer, conn)) [[unlikely]]
 		return -FI_EAGAIN;
-	if (!is_read && (flags & FI_REMOTE_CQ_DATA) && rdm_tx_paused(ep, peer, conn)) [[unlikely]]
+	if (!is_read && (flags & FI_REMOTE_CQ_DATA) && rdm_tx_paused(peer)) [[unlikely]]
 		return -FI_EAGAIN;
 	fi_rma_iov translated[kMaxRmaIov];
 	bool translate = ep->scalable_keys;
