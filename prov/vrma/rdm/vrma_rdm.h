@@ -37,8 +37,8 @@
 //    then RdmEp::lock, then the leaves taken under it: Cq::lock (entries),
 //    the domain's mr_lock (emulated atomics) and registration cache, the
 //    atomic executor's lock, the domain's pmem_lock and the persist
-//    worker's lock, a Conn's more_lock. No leaf is held while taking
-//    RdmEp::lock.
+//    worker's lock, the AV's lock, a Conn's more_lock. No leaf is held
+//    while taking RdmEp::lock.
 //  - the engine: rdm_progress_locked (CM events while connecting, every
 //    completion, backlogs, Resumes, drain watch) runs from CQ and counter
 //    reads, the data thread, fi_recv with FI_PEEK, and the CM thread's
@@ -583,8 +583,9 @@ void rdm_progress_locked(RdmEp *ep) noexcept;
 // A transmit call's only entry into the engine (vrma_rdm_rx.cpp), when it
 // is short of send credit, send buffers or ring slots (lock held): polls
 // the internal CQ and handles the completions of send requests (their
-// slots retire, their operations complete); receive completions are kept
-// for the next progress (RdmEp::rx_deferred). It drains no CM event,
+// slots retire, their operations complete) and the peers' Flow messages
+// (a Pause must stop a sender that only sends); other receive completions
+// are kept for the next progress (RdmEp::rx_deferred). It drains no CM event,
 // retries no backlog, sends no Resume and frees nothing; an error
 // completion it handles may fail a connection, so the caller re-checks
 // its own (conn_lost). Nothing inside progress or another reclaim.

@@ -1031,6 +1031,20 @@ void rdm_handle_wc(RdmEp *ep, const ibv_wc &wc) noexcept
 	}
 }
 
+// A peer's Flow message (Pause, Resume) governs this side's transmits: a
+// reclaim applies it at once, as progress would, so that a sender that
+// only sends still stops within the peer's grace (rx_budget.h). Any other
+// receive completion waits for progress.
+static bool flow_message(const RdmEp *ep, const ibv_wc &wc) noexcept
+{
+	if (wc.status != IBV_WC_SUCCESS || ep->closing ||
+	    rdm::check_recv_wc(wc.opcode, wc.wc_flags, wc.byte_len, ep->buf_stride) != rdm::RecvWcCheck::Ok)
+		return false;
+	const auto *s = reinterpret_cast<const SrqSlot *>(wc.wr_id);
+	rdm::RdmHeader h;
+	return rdm::decode_header(s->buf, wc.byte_len, h) && h.type == rdm::MsgType::Flow;
+}
+
 void rdm_tx_reclaim(RdmEp *ep) noexcept
 {
 	VRMA_ASSERT_HELD(ep->lock);
@@ -1038,12 +1052,23 @@ void rdm_tx_reclaim(RdmEp *ep) noexcept
 		return; // a handler's post: progress goes on after it
 	ep->in_progress = true;
 	bool kept = false;
+	// From an error completion on, everything is handled in order (what
+	// was kept first): a failed request may end its connection, and what
+	// the peer sent before must be seen before that end, as progress
+	// would see it (an answer completes its operation, not the failure).
+	bool in_order = false;
 	// Only while a whole batch fits among the kept: progress handles them.
 	while (ep->rx_deferred_n + RdmEp::kReclaimBatch <= RdmEp::kRxDeferMax) {
 		ibv_wc wcs[RdmEp::kReclaimBatch];
 		const int n = ibv_poll_cq(ep->cq.get(), RdmEp::kReclaimBatch, wcs);
 		for (int i = 0; i < n; i++) {
-			if (reinterpret_cast<const SlotHeader *>(wcs[i].wr_id)->kind == SlotKind::Rx) {
+			device_completed(wcs[i].wr_id); // before reading its slot
+			if (!in_order && wcs[i].status != IBV_WC_SUCCESS) [[unlikely]] {
+				rdm_handle_deferred(ep);
+				in_order = true;
+			}
+			if (!in_order && reinterpret_cast<const SlotHeader *>(wcs[i].wr_id)->kind == SlotKind::Rx &&
+			    !flow_message(ep, wcs[i])) {
 				ep->rx_deferred[ep->rx_deferred_n++] = wcs[i];
 				kept = true;
 			} else {
