@@ -1,19 +1,21 @@
 // vrma_bench: shared declarations of the benchmark's parts.
 //
-//  - vrma_bench_main.cpp    command line, usage, main
-//  - vrma_bench_common.cpp  errors, names, fi_getinfo, addresses
-//  - vrma_bench_msg.cpp     RMA (write, read, writedata, inject_write; bw,
-//                           lat, rate) over FI_EP_MSG, and over FI_EP_RDM
-//                           with the same measuring code; atomics (fadd,
-//                           cswap, amax; lat) over FI_EP_RDM
-//  - vrma_bench_rdm.cpp     two-sided messages (send, tagged) over FI_EP_RDM,
-//                           and over FI_EP_MSG as the floor RDM is held to
-//  - vrma_bench_ctl.cpp     the TCP control connection of the FI_EP_RDM runs
-//                           (and of the two-sided FI_EP_MSG ones)
-//  - vrma_bench_runner.cpp  what both modules share: a side's fabric objects
-//                           (Endpoint), the roles (server, client, loopback)
-//                           and the measuring of one size (ClientRunner)
-//  - vrma_bench_report.cpp  the table, JSON, --plot
+//  - vrma_bench_main.cpp      command line, usage, main
+//  - vrma_bench_common.cpp    errors, names, fi_getinfo, addresses
+//  - vrma_bench_rma.cpp       RMA (write, read, writedata, inject_write; bw,
+//                             lat, rate) over FI_EP_MSG, and over FI_EP_RDM
+//                             with the same measuring code; atomics (fadd,
+//                             cswap, amax; lat) over FI_EP_RDM
+//  - vrma_bench_twosided.cpp  two-sided messages (send, tagged) over
+//                             FI_EP_RDM, and over FI_EP_MSG as the floor RDM
+//                             is held to
+//  - vrma_bench_ctl.cpp       the TCP control connection of the FI_EP_RDM
+//                             runs (and of the two-sided FI_EP_MSG ones)
+//  - vrma_bench_runner.cpp    what both modules share: a side's fabric
+//                             objects (Endpoint), the roles (server, client,
+//                             loopback) and the measuring of one size
+//                             (ClientRunner)
+//  - vrma_bench_report.cpp    the table, JSON, --plot
 //
 // Everything uses the public libfabric API only, so the same binary measures
 // vrma, verbs, tcp and the layered "X;ofi_rxm" providers.
@@ -190,11 +192,11 @@ private:
 	double ticks_per_us_ = 1000; // steady_clock stamps are in ns
 };
 
-// The RMA operations go over FI_EP_MSG or FI_EP_RDM (vrma_bench_msg.cpp);
-// send and tagged are two-sided messages (vrma_bench_rdm.cpp); the atomics
-// (one FI_UINT64 each: fi_fetch_atomic FI_SUM, fi_compare_atomic FI_CSWAP,
-// fi_fetch_atomic FI_MAX) go over FI_EP_RDM with the RMA module. The
-// numeric values of the RMA and atomic ones travel in the RMA module's
+// The RMA operations go over FI_EP_MSG or FI_EP_RDM (vrma_bench_rma.cpp);
+// send and tagged are two-sided messages (vrma_bench_twosided.cpp); the
+// atomics (one FI_UINT64 each: fi_fetch_atomic FI_SUM, fi_compare_atomic
+// FI_CSWAP, fi_fetch_atomic FI_MAX) go over FI_EP_RDM with the RMA module.
+// The numeric values of the RMA and atomic ones travel in the RMA module's
 // connection data: new operations go at the end.
 enum class Op : uint8_t { write, read, writedata, inject_write, send, tagged, fadd, cswap, amax };
 enum class Mode : uint8_t { bw, lat, rate };
@@ -359,8 +361,8 @@ struct CtlHeader {
 	uint32_t magic;
 	uint32_t version;
 };
-constexpr uint32_t kCtlMagicTwoSided = 0x76627432; // "vbt2": vrma_bench_rdm.cpp
-constexpr uint32_t kCtlMagicRma = 0x76627231;      // "vbr1": RMA over FI_EP_RDM, vrma_bench_msg.cpp
+constexpr uint32_t kCtlMagicTwoSided = 0x76627432; // "vbt2": vrma_bench_twosided.cpp
+constexpr uint32_t kCtlMagicRma = 0x76627231;      // "vbr1": RMA over FI_EP_RDM, vrma_bench_rma.cpp
 // The longest fabric address (fi_getname) a hello carries.
 constexpr size_t kMaxAddr = 256;
 
@@ -754,10 +756,10 @@ void print_row(const Row &row);
 void write_json(const std::string &path, const RunInfo &ri, const std::vector<Row> &rows);
 int plot(const Options &opt);
 
-// vrma_bench_msg.cpp: RMA over FI_EP_MSG or FI_EP_RDM.
+// vrma_bench_rma.cpp: RMA over FI_EP_MSG or FI_EP_RDM.
 int run_rma(const Options &opt);
 
-// vrma_bench_rdm.cpp: two-sided messages over FI_EP_RDM or FI_EP_MSG.
+// vrma_bench_twosided.cpp: two-sided messages over FI_EP_RDM or FI_EP_MSG.
 int run_two_sided(const Options &opt);
 
 } // namespace vrma_bench

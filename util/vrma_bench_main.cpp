@@ -1,7 +1,7 @@
 // vrma_bench: benchmark of libfabric providers over the public API only:
 // RMA over FI_EP_MSG or FI_EP_RDM and atomics over FI_EP_RDM
-// (vrma_bench_msg.cpp), two-sided messages over FI_EP_RDM or FI_EP_MSG
-// (vrma_bench_rdm.cpp). This file: the command line.
+// (vrma_bench_rma.cpp), two-sided messages over FI_EP_RDM or FI_EP_MSG
+// (vrma_bench_twosided.cpp). This file: the command line.
 
 #include "vrma_bench.h"
 

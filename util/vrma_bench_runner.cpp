@@ -1,7 +1,7 @@
-// vrma_bench: what the RMA module (vrma_bench_msg.cpp) and the two-sided
-// module (vrma_bench_rdm.cpp) share: a side's fabric objects (Endpoint),
-// the roles (server, client, loopback) and the measuring of one size
-// (ClientRunner).
+// vrma_bench: what the RMA module (vrma_bench_rma.cpp) and the two-sided
+// module (vrma_bench_twosided.cpp) share: a side's fabric objects
+// (Endpoint), the roles (server, client, loopback) and the measuring of one
+// size (ClientRunner).
 
 #include "vrma_bench.h"
 

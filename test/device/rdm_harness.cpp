@@ -546,4 +546,102 @@ fi_msg_tagged make_tmsg(const iovec *iov, size_t count, fi_addr_t addr, uint64_t
 	return m;
 }
 
+void Tracker::add(const Completion &c)
+{
+	const void *ctx = c.context();
+	const Group *g = nullptr;
+	const std::less<const void *> lt;
+	for (const Group &gr : groups_)
+		if (!lt(ctx, gr.ctx) && lt(ctx, gr.ctx + gr.count))
+			g = &gr;
+	ck_assert_msg(g, "a completion for a context nobody posted: %s", c.describe().c_str());
+	ck_assert_msg(c.ok, "%s: %s", g->what.c_str(), c.describe().c_str());
+	ck_assert_msg(!got_.count(ctx), "%s: context #%td completed twice: %s", g->what.c_str(),
+		      static_cast<const fi_context *>(ctx) - g->ctx, c.describe().c_str());
+	ck_assert_msg(c.e.flags == g->flags, "%s: flags 0x%" PRIx64 " expected, got %s", g->what.c_str(),
+		      g->flags, c.describe().c_str());
+	got_[ctx] = c;
+}
+
+void Tracker::take(RdmNode &n)
+{
+	while (!n.backlog.empty()) {
+		Completion c = n.backlog.front();
+		n.backlog.pop_front();
+		add(c);
+	}
+}
+
+void Tracker::wait(RdmNode &n)
+{
+	while (!done())
+		add(next(n));
+}
+
+void Tracker::wait_alone(RdmNode &n)
+{
+	while (!done())
+		add(next_alone(n));
+}
+
+const Completion &Tracker::get(const fi_context *ctx) const
+{
+	auto it = got_.find(ctx);
+	ck_assert_msg(it != got_.end(), "no completion for context %p", static_cast<const void *>(ctx));
+	return it->second;
+}
+
+void settle_sends(Tracker &t, RdmNode &sender, int quiet_ms)
+{
+	using clock = std::chrono::steady_clock;
+	Deadline overall(kTimeoutMs);
+	size_t seen = t.count();
+	auto last = clock::now();
+	while (!t.done() && !overall.expired()) {
+		progress_all();
+		t.take(sender);
+		if (t.count() != seen) {
+			seen = t.count();
+			last = clock::now();
+		} else if (clock::now() - last > std::chrono::milliseconds(quiet_ms)) {
+			break;
+		}
+	}
+}
+
+std::vector<uint8_t> pattern(size_t n, uint32_t seed)
+{
+	std::vector<uint8_t> v(n ? n : 1);
+	fill_pattern(v.data(), n, seed);
+	return v;
+}
+
+void transfer(RdmNode &a, RdmNode &b, const void *src, size_t len, void *dst, size_t dst_len, uint32_t seed,
+	      const char *what)
+{
+	fi_context rctx, sctx;
+	ck_assert_int_eq(fi_recv(b.ep, dst, dst_len, nullptr, FI_ADDR_UNSPEC, &rctx), 0);
+	ck_assert_int_eq(post_retry([&] { return fi_send(a.ep, src, len, nullptr, a.addr_of(b), &sctx); }), 0);
+	Tracker ta, tb;
+	ta.expect(&sctx, 1, kSendMsg, std::string(what) + " (send)");
+	tb.expect(&rctx, 1, kRecvMsg, std::string(what) + " (receive)");
+	tb.wait(b);
+	ta.wait(a);
+	const Completion &c = tb.get(&rctx);
+	ck_assert_msg(c.e.len == len, "%s: len %zu, expected %zu", what, c.e.len, len);
+	ck_assert_msg(c.e.buf == dst || (dst == nullptr && len == 0), "%s: buf %p, expected %p", what, c.e.buf, dst);
+	ck_assert_msg(c.src == b.addr_of(a), "%s: source %" PRIu64 ", expected %" PRIu64, what, c.src, b.addr_of(a));
+	expect_pattern(dst, len, seed, what);
+}
+
+void send_recv_one(RdmNode &a, RdmNode &b, size_t len, uint32_t seed)
+{
+	char what[80];
+	snprintf(what, sizeof what, "%zu bytes from port %u to port %u", len, a.port(), b.port());
+	std::vector<uint8_t> src = pattern(len, seed);
+	RecvBuf dst(len);
+	transfer(a, b, len ? src.data() : nullptr, len, dst.data(), dst.b.size(), seed, what);
+	expect_filled(dst.data() + len, kSlack, kSentinel, what);
+}
+
 } // namespace vt

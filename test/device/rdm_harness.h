@@ -24,6 +24,7 @@
 #include <deque>
 #include <functional>
 #include <initializer_list>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -36,6 +37,18 @@ namespace vt {
 inline constexpr const char *kRdmNodeAddr = "10.99.0.1";
 // What every RDM test asks for.
 inline constexpr uint64_t kRdmCaps = FI_MSG | FI_TAGGED | FI_DIRECTED_RECV | FI_SOURCE;
+
+inline constexpr size_t KiB = 1024;
+inline constexpr size_t MiB = 1024 * 1024;
+// Bytes after every receive buffer that must stay untouched, and what they
+// hold.
+inline constexpr size_t kSlack = 64;
+inline constexpr uint8_t kSentinel = 0xcc;
+// The completion flags of messages and tagged messages, sent and received.
+inline constexpr uint64_t kSendMsg = FI_SEND | FI_MSG;
+inline constexpr uint64_t kRecvMsg = FI_RECV | FI_MSG;
+inline constexpr uint64_t kSendTag = FI_SEND | FI_TAGGED;
+inline constexpr uint64_t kRecvTag = FI_RECV | FI_TAGGED;
 
 // Hints for vrma's native RDM endpoint: ep_type FI_EP_RDM, the given caps,
 // mode FI_CONTEXT, mr_mode FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY
@@ -223,7 +236,84 @@ fi_msg make_msg(const iovec *iov, size_t count, fi_addr_t addr, void *ctx, uint6
 fi_msg_tagged make_tmsg(const iovec *iov, size_t count, fi_addr_t addr, uint64_t tag,
 			uint64_t ignore, void *ctx, uint64_t data = 0);
 
+// Completions collected by context: each context in a group completes once,
+// successfully, with the group's flags (exactly).
+class Tracker {
+public:
+	void expect(fi_context *ctx, size_t count, uint64_t flags, std::string what)
+	{
+		groups_.push_back({ctx, count, flags, std::move(what)});
+		total_ += count;
+	}
+
+	void add(const Completion &c);
+	// Everything in n's backlog (all of it must be ours).
+	void take(RdmNode &n);
+	// Until every context completed, by next(n) (every node progressing)
+	// or next_alone(n).
+	void wait(RdmNode &n);
+	void wait_alone(RdmNode &n);
+
+	bool done() const { return got_.size() == total_; }
+	size_t count() const { return got_.size(); }
+	bool has(const fi_context *ctx) const { return got_.count(ctx) != 0; }
+
+	const Completion &get(const fi_context *ctx) const;
+
+private:
+	struct Group {
+		fi_context *ctx;
+		size_t count;
+		uint64_t flags;
+		std::string what;
+	};
+	std::vector<Group> groups_;
+	size_t total_ = 0;
+	std::map<const void *, Completion> got_;
+};
+
+// Progresses every node until the sends in t completed or none has completed
+// for quiet_ms: what can reach the receiver without a receive (eager sends)
+// has reached it; rendezvous sends wait for their receive.
+void settle_sends(Tracker &t, RdmNode &sender, int quiet_ms = 1000);
+
+// A receive buffer: len bytes and kSlack sentinel bytes after them.
+struct RecvBuf {
+	std::vector<uint8_t> b;
+	size_t len;
+	explicit RecvBuf(size_t n) : b(n + kSlack, kSentinel), len(n) {}
+	uint8_t *data() { return b.data(); }
+	// The first n bytes hold seed's pattern, and nothing beyond the buffer
+	// was written.
+	void check(size_t n, uint32_t seed, const char *what) const
+	{
+		expect_pattern(b.data(), n, seed, what);
+		expect_filled(b.data() + len, kSlack, kSentinel, what);
+	}
+};
+
+// A buffer holding seed's pattern.
+std::vector<uint8_t> pattern(size_t n, uint32_t seed);
+
+// One message a -> b into a receive posted first: both completions, the
+// source, the data, nothing written beyond it. src and dst are the caller's
+// (dst holds dst_len bytes; dst_len >= len).
+void transfer(RdmNode &a, RdmNode &b, const void *src, size_t len, void *dst, size_t dst_len, uint32_t seed,
+	      const char *what);
+
+// transfer() with buffers of its own: a receive buffer of len + kSlack
+// bytes, whose slack must stay untouched.
+void send_recv_one(RdmNode &a, RdmNode &b, size_t len, uint32_t seed);
+
 } // namespace vt
 
 Suite *rdm_suite();
+// The tcases of the rdm suite that live in files of their own, added by
+// rdm_suite() in its order: test_rdm_tagged.cpp (rdm_tagged),
+// test_rdm_conn.cpp (rdm_conn), test_rdm_rndv_cache.cpp (rdm_rndv_cache),
+// test_rdm_threads.cpp (rdm_threads, rdm_auto).
+void add_rdm_tagged_tcases(Suite *s);
+void add_rdm_conn_tcases(Suite *s);
+void add_rdm_rndv_cache_tcases(Suite *s);
+void add_rdm_threads_tcases(Suite *s);
 Suite *rdm_rma_suite();

@@ -30,8 +30,6 @@ using namespace vt;
 
 namespace {
 
-constexpr size_t KiB = 1024;
-constexpr size_t MiB = 1024 * 1024;
 constexpr uint64_t kRmaCaps = FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
 constexpr uint64_t kRemoteAccess = FI_REMOTE_READ | FI_REMOTE_WRITE;
 constexpr uint64_t kOnDemandKeyBit = uint64_t(1) << 63;

@@ -42,14 +42,9 @@ using namespace vt;
 
 namespace {
 
-constexpr size_t KiB = 1024;
-constexpr size_t MiB = 1024 * 1024;
 constexpr size_t kPage = 4096;
-// Bytes after every local receive (read) buffer that must stay untouched.
-constexpr size_t kSlack = 64;
 // Sentinel bytes on each side of a Mem.
 constexpr size_t kGuard = 256;
-constexpr uint8_t kSentinel = 0xcc;
 
 constexpr uint64_t kRmaCaps = FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
 constexpr uint64_t kRemoteAccess = FI_REMOTE_READ | FI_REMOTE_WRITE;

@@ -638,7 +638,7 @@ protected:
 							 FI_UINT64, FI_CSWAP, ctx);
 			case Op::send:
 			case Op::tagged:
-				break; // two-sided: never here (vrma_bench_rdm.cpp)
+				break; // two-sided: never here (vrma_bench_twosided.cpp)
 			}
 		}
 		uint64_t flags = perop_ | extra;

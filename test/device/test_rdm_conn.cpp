@@ -1,0 +1,566 @@
+// The rdm suite's connections on vrma's native FI_EP_RDM endpoint (tcase
+// rdm_conn, added by rdm_suite() in test_rdm.cpp): crossing connections
+// (interleaved, and from two threads), senders outside the AV, closed and
+// removed peers, sends held by FI_MORE when the endpoint or the peer goes,
+// rendezvous whose receiver or sender closes, and the peer limit.
+// CK_RUN_SUITE=rdm CK_RUN_CASE=rdm_conn.
+#include "rdm_harness.h"
+
+#include <atomic>
+#include <cinttypes>
+#include <cstdio>
+#include <memory>
+#include <thread>
+
+using namespace vt;
+
+namespace {
+
+// A send to dest must fail: an error return at once, or an error entry for
+// it within the deadline (not a hang, not a success).
+void expect_send_fails(RdmNode &a, fi_addr_t dest, size_t len, bool tagged, const char *what)
+{
+	std::vector<uint8_t> buf = pattern(len, 99);
+	fi_context ctx;
+	ssize_t rc = post_retry([&] {
+		return tagged ? fi_tsend(a.ep, buf.data(), len, nullptr, dest, 0x5eed, &ctx)
+			      : fi_send(a.ep, buf.data(), len, nullptr, dest, &ctx);
+	});
+	if (rc < 0)
+		return; // refused at once
+	ck_assert_int_eq(rc, 0);
+	expect_err(a, &ctx, 0, what);
+}
+
+} // namespace
+
+// ---------------------------------------------------------------------------
+// rdm_conn
+
+// Both sides send first, interleaved before either reads its CQ: 50 each
+// way, all arrive once, in order.
+START_TEST(rdm_conn_crossing_interleaved)
+{
+	RdmEnv env;
+	RdmNode a(env), b(env);
+	connect_all({&a, &b});
+	constexpr int N = 50;
+	auto len_of = [](int i) { return size_t(64 + 7 * i); };
+	std::vector<uint8_t> sa[N], sb[N];
+	std::unique_ptr<RecvBuf> ra[N], rb[N];
+	fi_context rca[N], rcb[N], sca[N], scb[N];
+	for (int i = 0; i < N; i++) {
+		ra[i] = std::make_unique<RecvBuf>(512);
+		rb[i] = std::make_unique<RecvBuf>(512);
+		// (Nothing is sent yet: progress while posting changes nothing.)
+		ck_assert_int_eq(post_retry([&] { return fi_recv(a.ep, ra[i]->data(), ra[i]->len, nullptr, FI_ADDR_UNSPEC, &rca[i]); }),
+				 0);
+		ck_assert_int_eq(post_retry([&] { return fi_recv(b.ep, rb[i]->data(), rb[i]->len, nullptr, FI_ADDR_UNSPEC, &rcb[i]); }),
+				 0);
+		sa[i] = pattern(len_of(i), 1100 + i);
+		sb[i] = pattern(len_of(i), 1200 + i);
+	}
+	for (int i = 0; i < N; i++) {
+		ck_assert_int_eq(post_retry([&] { return fi_send(a.ep, sa[i].data(), len_of(i), nullptr, a.addr_of(b), &sca[i]); }),
+				 0);
+		ck_assert_int_eq(post_retry([&] { return fi_send(b.ep, sb[i].data(), len_of(i), nullptr, b.addr_of(a), &scb[i]); }),
+				 0);
+	}
+	Tracker ta, tb;
+	ta.expect(rca, N, kRecvMsg, "a's receives");
+	ta.expect(sca, N, kSendMsg, "a's sends");
+	tb.expect(rcb, N, kRecvMsg, "b's receives");
+	tb.expect(scb, N, kSendMsg, "b's sends");
+	ta.wait(a);
+	tb.wait(b);
+	for (int i = 0; i < N; i++) {
+		char what[48];
+		snprintf(what, sizeof what, "crossing message %d", i);
+		const Completion &x = ta.get(&rca[i]), &y = tb.get(&rcb[i]);
+		ck_assert_msg(x.e.len == len_of(i) && y.e.len == len_of(i), "%s: lengths %zu, %zu", what, x.e.len, y.e.len);
+		ck_assert_uint_eq(x.src, a.addr_of(b));
+		ck_assert_uint_eq(y.src, b.addr_of(a));
+		ra[i]->check(len_of(i), 1200 + i, what);
+		rb[i]->check(len_of(i), 1100 + i, what);
+	}
+	// Exactly once.
+	expect_none(a);
+	expect_none(b);
+}
+END_TEST
+
+namespace {
+
+// What one thread of rdm_conn_crossing_threads does with its node, by hand
+// (the helpers are single-threaded): 50 receives, wait for the other, 50
+// sends, then read its own CQ until all 100 completed. Failures go to err.
+struct CrossSide {
+	RdmNode *self = nullptr;
+	fi_addr_t peer = FI_ADDR_NOTAVAIL;
+	uint32_t seed = 0, peer_seed = 0;
+	static constexpr int N = 50;
+	// Room for the longest message (len_of(N - 1) = 737 bytes) and a sentinel.
+	static constexpr size_t kBuf = 1024;
+	std::vector<uint8_t> src[N];
+	std::vector<uint8_t> dst[N];
+	fi_context rctx[N], sctx[N];
+	int rdone[N] = {}, sdone[N] = {};
+	std::string err;
+
+	static size_t len_of(int i) { return size_t(100 + 13 * i); }
+
+	void fail(const std::string &what)
+	{
+		if (err.empty())
+			err = what;
+	}
+
+	// One CQ read; false when the test must stop.
+	bool poll()
+	{
+		fi_cq_tagged_entry e[8];
+		fi_addr_t src_addr[8];
+		ssize_t n = fi_cq_readfrom(self->cq, e, 8, src_addr);
+		if (n == -FI_EAGAIN)
+			return true;
+		if (n == -FI_EAVAIL) {
+			fi_cq_err_entry ee{};
+			fi_cq_readerr(self->cq, &ee, 0);
+			fail("error entry: " + std::string(fi_strerror(ee.err)));
+			return false;
+		}
+		if (n < 0) {
+			fail("fi_cq_readfrom: " + std::string(fi_strerror(static_cast<int>(-n))));
+			return false;
+		}
+		for (ssize_t k = 0; k < n; k++) {
+			auto *ctx = static_cast<fi_context *>(e[k].op_context);
+			if (ctx >= rctx && ctx < rctx + N) {
+				const int i = static_cast<int>(ctx - rctx);
+				if (rdone[i]++ || e[k].flags != kRecvMsg || e[k].len != len_of(i) || src_addr[k] != peer) {
+					fail("receive " + std::to_string(i) + ": twice, or wrong flags/len/source");
+					return false;
+				}
+				for (size_t j = 0; j < len_of(i); j++)
+					if (dst[i][j] != pattern_byte(peer_seed + i, j)) {
+						fail("receive " + std::to_string(i) + ": data differs at " + std::to_string(j));
+						return false;
+					}
+			} else if (ctx >= sctx && ctx < sctx + N) {
+				const int i = static_cast<int>(ctx - sctx);
+				if (sdone[i]++ || e[k].flags != kSendMsg) {
+					fail("send " + std::to_string(i) + ": twice, or wrong flags");
+					return false;
+				}
+			} else {
+				fail("completion for an unknown context");
+				return false;
+			}
+		}
+		return true;
+	}
+
+	bool all_done() const
+	{
+		for (int i = 0; i < N; i++)
+			if (rdone[i] != 1 || sdone[i] != 1)
+				return false;
+		return true;
+	}
+
+	void run(std::atomic<int> &ready)
+	{
+		Deadline d(2 * kTimeoutMs);
+		for (int i = 0; i < N; i++) {
+			src[i] = pattern(len_of(i), seed + i);
+			dst[i].assign(kBuf, kSentinel);
+			if (fi_recv(self->ep, dst[i].data(), dst[i].size(), nullptr, FI_ADDR_UNSPEC, &rctx[i])) {
+				fail("fi_recv failed");
+				return;
+			}
+		}
+		ready++;
+		while (ready.load() < 2)
+			if (d.expired()) {
+				fail("the other thread never got ready");
+				return;
+			}
+		for (int i = 0; i < N; i++) {
+			ssize_t rc;
+			while ((rc = fi_send(self->ep, src[i].data(), len_of(i), nullptr, peer, &sctx[i])) == -FI_EAGAIN)
+				if (!poll() || d.expired()) {
+					fail("fi_send stayed -FI_EAGAIN");
+					return;
+				}
+			if (rc) {
+				fail("fi_send: " + std::string(fi_strerror(static_cast<int>(-rc))));
+				return;
+			}
+		}
+		while (!all_done()) {
+			if (!poll())
+				return;
+			if (d.expired()) {
+				fail("not everything completed in time");
+				return;
+			}
+		}
+	}
+};
+
+} // namespace
+
+// The same with two threads, each owning an endpoint on a domain of its own,
+// sending at the same moment.
+START_TEST(rdm_conn_crossing_threads)
+{
+	RdmEnv e1, e2;
+	RdmNode a(e1), b(e2);
+	connect_all({&a, &b});
+	auto x = std::make_unique<CrossSide>(), y = std::make_unique<CrossSide>();
+	x->self = &a;
+	x->peer = a.addr_of(b);
+	x->seed = 1300;
+	x->peer_seed = 1400;
+	y->self = &b;
+	y->peer = b.addr_of(a);
+	y->seed = 1400;
+	y->peer_seed = 1300;
+	std::atomic<int> ready{0};
+	std::thread tx([&] { x->run(ready); }), ty([&] { y->run(ready); });
+	tx.join();
+	ty.join();
+	ck_assert_msg(x->err.empty(), "a: %s", x->err.c_str());
+	ck_assert_msg(y->err.empty(), "b: %s", y->err.c_str());
+	for (int i = 0; i < CrossSide::N; i++) {
+		expect_filled(x->dst[i].data() + CrossSide::len_of(i), CrossSide::kBuf - CrossSide::len_of(i), kSentinel, "a's buffer");
+		expect_filled(y->dst[i].data() + CrossSide::len_of(i), CrossSide::kBuf - CrossSide::len_of(i), kSentinel, "b's buffer");
+	}
+	expect_none(a);
+	expect_none(b);
+}
+END_TEST
+
+// A sender the receiver's AV does not hold: the message arrives, its source
+// is FI_ADDR_NOTAVAIL; once inserted, the sender is named.
+START_TEST(rdm_conn_unknown_sender)
+{
+	RdmEnv env;
+	RdmNode r(env), s(env);
+	s.insert(r); // r's AV stays empty
+	const size_t len[2] = {100, 200 * KiB};
+	std::vector<uint8_t> src[2];
+	std::unique_ptr<RecvBuf> dst[2];
+	fi_context rctx[2], sctx[2];
+	for (int k = 0; k < 2; k++) {
+		src[k] = pattern(len[k], 1500 + k);
+		dst[k] = std::make_unique<RecvBuf>(len[k]);
+		ck_assert_int_eq(fi_recv(r.ep, dst[k]->data(), dst[k]->len, nullptr, FI_ADDR_UNSPEC, &rctx[k]), 0);
+		ck_assert_int_eq(post_retry([&] { return fi_send(s.ep, src[k].data(), len[k], nullptr, s.addr_of(r), &sctx[k]); }),
+				 0);
+	}
+	Tracker tr, ts;
+	tr.expect(rctx, 2, kRecvMsg, "from an unknown sender");
+	ts.expect(sctx, 2, kSendMsg, "to a peer that does not know us");
+	tr.wait(r);
+	ts.wait(s);
+	for (int k = 0; k < 2; k++) {
+		const Completion &c = tr.get(&rctx[k]);
+		ck_assert_msg(c.src == FI_ADDR_NOTAVAIL, "source %" PRIu64 " for a sender outside the AV", c.src);
+		ck_assert_uint_eq(c.e.len, len[k]);
+		dst[k]->check(len[k], 1500 + k, "unknown sender");
+	}
+	// Inserted now: named from the next message on, and reachable back.
+	const fi_addr_t fs = r.insert(s);
+	std::vector<uint8_t> m = pattern(64, 1510);
+	RecvBuf d(64);
+	fi_context rc2, sc2;
+	ck_assert_int_eq(fi_recv(r.ep, d.data(), d.len, nullptr, FI_ADDR_UNSPEC, &rc2), 0);
+	ck_assert_int_eq(post_retry([&] { return fi_send(s.ep, m.data(), 64, nullptr, s.addr_of(r), &sc2); }), 0);
+	expect_ok(s, &sc2, kSendMsg, "send after the insert");
+	Completion c = expect_ok(r, &rc2, kRecvMsg, "receive after the insert");
+	ck_assert_msg(c.src == fs, "source %" PRIu64 ", expected %" PRIu64, c.src, fs);
+	d.check(64, 1510, "after the insert");
+	send_recv_one(r, s, 80, 1511);
+}
+END_TEST
+
+// A peer whose endpoint closed: sends to it fail within the deadline, other
+// peers are not affected, and a new endpoint at the same address is reached
+// after fi_av_remove + fi_av_insert.
+// Sends held back by FI_MORE when the endpoint closes: each still ends with
+// exactly one entry on the CQ (success or error), none is lost.
+START_TEST(rdm_conn_more_close)
+{
+	RdmEnv env;
+	RdmNode a(env), b(env);
+	connect_all({&a, &b});
+	// Connected first: the held sends go on the queue pair's chain.
+	std::vector<uint8_t> first = pattern(64, 70);
+	RecvBuf r0(64);
+	fi_context rctx, sctx;
+	ck_assert_int_eq(fi_recv(b.ep, r0.data(), r0.len, nullptr, FI_ADDR_UNSPEC, &rctx), 0);
+	ck_assert_int_eq(post_retry([&] { return fi_send(a.ep, first.data(), 64, nullptr, a.addr_of(b), &sctx); }), 0);
+	expect_ok(a, &sctx, kSendMsg, "the first send");
+	expect_ok(b, &rctx, kRecvMsg, "the first receive");
+	constexpr int N = 3;
+	std::vector<uint8_t> src = pattern(128, 71);
+	fi_context mctx[N];
+	for (int i = 0; i < N; i++) {
+		iovec iov{src.data(), src.size()};
+		fi_msg m = make_msg(&iov, 1, a.addr_of(b), &mctx[i]);
+		ck_assert_int_eq(fi_sendmsg(a.ep, &m, FI_MORE | FI_COMPLETION), 0);
+	}
+	a.close_ep();
+	int seen[N] = {};
+	for (int k = 0; k < N; k++) {
+		Completion c = next_alone(a);
+		int i = 0;
+		while (i < N && c.context() != &mctx[i])
+			i++;
+		ck_assert_msg(i < N, "an entry for an unknown context: %s", c.describe().c_str());
+		ck_assert_msg(!seen[i]++, "two entries for held send %d", i);
+		ck_assert_msg(c.flags() & FI_SEND, "held send %d: %s", i, c.describe().c_str());
+	}
+	expect_none(a, 300, "after the held sends");
+}
+END_TEST
+
+// Sends held back by FI_MORE when the peer goes away: the connection fails
+// and each held send still ends with exactly one entry (success or error).
+START_TEST(rdm_conn_more_peer_gone)
+{
+	RdmEnv env;
+	RdmNode a(env);
+	auto b = std::make_unique<RdmNode>(env);
+	connect_all({&a, b.get()});
+	send_recv_one(a, *b, 64, 1700);
+	constexpr int N = 3;
+	std::vector<uint8_t> src = pattern(128, 72);
+	fi_context mctx[N];
+	for (int i = 0; i < N; i++) {
+		iovec iov{src.data(), src.size()};
+		fi_msg m = make_msg(&iov, 1, a.addr_of(*b), &mctx[i]);
+		ck_assert_int_eq(fi_sendmsg(a.ep, &m, FI_MORE | FI_COMPLETION), 0);
+	}
+	a.forget(*b);
+	b.reset();
+	int seen[N] = {};
+	for (int k = 0; k < N; k++) {
+		Completion c = next_alone(a);
+		int i = 0;
+		while (i < N && c.context() != &mctx[i])
+			i++;
+		ck_assert_msg(i < N, "an entry for an unknown context: %s", c.describe().c_str());
+		ck_assert_msg(!seen[i]++, "two entries for held send %d", i);
+		ck_assert_msg(c.flags() & FI_SEND, "held send %d: %s", i, c.describe().c_str());
+	}
+	expect_none(a, 300, "after the held sends");
+}
+END_TEST
+
+START_TEST(rdm_conn_peer_closed)
+{
+	RdmEnv env;
+	RdmNode a(env), c(env);
+	auto b = std::make_unique<RdmNode>(env);
+	connect_all({&a, b.get(), &c});
+	send_recv_one(a, *b, 64, 1600);
+	send_recv_one(*b, a, 64, 1601);
+	const fi_addr_t old = a.addr_of(*b);
+	const uint16_t port = b->port();
+	a.forget(*b);
+	c.forget(*b);
+	b.reset();
+	expect_send_fails(a, old, 64, false, "small send to a closed peer");
+	expect_send_fails(a, old, 256 * KiB, false, "rendezvous send to a closed peer");
+	expect_send_fails(a, old, 32, true, "tagged send to a closed peer");
+	// The others are fine.
+	send_recv_one(a, c, 100, 1602);
+	send_recv_one(c, a, 100, 1603);
+	// A new endpoint at the same address and port.
+	RdmNodeOptions o;
+	o.port = port;
+	RdmNode b2(env, o);
+	ck_assert_uint_eq(b2.port(), port);
+	ck_assert_int_eq(fi_av_remove(a.av, const_cast<fi_addr_t *>(&old), 1, 0), 0);
+	a.insert(b2);
+	b2.insert(a);
+	send_recv_one(a, b2, 100, 1604);
+	send_recv_one(b2, a, 300 * KiB, 1605);
+	send_recv_one(a, b2, 300 * KiB, 1606);
+	expect_none(a);
+	expect_none(b2);
+	expect_none(c);
+}
+END_TEST
+
+// FI_VRMA_RDM_MAX_PEERS: an endpoint whose table holds 4 peers, all
+// connected, turns a fifth away (its sends return -FI_EAGAIN as to a peer
+// still connecting: its connect requests are refused as busy and tried
+// again) and returns -FI_EAGAIN for its own send to a new address, nothing
+// arriving anywhere, while the four are served. Once a peer's connection
+// ends, that peer is given back and the fifth gets in (data exact both
+// ways); full again, the next one's end lets the send to a new address out.
+START_TEST(rdm_peer_limit)
+{
+	ScopedEnv max("FI_VRMA_RDM_MAX_PEERS", "4");
+	RdmEnv env;
+	RdmNode s(env);
+	std::vector<std::unique_ptr<RdmNode>> c;
+	for (size_t i = 0; i < 6; i++) {
+		c.push_back(std::make_unique<RdmNode>(env));
+		s.insert(*c[i]);
+		c[i]->insert(s);
+	}
+	for (uint32_t i = 0; i < 4; i++)
+		send_recv_one(*c[i], s, 64, 1700 + i);
+	std::vector<uint8_t> m = pattern(64, 1790);
+	fi_context ctx{};
+	size_t tries = 0;
+	for (Deadline d(1000); !d.expired(); settle(20), tries++) {
+		ck_assert_int_eq(fi_tsend(c[4]->ep, m.data(), m.size(), nullptr, c[4]->addr_of(s), 1, &ctx), -FI_EAGAIN);
+		ck_assert_int_eq(fi_tsend(s.ep, m.data(), m.size(), nullptr, s.addr_of(*c[5]), 1, &ctx), -FI_EAGAIN);
+	}
+	ck_assert_uint_gt(tries, 5);
+	expect_none(s, 10, "while the table is full");
+	expect_none(*c[4], 10, "the turned-away peer");
+	expect_none(*c[5], 10, "the new address");
+	send_recv_one(s, *c[3], 64, 1704);
+	send_recv_one(*c[2], s, 64, 1705);
+	// The first peer goes away: given back, the fifth gets in.
+	s.forget(*c[0]);
+	c[0].reset();
+	send_recv_one(*c[4], s, 4096, 1706);
+	send_recv_one(s, *c[4], 100, 1707);
+	// Full again (1 to 4).
+	ck_assert_int_eq(fi_tsend(s.ep, m.data(), m.size(), nullptr, s.addr_of(*c[5]), 1, &ctx), -FI_EAGAIN);
+	s.forget(*c[1]);
+	c[1].reset();
+	send_recv_one(s, *c[5], 100, 1708);
+	send_recv_one(*c[5], s, 300 * KiB, 1709);
+	for (uint32_t i = 2; i < 6; i++)
+		send_recv_one(*c[i], s, 64, 1710 + i);
+	expect_none(s);
+	for (size_t i = 2; i < 6; i++)
+		expect_none(*c[i], 10);
+}
+END_TEST
+
+// A rendezvous whose receiver goes away before it read the data: the send
+// ends with an error entry (not a hang, not a success), and the sender still
+// reaches other peers.
+START_TEST(rdm_rndv_receiver_closes)
+{
+	RdmEnv env;
+	RdmNode a(env), c(env);
+	auto b = std::make_unique<RdmNode>(env);
+	connect_all({&a, b.get(), &c});
+	send_recv_one(a, *b, 64, 1610); // connected
+	const size_t len = 256 * KiB;
+	std::vector<uint8_t> src = pattern(len, 1611);
+	fi_context sctx;
+	const fi_addr_t to_b = a.addr_of(*b);
+	ck_assert_int_eq(post_retry([&] {
+		return fi_tsend(a.ep, src.data(), len, nullptr, to_b, 0x77, &sctx);
+	}), 0);
+	// b holds the request as an unexpected message, never matched.
+	settle(200);
+	a.forget(*b);
+	c.forget(*b);
+	b.reset();
+	fi_cq_err_entry e = expect_err(a, &sctx, 0, "rendezvous send to a receiver that closed");
+	ck_assert_uint_eq(e.flags & (FI_SEND | FI_TAGGED), FI_SEND | FI_TAGGED);
+	send_recv_one(a, c, 300 * KiB, 1612);
+	expect_none(a);
+	expect_none(c);
+}
+END_TEST
+
+// A rendezvous whose sender closes its endpoint after the request went out
+// but before the receiver read the data: the sender's send ends with
+// FI_ECANCELED at close, the receive with an error entry (the data is gone),
+// and the receiver keeps working with others.
+START_TEST(rdm_rndv_sender_closes)
+{
+	RdmEnv env;
+	RdmNode b(env), c(env);
+	auto a = std::make_unique<RdmNode>(env);
+	connect_all({a.get(), &b, &c});
+	send_recv_one(*a, b, 64, 1620);
+	send_recv_one(b, *a, 64, 1621);
+	const size_t len = 256 * KiB;
+	std::vector<uint8_t> src = pattern(len, 1622);
+	RecvBuf dst(len);
+	fi_context sctx, rctx;
+	ck_assert_int_eq(fi_trecv(b.ep, dst.data(), len, nullptr, FI_ADDR_UNSPEC, 0x78, 0, &rctx), 0);
+	const fi_addr_t to_b = a->addr_of(b);
+	// Only a progresses: the request reaches b's queue, b does not read it.
+	ck_assert_int_eq(post_retry([&] {
+		return fi_tsend(a->ep, src.data(), len, nullptr, to_b, 0x78, &sctx);
+	}, a.get()), 0);
+	const Deadline d(200);
+	while (!d.expired())
+		a->poll();
+	ck_assert_msg(a->backlog.empty(), "the rendezvous send completed before the receiver read it: %s",
+		      a->backlog.front().describe().c_str());
+	a->close_ep();
+	fi_cq_err_entry se = expect_err(*a, &sctx, FI_ECANCELED, "rendezvous send at its endpoint's close");
+	ck_assert_uint_eq(se.flags & (FI_SEND | FI_TAGGED), FI_SEND | FI_TAGGED);
+	fi_cq_err_entry re = expect_err(b, &rctx, 0, "rendezvous receive from a sender that closed");
+	ck_assert_uint_eq(re.flags & (FI_RECV | FI_TAGGED), FI_RECV | FI_TAGGED);
+	a->forget(b);
+	b.forget(*a);
+	c.forget(*a);
+	a.reset();
+	send_recv_one(c, b, 300 * KiB, 1623);
+	send_recv_one(b, c, 64, 1624);
+	expect_none(b);
+	expect_none(c);
+}
+END_TEST
+
+// After fi_av_remove, the old handle sends nowhere (an error, not a success),
+// in FI_AV_MAP and FI_AV_TABLE; a new insert gives a new handle that works.
+START_TEST(rdm_conn_av_remove)
+{
+	for (fi_av_type type : {FI_AV_MAP, FI_AV_TABLE}) {
+		fi_info *h = rdm_hints(kRdmCaps, type);
+		RdmEnv env(h);
+		fi_freeinfo(h);
+		RdmNode a(env), b(env);
+		connect_all({&a, &b});
+		send_recv_one(a, b, 64, 1700);
+		fi_addr_t fa = a.addr_of(b);
+		ck_assert_int_eq(fi_av_remove(a.av, &fa, 1, 0), 0);
+		a.forget(b);
+		RecvBuf d(256), td(256);
+		fi_context rctx, trctx, sctx;
+		ck_assert_int_eq(fi_recv(b.ep, d.data(), d.len, nullptr, FI_ADDR_UNSPEC, &rctx), 0);
+		ck_assert_int_eq(fi_trecv(b.ep, td.data(), td.len, nullptr, FI_ADDR_UNSPEC, 0x5eed, 0, &trctx), 0);
+		expect_send_fails(a, fa, 64, false, type == FI_AV_MAP ? "send to a removed MAP handle"
+								     : "send to a removed TABLE index");
+		expect_send_fails(a, fa, 64, true, "tagged send to a removed handle");
+		expect_none(b, 300, "a send to a removed handle arrived");
+		// Inserted again: a new handle, which reaches b.
+		const fi_addr_t again = a.insert(b);
+		ck_assert_uint_ne(again, fa);
+		std::vector<uint8_t> m = pattern(64, 1701);
+		ck_assert_int_eq(post_retry([&] { return fi_send(a.ep, m.data(), 64, nullptr, again, &sctx); }), 0);
+		expect_ok(a, &sctx, kSendMsg, "send to the new handle");
+		Completion c = expect_ok(b, &rctx, kRecvMsg, "receive from the new handle");
+		ck_assert_uint_eq(c.src, b.addr_of(a));
+		d.check(64, 1701, "after remove and insert");
+		ck_assert_int_eq(fi_cancel(&b.ep->fid, &trctx), 0);
+		expect_err(b, &trctx, FI_ECANCELED, "cancel");
+	}
+}
+END_TEST
+
+void add_rdm_conn_tcases(Suite *s)
+{
+	rdm_add_tcase(s, "rdm_conn", 120,
+		      {rdm_conn_crossing_interleaved, rdm_conn_crossing_threads, rdm_conn_unknown_sender,
+		       rdm_conn_peer_closed, rdm_conn_av_remove, rdm_conn_more_close, rdm_conn_more_peer_gone,
+		       rdm_rndv_receiver_closes, rdm_rndv_sender_closes, rdm_peer_limit});
+}
