@@ -44,7 +44,7 @@
 
 #include <rdma/fabric.h>
 
-#include "rdm_wire.h"
+#include "wire/rdm_wire.h"
 
 namespace vrma::rdm {
 

@@ -22,7 +22,7 @@
 // What this defends against and what not is fi_vrma.7's SECURITY section.
 #pragma once
 
-#include "rdm_wire.h"
+#include "wire/rdm_wire.h"
 
 #include <array>
 #include <cstddef>

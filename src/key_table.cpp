@@ -1,5 +1,5 @@
 #include "key_table.h"
-#include "rdm_wire.h"
+#include "wire/rdm_wire.h"
 
 #include <atomic>
 #include <cstring>

@@ -1,5 +1,5 @@
 // A hostile peer for the device suites: it speaks vrma's RDM wire format
-// (src/rdm_wire.h) over raw rdma_cm and verbs, from inside the test's
+// (src/wire/rdm_wire.h) over raw rdma_cm and verbs, from inside the test's
 // process, so that a test can send a vrma RDM endpoint (the victim) what no
 // honest vrma sends: forged connect headers, malformed and mutated messages,
 // answers to nothing, writes with immediate.
@@ -13,7 +13,7 @@
 #pragma once
 
 #include "rdm_harness.h"
-#include "rdm_wire.h"
+#include "wire/rdm_wire.h"
 
 #include <rdma/rdma_cma.h>
 

@@ -6,8 +6,8 @@
 #include <cstring>
 #include <vector>
 
-#include "rdm_wc.h"
-#include "rdm_wire.h"
+#include "wire/rdm_wc.h"
+#include "wire/rdm_wire.h"
 
 #include <array>
 #include "unit.h"

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "unit.h"
-#include "vrma_wire.h"
+#include "wire/msg_wire.h"
 
 using namespace vrma::wire;
 
@@ -14,11 +14,11 @@ START_TEST(commit_request_round_trip)
 {
 	CommitRange in[kMaxCommitRanges];
 	for (size_t i = 0; i < kMaxCommitRanges; i++)
-		in[i] = {0x1000000000ULL * (i + 1) + i, (uint64_t(1) << 33) + i, uint32_t(0xA0000000u + i), 0};
+		in[i] = {0x1000000000ULL * (i + 1) + i, (uint64_t(1) << 33) + i, uint32_t(0xA0000000u + i)};
 	for (size_t n : {size_t(1), size_t(3), kMaxCommitRanges}) {
 		uint8_t buf[kCommitMsgMax];
 		const size_t len = encode_commit_request(buf, 0x12345678u, in, n);
-		ck_assert_uint_eq(len, sizeof(CommitHeader) + n * sizeof(CommitRange));
+		ck_assert_uint_eq(len, sizeof(CommitHeader) + n * sizeof(MsgCommitRange));
 		ck_assert_uint_le(len, kCommitMsgMax);
 		// Little-endian on the wire whatever the host.
 		ck_assert_uint_eq(buf[0], kCommitRequest);
@@ -43,7 +43,7 @@ END_TEST
 
 START_TEST(malformed_commit_requests_refused)
 {
-	CommitRange r{4096, 64, 7, 0};
+	CommitRange r{4096, 64, 7};
 	uint8_t good[kCommitMsgMax];
 	const size_t len = encode_commit_request(good, 5, &r, 1);
 	uint32_t id;
@@ -73,7 +73,7 @@ END_TEST
 START_TEST(commit_reply_packs_id_and_status)
 {
 	for (uint32_t id : {0u, 1u, 0xABCDEFu, 0xFFFFFFu, 0x1000001u}) {
-		for (CommitStatus st : {CommitStatus::Ok, CommitStatus::BadRange,
+		for (CommitStatus st : {CommitStatus::Ok, CommitStatus::AccessError,
 					CommitStatus::PersistFailed, CommitStatus::Malformed}) {
 			const uint32_t imm = commit_reply_imm(id, st);
 			ck_assert_uint_eq(commit_reply_id(imm), id & kCommitIdMask);
@@ -169,7 +169,7 @@ END_TEST
 START_TEST(confirm_and_commit_replies_apart)
 {
 	for (uint32_t id : {0u, 1u, 0xABu, 0xFFu})
-		for (CommitStatus st : {CommitStatus::Ok, CommitStatus::BadRange,
+		for (CommitStatus st : {CommitStatus::Ok, CommitStatus::AccessError,
 					CommitStatus::PersistFailed, CommitStatus::Malformed}) {
 			const uint32_t c = confirm_reply_imm(static_cast<uint8_t>(id), st);
 			ck_assert(is_confirm_reply(c));

@@ -1,5 +1,5 @@
 // Address vectors: fi_addr_t handles for the listening addresses of peers,
-// for the RDM endpoint (which comes later; nothing binds an AV yet).
+// which RDM endpoints bind (MSG endpoints take no AV).
 //
 // The table is rdm::AvTable (src/av_table.h): FI_AV_TABLE handles are 0, 1,
 // 2, ... in insertion order, FI_AV_MAP handles carry the slot's generation,

@@ -18,7 +18,7 @@ struct Av final : fid_av {
 	uint32_t addr_format = FI_SOCKADDR_IN;
 	bool events = false; // FI_EVENT: inserts report to the bound EQ
 	// Guards table and eq. Every call takes it, lookups too (an insert may
-	// reallocate the table). Hazard: the RDM data path will resolve handles
+	// reallocate the table). Hazard: the RDM data path resolves handles
 	// through av_lookup_addr; a handle the application removed must never
 	// silently reach a newer peer. AvTable does not reuse a removed slot
 	// until max_slots were handed out, and FI_AV_MAP handles carry the

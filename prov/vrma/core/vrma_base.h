@@ -53,7 +53,7 @@
 #include "vrma_errno.h"
 #include "vrma_mr_cache.h"
 #include "vrma_verbs.h"
-#include "vrma_wire.h"
+#include "wire/msg_wire.h"
 
 namespace vrma {
 

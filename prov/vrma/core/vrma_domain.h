@@ -256,7 +256,7 @@ bool rma_event_plausible(Domain *dom, bool write, const uint64_t *keys, size_t n
 int domain_ops_open(fid *f, const char *name, uint64_t flags, void **ops, void *context) noexcept;
 // Makes len bytes at virtual address addr of the region with device key
 // `key` durable: msync for memory of a shared file mapping, a CPU cache
-// flush otherwise (commit_stats counts both). BadRange unless the bytes lie
+// flush otherwise (commit_stats counts both). AccessError unless the bytes lie
 // inside one region registered for remote writes; PersistFailed when msync
 // fails. Takes the domain's mr_lock.
 wire::CommitStatus commit_persist_range(Domain *dom, uint64_t key, uint64_t addr,

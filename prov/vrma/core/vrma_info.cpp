@@ -494,113 +494,113 @@ void info_cleanup() noexcept
 	inline_cache.clear();
 }
 
-int getinfo(uint32_t version, const char *node, const char *service, uint64_t flags,
-	    const fi_info *hints, fi_info **info) noexcept
-try {
-	*info = nullptr;
-	// The core's private flag of a utility provider's query (OFI_CORE_PROV_ONLY).
-	constexpr uint64_t kCoreProvOnly = 1ULL << 59;
-	if ((flags & kCoreProvOnly) && !params.util_layering) {
-		VRMA_INFO(FI_LOG_CORE, "not offered to utility providers: vrma's own RDM endpoint serves FI_EP_RDM (FI_VRMA_UTIL_LAYERING=1 offers \"vrma;ofi_rxm\")\n");
-		return -FI_ENODATA;
-	}
-	if (hints && hints->ep_attr && hints->ep_attr->type != FI_EP_UNSPEC &&
-	    hints->ep_attr->type != FI_EP_MSG && hints->ep_attr->type != FI_EP_RDM) {
-		VRMA_INFO(FI_LOG_CORE, "only FI_EP_MSG and FI_EP_RDM endpoints are offered\n");
-		return -FI_ENODATA;
-	}
+namespace {
+
+// What an fi_getinfo call names: the address family its hints allow, and
+// the source and destination addresses from its node, service and hints.
+struct Query {
 	int family = AF_UNSPEC;
+	sockaddr_storage src{}, dest{};
+	bool have_src = false, have_dest = false;
+	uint16_t src_port = 0; // network order: a service without a node
+	sockaddr *src_sa() { return reinterpret_cast<sockaddr *>(&src); }
+	sockaddr *dest_sa() { return reinterpret_cast<sockaddr *>(&dest); }
+};
+
+// The address family of the hints' addr_format: 0, or -FI_ENODATA for a
+// format vrma does not offer.
+int query_family(const fi_info *hints, Query &q)
+{
 	if (hints && hints->addr_format == FI_SOCKADDR_IN)
-		family = AF_INET;
+		q.family = AF_INET;
 	else if (hints && hints->addr_format == FI_SOCKADDR_IN6)
-		family = AF_INET6;
+		q.family = AF_INET6;
 	else if (hints && hints->addr_format != FI_FORMAT_UNSPEC &&
 		 hints->addr_format != FI_SOCKADDR) {
 		VRMA_INFO(FI_LOG_CORE, "address format %u not offered\n", hints->addr_format);
 		return -FI_ENODATA;
 	}
+	return 0;
+}
 
-	int num = 0;
-	DeviceListPtr devices(rdma_get_devices(&num));
-	if (!devices || num == 0) {
-		VRMA_INFO(FI_LOG_CORE, "no RDMA device\n");
-		return -FI_ENODATA;
-	}
-	rdma_event_channel *raw_ch = rdma_create_event_channel();
-	if (!raw_ch) {
-		VRMA_INFO(FI_LOG_CORE, "rdma_cm unavailable: %s\n", strerror(errno));
-		return -FI_ENODATA;
-	}
-	EventChannelPtr ch(raw_ch);
+// An address of the hints' (src_addr or dest_addr): false when its length
+// is short or its family unknown.
+bool copy_hint_addr(const void *addr, size_t addrlen, sockaddr_storage &out)
+{
+	const size_t len = sockaddr_len(static_cast<const sockaddr *>(addr));
+	if (addrlen < len || !len)
+		return false;
+	memcpy(&out, addr, len);
+	return true;
+}
 
-	// Addresses: what the application named, if anything.
-	sockaddr_storage src{}, dest{};
-	bool have_src = false, have_dest = false;
+// The addresses the call names: node (the source with FI_SOURCE, else the
+// destination), then the hints' own; a service without a node is the
+// local port to listen on.
+int query_addresses(const char *node, const char *service, uint64_t flags, const fi_info *hints,
+		    Query &q)
+{
 	const bool source = flags & FI_SOURCE;
 	if (node || service) {
 		if (source || !node) {
 			if (node) {
-				if (int rc = resolve_name(node, service, true, family, &src))
+				if (int rc = resolve_name(node, service, true, q.family, &q.src))
 					return rc;
-				have_src = true;
+				q.have_src = true;
 			}
 		} else {
-			if (int rc = resolve_name(node, service, false, family, &dest))
+			if (int rc = resolve_name(node, service, false, q.family, &q.dest))
 				return rc;
-			have_dest = true;
+			q.have_dest = true;
 		}
 	}
-	if (hints && hints->src_addr && !have_src) {
-		if (hints->src_addrlen < sockaddr_len(static_cast<sockaddr *>(hints->src_addr)) ||
-		    !sockaddr_len(static_cast<sockaddr *>(hints->src_addr)))
+	if (hints && hints->src_addr && !q.have_src) {
+		if (!copy_hint_addr(hints->src_addr, hints->src_addrlen, q.src))
 			return -FI_ENODATA;
-		memcpy(&src, hints->src_addr, sockaddr_len(static_cast<sockaddr *>(hints->src_addr)));
-		have_src = true;
+		q.have_src = true;
 	}
-	if (hints && hints->dest_addr && !have_dest) {
-		if (hints->dest_addrlen < sockaddr_len(static_cast<sockaddr *>(hints->dest_addr)) ||
-		    !sockaddr_len(static_cast<sockaddr *>(hints->dest_addr)))
+	if (hints && hints->dest_addr && !q.have_dest) {
+		if (!copy_hint_addr(hints->dest_addr, hints->dest_addrlen, q.dest))
 			return -FI_ENODATA;
-		memcpy(&dest, hints->dest_addr, sockaddr_len(static_cast<sockaddr *>(hints->dest_addr)));
-		have_dest = true;
+		q.have_dest = true;
 	}
-	// A service without a node names the local port to listen on.
-	uint16_t src_port = 0;
-	if (service && !have_src && (source || !node)) {
+	if (service && !q.have_src && (source || !node)) {
 		char *end = nullptr;
 		unsigned long p = strtoul(service, &end, 10);
 		if (!end || *end || p > 65535) {
 			VRMA_WARN(FI_LOG_CORE, "service '%s' is not a port number\n", service);
 			return -FI_EINVAL;
 		}
-		src_port = htons(static_cast<uint16_t>(p));
+		q.src_port = htons(static_cast<uint16_t>(p));
 	}
+	return 0;
+}
 
-	std::vector<PortAddr> addrs = discover_addresses(ch.get());
-	if (have_dest) {
+// The local RDMA addresses the query may use: the one that routes to its
+// destination, those matching its source (given the source's port), or
+// all (given the service's port).
+int query_local_addrs(rdma_event_channel *ch, Query &q, std::vector<PortAddr> &addrs)
+{
+	addrs = discover_addresses(ch);
+	std::vector<PortAddr> chosen;
+	if (q.have_dest) {
 		ibv_context *ctx = nullptr;
 		uint8_t port = 0;
 		sockaddr_storage local{};
-		int rc = resolve_route_source(ch.get(),
-					      have_src ? reinterpret_cast<sockaddr *>(&src) : nullptr,
-					      reinterpret_cast<sockaddr *>(&dest), &ctx, &port, &local);
-		if (rc)
+		if (int rc = resolve_route_source(ch, q.have_src ? q.src_sa() : nullptr, q.dest_sa(), &ctx,
+						  &port, &local))
 			return rc;
 		// The resolving id used its own device list: match by name.
-		std::vector<PortAddr> chosen;
 		for (PortAddr &a : addrs)
 			if (!strcmp(a.ctx->device->name, ctx->device->name) && a.port == port &&
-			    same_ip(reinterpret_cast<sockaddr *>(&a.addr),
-				    reinterpret_cast<sockaddr *>(&local))) {
-				if (have_src)
-					set_port(reinterpret_cast<sockaddr *>(&a.addr),
-						 get_port(reinterpret_cast<sockaddr *>(&src)));
+			    same_ip(reinterpret_cast<sockaddr *>(&a.addr), reinterpret_cast<sockaddr *>(&local))) {
+				if (q.have_src)
+					set_port(reinterpret_cast<sockaddr *>(&a.addr), get_port(q.src_sa()));
 				chosen.push_back(a);
 			}
 		addrs.swap(chosen);
-	} else if (have_src) {
-		const sockaddr *s = reinterpret_cast<sockaddr *>(&src);
-		std::vector<PortAddr> chosen;
+	} else if (q.have_src) {
+		const sockaddr *s = q.src_sa();
 		for (PortAddr &a : addrs) {
 			if (a.addr.ss_family != s->sa_family)
 				continue;
@@ -610,13 +610,17 @@ try {
 			chosen.push_back(a);
 		}
 		addrs.swap(chosen);
-	} else if (src_port) {
+	} else if (q.src_port) {
 		for (PortAddr &a : addrs)
-			set_port(reinterpret_cast<sockaddr *>(&a.addr), src_port);
+			set_port(reinterpret_cast<sockaddr *>(&a.addr), q.src_port);
 	}
+	return 0;
+}
 
-	// One info per (device, port): the first address of the wanted family,
-	// IPv4 preferred when the application has no preference.
+// The active ports those addresses are on, each with its addresses of the
+// wanted family (one info per device port).
+std::vector<Port> group_ports(const std::vector<PortAddr> &addrs, int family)
+{
 	std::vector<Port> ports;
 	for (const PortAddr &a : addrs) {
 		if (family != AF_UNSPEC && a.addr.ss_family != family)
@@ -632,8 +636,7 @@ try {
 			if (ibv_query_device(a.ctx, &np.dev) || ibv_query_port(a.ctx, a.port, &np.attr))
 				continue;
 			if (np.attr.state != IBV_PORT_ACTIVE) {
-				VRMA_INFO(FI_LOG_CORE, "%s port %u is not active\n",
-					  a.ctx->device->name, a.port);
+				VRMA_INFO(FI_LOG_CORE, "%s port %u is not active\n", a.ctx->device->name, a.port);
 				continue;
 			}
 			ports.push_back(np);
@@ -641,182 +644,235 @@ try {
 		}
 		p->addrs.push_back(a);
 	}
+	return ports;
+}
 
-	FiInfoPtr head;
-	fi_info **tail = nullptr;
-	const uint32_t api = version;
-	for (Port &p : ports) {
-		const PortAddr *chosen = nullptr;
-		for (const PortAddr &a : p.addrs) {
-			if (!chosen || (chosen->addr.ss_family == AF_INET6 && a.addr.ss_family == AF_INET))
-				chosen = &a;
-			// Prefer a global IPv6 address over a link-local one.
-			if (chosen->addr.ss_family == AF_INET6 && a.addr.ss_family == AF_INET6 &&
-			    IN6_IS_ADDR_LINKLOCAL(&reinterpret_cast<const sockaddr_in6 *>(&chosen->addr)->sin6_addr) &&
-			    !IN6_IS_ADDR_LINKLOCAL(&reinterpret_cast<const sockaddr_in6 *>(&a.addr)->sin6_addr))
-				chosen = &a;
+// The address a port's infos carry: IPv4 when the port has one (the
+// application said no preference, or there is no other), else IPv6, a
+// global address before a link-local one; nullptr when it has none.
+const PortAddr *port_address(const Port &p)
+{
+	const PortAddr *chosen = nullptr;
+	for (const PortAddr &a : p.addrs) {
+		if (!chosen || (chosen->addr.ss_family == AF_INET6 && a.addr.ss_family == AF_INET))
+			chosen = &a;
+		if (chosen->addr.ss_family == AF_INET6 && a.addr.ss_family == AF_INET6 &&
+		    IN6_IS_ADDR_LINKLOCAL(&reinterpret_cast<const sockaddr_in6 *>(&chosen->addr)->sin6_addr) &&
+		    !IN6_IS_ADDR_LINKLOCAL(&reinterpret_cast<const sockaddr_in6 *>(&a.addr)->sin6_addr))
+			chosen = &a;
+	}
+	return chosen;
+}
+
+// The list fi_getinfo returns, built in order.
+class InfoList {
+public:
+	void append(FiInfoPtr item) noexcept
+	{
+		fi_info *i = item.release();
+		if (tail_)
+			*tail_ = i;
+		else
+			head_.reset(i);
+		tail_ = &i->next;
+	}
+	fi_info *head() const noexcept { return head_.get(); }
+	fi_info *release() noexcept { return head_.release(); }
+
+private:
+	FiInfoPtr head_;
+	fi_info **tail_ = nullptr;
+};
+
+// The native RDM endpoint's info for port p at address a, appended to out;
+// 0 also when the hints rule it out. RMA when the application takes on its
+// registration mode (or does not say), scalable keys when it refuses
+// provider keys, messages alone when it asks for neither RMA nor that mode.
+int add_rdm_info(uint32_t api, const Port &p, const PortAddr &a, const fi_info *hints, Query &q,
+		 InfoList &out)
+{
+	FiInfoPtr rcap(build_rdm_cap_info(p, a, probe_inline_size(p.ctx)));
+	if (!rcap)
+		return -FI_ENOMEM;
+	std::string rwhy;
+	const bool asks_rma = hints && hints->caps &&
+			      (hints->caps & (FI_RMA | FI_ATOMIC | FI_RMA_EVENT | FI_READ | FI_WRITE |
+					      FI_REMOTE_READ | FI_REMOTE_WRITE));
+	const bool rma_ruled_out = hints && hints->caps && !asks_rma;
+	if (rma_ruled_out)
+		without_rdm_rma(*rcap);
+	else if (hints && hints->caps && !(hints->caps & FI_ATOMIC)) {
+		rcap->tx_attr->msg_order |= kRdmRmaAtomicOrder;
+		rcap->rx_attr->msg_order |= kRdmRmaAtomicOrder;
+	}
+	if (!hints_match(api, *rcap, hints, rwhy)) {
+		std::string why2;
+		bool ok = false;
+		if (!rma_ruled_out) {
+			with_scalable_keys(*rcap);
+			ok = hints_match(api, *rcap, hints, why2);
 		}
-		if (!chosen)
-			continue;
-		auto append = [&](fi_info *item) {
-			if (tail)
-				*tail = item;
-			else
-				head.reset(item);
-			tail = &item->next;
-		};
-		// The native RDM endpoint: listed after the MSG endpoint of the
-		// port (an application asking for FI_EP_UNSPEC keeps what it got).
-		auto add_rdm = [&]() -> int {
-			FiInfoPtr rcap(build_rdm_cap_info(p, *chosen, probe_inline_size(p.ctx)));
-			if (!rcap)
-				return -FI_ENOMEM;
-			// RMA when the application takes on its registration mode
-			// (or does not say); messages alone when it asks for
-			// neither RMA nor that mode.
-			std::string rwhy;
-			const bool asks_rma = hints && hints->caps && (hints->caps & (FI_RMA | FI_ATOMIC |
-										      FI_RMA_EVENT | FI_READ | FI_WRITE |
-										      FI_REMOTE_READ | FI_REMOTE_WRITE));
-			const bool rma_ruled_out = hints && hints->caps && !asks_rma;
-			if (rma_ruled_out)
-				without_rdm_rma(*rcap);
-			else if (hints && hints->caps && !(hints->caps & FI_ATOMIC)) {
-				rcap->tx_attr->msg_order |= kRdmRmaAtomicOrder;
-				rcap->rx_attr->msg_order |= kRdmRmaAtomicOrder;
-			}
-			if (!hints_match(api, *rcap, hints, rwhy)) {
-				std::string why2;
-				// Provider keys refused: scalable keys, else no RMA.
-				bool ok = false;
-				if (!rma_ruled_out) {
-					with_scalable_keys(*rcap);
-					ok = hints_match(api, *rcap, hints, why2);
-				}
-				if (!ok)
-					without_rdm_rma(*rcap);
-				if (!ok && (asks_rma || !hints_match(api, *rcap, hints, why2))) {
-					VRMA_INFO(FI_LOG_CORE, "%s (RDM): hints not satisfied: %s\n",
-						  p.ctx->device->name, rwhy.c_str());
-					return 0;
-				}
-			}
-			FiInfoPtr rout(fi_dupinfo(rcap.get()));
-			if (!rout)
-				return -FI_ENOMEM;
-			apply_hints(api, *rout, hints, rdm_params.tx_buffers, 65536, kRdmIovLimit, 0);
-			default_manual_data_progress(*rout, hints);
-			if (!rdm_pmem_caps(*rout, hints))
-				return 0;
-			if (have_dest) {
-				rout->dest_addr = dup_addr(reinterpret_cast<sockaddr *>(&dest), &rout->dest_addrlen);
-				if (!rout->dest_addr)
-					return -FI_ENOMEM;
-			}
-			append(rout.release());
+		if (!ok)
+			without_rdm_rma(*rcap);
+		if (!ok && (asks_rma || !hints_match(api, *rcap, hints, why2))) {
+			VRMA_INFO(FI_LOG_CORE, "%s (RDM): hints not satisfied: %s\n", p.ctx->device->name,
+				  rwhy.c_str());
 			return 0;
-		};
-		FiInfoPtr cap(build_cap_info(p, *chosen, probe_inline_size(p.ctx)));
+		}
+	}
+	FiInfoPtr rout(fi_dupinfo(rcap.get()));
+	if (!rout)
+		return -FI_ENOMEM;
+	apply_hints(api, *rout, hints, rdm_params.tx_buffers, 65536, kRdmIovLimit, 0);
+	default_manual_data_progress(*rout, hints);
+	if (!rdm_pmem_caps(*rout, hints))
+		return 0;
+	if (q.have_dest) {
+		rout->dest_addr = dup_addr(q.dest_sa(), &rout->dest_addrlen);
+		if (!rout->dest_addr)
+			return -FI_ENOMEM;
+	}
+	out.append(std::move(rout));
+	return 0;
+}
+
+// The MSG endpoint's info from its capability template `cap` (which the
+// hints matched), or none when the hints rule it out. Throws bad_alloc.
+FiInfoPtr msg_info(uint32_t api, const Port &p, const fi_info &cap, const fi_info *hints, Query &q)
+{
+	FiInfoPtr out(fi_dupinfo(&cap));
+	if (!out)
+		throw std::bad_alloc();
+	apply_hints(api, *out, hints, params.tx_size, params.rx_size, params.iov_limit, kOptionalModes);
+	default_manual_data_progress(*out, hints);
+	// FI_RMA_PMEM and FI_RMA_EVENT endpoints keep their receive queue for
+	// commit and event messages: offered when asked for (FI_RMA_PMEM also
+	// when implied by a default FI_COMMIT_COMPLETE). With messages too,
+	// those arrive through vrma's staging buffers (uses_staged_rx).
+	const uint64_t asked = hints ? hints->caps : 0;
+	const bool commit = out->tx_attr->op_flags & FI_COMMIT_COMPLETE;
+	const bool wants_msgs = asked & (FI_MSG | FI_SEND | FI_RECV);
+	if (commit && asked && !(asked & FI_RMA_PMEM)) {
+		VRMA_INFO(FI_LOG_CORE, "FI_COMMIT_COMPLETE needs FI_RMA_PMEM in caps\n");
+		return FiInfoPtr();
+	}
+	auto drop_caps = [&](uint64_t drop) {
+		out->caps &= ~drop;
+		out->tx_attr->caps &= ~drop;
+		out->rx_attr->caps &= ~drop;
+	};
+	if ((asked & kOwnRxCaps) || commit) {
+		drop_caps(kOwnRxCaps & ~(asked & kOwnRxCaps) & ~(commit ? FI_RMA_PMEM : 0));
+		// Not asked for: RMA only, whose messages may be larger.
+		if (!wants_msgs)
+			drop_caps(kMsgCaps);
+		// A commit completes when the target answers: later operations
+		// may complete before it.
+		out->tx_attr->comp_order &= ~FI_ORDER_STRICT;
+	} else {
+		drop_caps(kOwnRxCaps);
+	}
+	// Delivery: a read-back for writes; for sends a read-back or the
+	// peer's confirmation (an application that named no capabilities gets
+	// RMA, as before sends honoured it).
+	if ((out->tx_attr->op_flags & FI_DELIVERY_COMPLETE) && !wants_msgs)
+		drop_caps(kMsgCaps);
+	if (uses_service(out->caps, out->tx_attr->op_flags)) {
+		// Remote CQ data never needs an application receive; answered
+		// operations complete when the answer comes.
+		out->mode &= ~FI_RX_CQ_DATA;
+		out->rx_attr->mode &= ~FI_RX_CQ_DATA;
+		out->tx_attr->comp_order &= ~FI_ORDER_STRICT;
+	}
+	if (out->caps & (FI_MSG | FI_SEND | FI_RECV)) {
+		size_t limit = wr_bytes_limit(p.attr.max_msg_sz);
+		// Staged receives carry at most kStagedMsgMax; taking on
+		// FI_RX_CQ_DATA lifts that.
+		const bool staged = uses_staged_rx(out->caps, out->mode, out->tx_attr->op_flags);
+		if (staged)
+			limit = std::min(limit, wire::kStagedMsgMax);
+		if (hints && hints->ep_attr && hints->ep_attr->max_msg_size > limit) {
+			VRMA_INFO(FI_LOG_CORE, "max_msg_size %zu: messages are at most %zu bytes%s\n",
+				  hints->ep_attr->max_msg_size, limit, staged ? " without FI_RX_CQ_DATA" : "");
+			return FiInfoPtr();
+		}
+		out->ep_attr->max_msg_size = limit;
+	}
+	if (q.have_dest) {
+		out->dest_addr = dup_addr(q.dest_sa(), &out->dest_addrlen);
+		if (!out->dest_addr)
+			throw std::bad_alloc();
+	}
+	return out;
+}
+
+} // namespace
+
+int getinfo(uint32_t version, const char *node, const char *service, uint64_t flags,
+	    const fi_info *hints, fi_info **info) noexcept
+try {
+	*info = nullptr;
+	// The core's private flag of a utility provider's query (OFI_CORE_PROV_ONLY).
+	constexpr uint64_t kCoreProvOnly = 1ULL << 59;
+	if ((flags & kCoreProvOnly) && !params.util_layering) {
+		VRMA_INFO(FI_LOG_CORE, "not offered to utility providers: vrma's own RDM endpoint serves FI_EP_RDM (FI_VRMA_UTIL_LAYERING=1 offers \"vrma;ofi_rxm\")\n");
+		return -FI_ENODATA;
+	}
+	if (hints && hints->ep_attr && hints->ep_attr->type != FI_EP_UNSPEC &&
+	    hints->ep_attr->type != FI_EP_MSG && hints->ep_attr->type != FI_EP_RDM) {
+		VRMA_INFO(FI_LOG_CORE, "only FI_EP_MSG and FI_EP_RDM endpoints are offered\n");
+		return -FI_ENODATA;
+	}
+	Query q;
+	if (int rc = query_family(hints, q))
+		return rc;
+	int num = 0;
+	DeviceListPtr devices(rdma_get_devices(&num));
+	if (!devices || num == 0) {
+		VRMA_INFO(FI_LOG_CORE, "no RDMA device\n");
+		return -FI_ENODATA;
+	}
+	rdma_event_channel *raw_ch = rdma_create_event_channel();
+	if (!raw_ch) {
+		VRMA_INFO(FI_LOG_CORE, "rdma_cm unavailable: %s\n", strerror(errno));
+		return -FI_ENODATA;
+	}
+	EventChannelPtr ch(raw_ch);
+	if (int rc = query_addresses(node, service, flags, hints, q))
+		return rc;
+	std::vector<PortAddr> addrs;
+	if (int rc = query_local_addrs(ch.get(), q, addrs))
+		return rc;
+
+	// Per active port: the MSG endpoint's info, then the RDM endpoint's (an
+	// application asking for FI_EP_UNSPEC keeps what it got first).
+	InfoList list;
+	const uint32_t api = version;
+	for (const Port &p : group_ports(addrs, q.family)) {
+		const PortAddr *a = port_address(p);
+		if (!a)
+			continue;
+		FiInfoPtr cap(build_cap_info(p, *a, probe_inline_size(p.ctx)));
 		if (!cap)
 			return -FI_ENOMEM;
 		std::string why;
-		if (!hints_match(api, *cap, hints, why)) {
-			VRMA_INFO(FI_LOG_CORE, "%s: hints not satisfied: %s\n",
-				  p.ctx->device->name, why.c_str());
-			if (int rc = add_rdm())
-				return rc;
-			continue;
-		}
-		// The MSG endpoint's info, or none when the hints rule it out.
-		auto msg_info = [&]() -> FiInfoPtr {
-			FiInfoPtr out(fi_dupinfo(cap.get()));
-			if (!out)
-				throw std::bad_alloc();
-			apply_hints(api, *out, hints, params.tx_size, params.rx_size, params.iov_limit,
-				    kOptionalModes);
-			default_manual_data_progress(*out, hints);
-			// FI_RMA_PMEM and FI_RMA_EVENT endpoints keep their receive
-			// queue for commit and event messages: offered when asked for
-			// (FI_RMA_PMEM also when implied by a default
-			// FI_COMMIT_COMPLETE). With messages too, those arrive through
-			// vrma's staging buffers (uses_staged_rx).
-			const uint64_t asked = hints ? hints->caps : 0;
-			const bool commit = out->tx_attr->op_flags & FI_COMMIT_COMPLETE;
-			const bool wants_msgs = asked & (FI_MSG | FI_SEND | FI_RECV);
-			if (commit && asked && !(asked & FI_RMA_PMEM)) {
-				VRMA_INFO(FI_LOG_CORE, "FI_COMMIT_COMPLETE needs FI_RMA_PMEM in caps\n");
-				return FiInfoPtr();
-			}
-			auto drop_msgs = [&] {
-				out->caps &= ~kMsgCaps;
-				out->tx_attr->caps &= ~kMsgCaps;
-				out->rx_attr->caps &= ~kMsgCaps;
-			};
-			if ((asked & kOwnRxCaps) || commit) {
-				const uint64_t drop = kOwnRxCaps & ~(asked & kOwnRxCaps) & ~(commit ? FI_RMA_PMEM : 0);
-				out->caps &= ~drop;
-				out->tx_attr->caps &= ~drop;
-				out->rx_attr->caps &= ~drop;
-				// Not asked for: RMA only, whose messages may be larger.
-				if (!wants_msgs)
-					drop_msgs();
-				// A commit completes when the target answers: later
-				// operations may complete before it.
-				out->tx_attr->comp_order &= ~FI_ORDER_STRICT;
-			} else {
-				out->caps &= ~kOwnRxCaps;
-				out->tx_attr->caps &= ~kOwnRxCaps;
-				out->rx_attr->caps &= ~kOwnRxCaps;
-			}
-			// Delivery: a read-back for writes; for sends a read-back or
-			// the peer's confirmation (an application that named no
-			// capabilities gets RMA, as before sends honoured it).
-			if ((out->tx_attr->op_flags & FI_DELIVERY_COMPLETE) && !wants_msgs)
-				drop_msgs();
-			if (uses_service(out->caps, out->tx_attr->op_flags)) {
-				// Remote CQ data never needs an application receive;
-				// answered operations complete when the answer comes.
-				out->mode &= ~FI_RX_CQ_DATA;
-				out->rx_attr->mode &= ~FI_RX_CQ_DATA;
-				out->tx_attr->comp_order &= ~FI_ORDER_STRICT;
-			}
-			if (out->caps & (FI_MSG | FI_SEND | FI_RECV)) {
-				size_t limit = wr_bytes_limit(p.attr.max_msg_sz);
-				// Staged receives carry at most kStagedMsgMax; taking on
-				// FI_RX_CQ_DATA lifts that.
-				const bool staged = uses_staged_rx(out->caps, out->mode, out->tx_attr->op_flags);
-				if (staged)
-					limit = std::min(limit, wire::kStagedMsgMax);
-				if (hints && hints->ep_attr && hints->ep_attr->max_msg_size > limit) {
-					VRMA_INFO(FI_LOG_CORE, "max_msg_size %zu: messages are at most %zu bytes%s\n",
-						  hints->ep_attr->max_msg_size, limit,
-						  staged ? " without FI_RX_CQ_DATA" : "");
-					return FiInfoPtr();
-				}
-				out->ep_attr->max_msg_size = limit;
-			}
-			if (have_dest) {
-				out->dest_addr = dup_addr(reinterpret_cast<sockaddr *>(&dest), &out->dest_addrlen);
-				if (!out->dest_addr)
-					throw std::bad_alloc();
-			}
-			return out;
-		};
-		if (FiInfoPtr out = msg_info())
-			append(out.release());
-		if (int rc = add_rdm())
+		if (!hints_match(api, *cap, hints, why))
+			VRMA_INFO(FI_LOG_CORE, "%s: hints not satisfied: %s\n", p.ctx->device->name, why.c_str());
+		else if (FiInfoPtr out = msg_info(api, p, *cap, hints, q))
+			list.append(std::move(out));
+		if (int rc = add_rdm_info(api, p, *a, hints, q, list))
 			return rc;
 	}
-	if (!head)
+	if (!list.head())
 		return -FI_ENODATA;
 	// A passive endpoint in the hints: MSG endpoints opened from these
 	// infos take over its address (fi_endpoint). RDM endpoints listen on
 	// their own.
 	if (hints && hints->handle && as_vrma_pep(hints->handle))
-		for (fi_info *i = head.get(); i; i = i->next)
+		for (fi_info *i = list.head(); i; i = i->next)
 			if (i->ep_attr && i->ep_attr->type == FI_EP_MSG)
 				i->handle = hints->handle;
-	*info = head.release();
+	*info = list.release();
 	return 0;
 } catch (...) {
 	VRMA_WARN(FI_LOG_CORE, "out of memory\n");

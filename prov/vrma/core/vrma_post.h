@@ -4,7 +4,7 @@
 #pragma once
 
 #include "vrma_conn.h"
-#include "rdm_wire.h"
+#include "wire/rdm_wire.h"
 
 namespace vrma {
 

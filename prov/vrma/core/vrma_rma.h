@@ -115,7 +115,7 @@ inline ssize_t rma_build_payload(const Conn *conn, ibv_wr_opcode opcode, const i
 		if (seg) {
 			w.last_written = &rma_iov[r];
 			w.last_written_len = seg;
-			w.ranges[w.nranges++] = {rma_iov[r].addr, seg, static_cast<uint32_t>(rma_iov[r].key), 0};
+			w.ranges[w.nranges++] = {rma_iov[r].addr, seg, static_cast<uint32_t>(rma_iov[r].key)};
 		}
 	}
 	w.payload_wrs = w.nwr;

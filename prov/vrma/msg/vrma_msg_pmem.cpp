@@ -135,11 +135,11 @@ wire::CommitStatus commit_persist_range(Domain *dom, uint64_t key, uint64_t addr
 	std::unique_lock<std::mutex> guard(dom->mr_lock);
 	Mr *mr = mr_by_device_key(dom, key);
 	if (!mr || mr->closing)
-		return wire::CommitStatus::BadRange;
+		return wire::CommitStatus::AccessError;
 	const uintptr_t base = reinterpret_cast<uintptr_t>(mr->mr->addr);
 	if (!(mr->access & FI_REMOTE_WRITE) || addr_ < base || len > mr->mr->length ||
 	    addr_ - base > mr->mr->length - len)
-		return wire::CommitStatus::BadRange;
+		return wire::CommitStatus::AccessError;
 	void *addr = reinterpret_cast<void *>(static_cast<uintptr_t>(addr_));
 	// A region registered without FI_RMA_PMEM is persisted all the same,
 	// its backing found now (under mr_lock: the look-up reads
@@ -633,7 +633,7 @@ void pmem_answer(Ep *ep, uint32_t imm) noexcept
 	case wire::CommitStatus::Ok:
 		finish_commit(ep, pc, 0, 0);
 		break;
-	case wire::CommitStatus::BadRange:
+	case wire::CommitStatus::AccessError:
 		finish_commit(ep, pc, FI_EACCES, IBV_WC_REM_ACCESS_ERR);
 		break;
 	case wire::CommitStatus::PersistFailed:

@@ -12,7 +12,7 @@
 //  - RdmPeer: one remote endpoint, by listening address: its Conn (the queue
 //    pair and the send ring the MSG endpoint uses too, vrma_conn.h), and the
 //    operations waiting for the peer's answer (rendezvous, delivery).
-//  - Wire formats: src/rdm_wire.h. Every send starts with an RdmHeader.
+//  - Wire formats: src/wire/rdm_wire.h. Every send starts with an RdmHeader.
 //
 // Protocols:
 //  - eager: header + payload in one send, landing in an SRQ buffer and
@@ -55,8 +55,8 @@
 #include "vrma_av.h"
 #include "vrma_post.h"
 #include "fast_mutex.h"
-#include "rdm_wire.h"
-#include "rdm_wc.h"
+#include "wire/rdm_wire.h"
+#include "wire/rdm_wc.h"
 #include "peer_limit.h"
 #include "rx_budget.h"
 #include "tx_share.h"

@@ -6,7 +6,7 @@
 
 #include "vrma_base.h"
 #include "atomic_ops.h"
-#include "rdm_wire.h"
+#include "wire/rdm_wire.h"
 
 namespace vrma {
 

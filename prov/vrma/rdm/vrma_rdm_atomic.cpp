@@ -5,7 +5,7 @@
 // is ever updated by both the device and a CPU, which real devices do not
 // make atomic with respect to each other):
 //  - by default every op and datatype is executed by the target's vrma:
-//    the initiator sends an AtomicRequest (src/rdm_wire.h), the target's
+//    the initiator sends an AtomicRequest (src/wire/rdm_wire.h), the target's
 //    progress (its CQ and counter calls with FI_PROGRESS_MANUAL, its thread
 //    with FI_PROGRESS_AUTO) applies it (src/atomic_ops.h) under one
 //    process-wide lock, so vrma's atomics on the same memory are atomic with

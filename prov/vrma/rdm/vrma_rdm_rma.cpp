@@ -45,11 +45,6 @@ constexpr uint64_t kRdmRmaFlags = FI_COMPLETION | FI_INJECT | FI_INJECT_COMPLETE
 static_assert(kMaxRmaIov <= rdm::kMaxRmaEventKeys, "an event names every key of an operation");
 static_assert(kRdmIovLimit < kMaxSge, "the local pieces fit the core's arrays");
 static_assert(kMaxRmaIov <= rdm::kMaxCommitRanges, "a commit request names every range written");
-static_assert(static_cast<int>(wire::CommitStatus::BadRange) ==
-			      static_cast<int>(rdm::CommitStatus::AccessError) &&
-		      static_cast<int>(wire::CommitStatus::PersistFailed) ==
-			      static_cast<int>(rdm::CommitStatus::PersistFailed),
-	      "commit_persist_range's answers are the wire's");
 
 // The checks that need no lock: flags, the local and remote segments and
 // their lengths. total is the local byte count.
@@ -506,8 +501,7 @@ rdm::CommitStatus persist_commit(const RdmCommitJob &job) noexcept
 	Domain *dom = job.ep->domain;
 	auto status = rdm::CommitStatus::Ok;
 	for (size_t i = 0; i < job.n && status == rdm::CommitStatus::Ok; i++)
-		status = static_cast<rdm::CommitStatus>(
-			commit_persist_range(dom, job.ranges[i].key, job.ranges[i].addr, job.ranges[i].len));
+		status = commit_persist_range(dom, job.ranges[i].key, job.ranges[i].addr, job.ranges[i].len);
 	dom->commit_stats.requests.fetch_add(1, std::memory_order_relaxed);
 	if (status != rdm::CommitStatus::Ok) {
 		dom->commit_stats.failures.fetch_add(1, std::memory_order_relaxed);

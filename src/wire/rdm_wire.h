@@ -3,7 +3,7 @@
 // with rdma_cm: the connect request carries an RdmConnHeader, and every send
 // on the connection starts with an RdmHeader.
 //
-// Conventions (those of prov/vrma/vrma_wire.h, made stricter):
+// Conventions (those of msg_wire.h, made stricter):
 //  - Every format has a fixed layout, written byte by byte by an encode
 //    function and read back by a decode function. No struct is copied to or
 //    from the wire, so host padding and byte order never leak; the structs
@@ -36,6 +36,7 @@
 
 #include "atomic_ops.h"
 #include "key_table.h"
+#include "wire/commit.h"
 
 namespace vrma::rdm {
 
@@ -658,14 +659,12 @@ enum class AtomicStatus : uint8_t {
 };
 inline constexpr uint8_t kAtomicStatusMax = 2;
 
-// A CommitAnswer's status.
-enum class CommitStatus : uint8_t {
-	Ok = 0,
-	AccessError = 1,   // a range outside every region open for remote writes
-	PersistFailed = 2, // the target could not make a range durable (msync)
-	Malformed = 3,     // the request's body did not decode
-};
-inline constexpr uint8_t kCommitStatusMax = 3;
+// A CommitAnswer's status, and the ranges of a CommitRequest: commit.h's,
+// shared with MSG endpoints.
+using wire::CommitRange;
+using wire::CommitStatus;
+using wire::kCommitStatusMax;
+using wire::kMaxCommitRanges;
 
 // A KeyAnswer's status.
 enum class KeyStatus : uint8_t {
@@ -899,7 +898,6 @@ inline size_t atomic_result_bytes(const AtomicRequest &r) noexcept
 //
 // The ranges' lengths add up to the header's length. An operation that
 // wrote nothing sends no request.
-inline constexpr size_t kMaxCommitRanges = 16;
 inline constexpr size_t kCommitBodyHeadBytes = 8;
 inline constexpr size_t kCommitRangeBytes = 24;
 inline constexpr size_t kCommitRequestMin =
@@ -907,12 +905,6 @@ inline constexpr size_t kCommitRequestMin =
 inline constexpr size_t kCommitRequestMax =
 	kRdmHeaderBytes + kCommitBodyHeadBytes + kMaxCommitRanges * kCommitRangeBytes;
 static_assert(kCommitRequestMax == 424, "the commit request is a wire format");
-
-struct CommitRange {
-	uint64_t addr = 0;
-	uint64_t len = 0;
-	uint64_t key = 0;
-};
 
 // KeyRequest body, after the header:
 //

@@ -15,6 +15,8 @@
 
 #include <rdma/fi_ext_vrma.h>
 
+#include "wire/commit.h"
+
 namespace vrma::wire {
 
 inline constexpr uint8_t kCmMagic = 0xA7;
@@ -125,7 +127,6 @@ inline bool decode_msg_header(const uint8_t *buf, size_t len, uint64_t &total, b
 // 0-23, a CommitStatus in bits 24-31.
 inline constexpr uint8_t kCommitRequest = 1;
 inline constexpr uint8_t kCommitVersion = 1;
-inline constexpr size_t kMaxCommitRanges = 16;
 
 struct CommitHeader {
 	uint8_t type;    // kCommitRequest
@@ -136,16 +137,17 @@ struct CommitHeader {
 };
 static_assert(sizeof(CommitHeader) == 8, "CommitHeader is a wire format");
 
-struct CommitRange {
+// A range on the wire: the CommitRange (commit.h) with a 32-bit key.
+struct MsgCommitRange {
 	uint64_t addr;
 	uint64_t len;
 	uint32_t key;
-	uint32_t reserved;
+	uint32_t reserved; // 0
 };
-static_assert(sizeof(CommitRange) == 24, "CommitRange is a wire format");
+static_assert(sizeof(MsgCommitRange) == 24, "MsgCommitRange is a wire format");
 
 inline constexpr size_t kCommitMsgMax =
-	sizeof(CommitHeader) + kMaxCommitRanges * sizeof(CommitRange);
+	sizeof(CommitHeader) + kMaxCommitRanges * sizeof(MsgCommitRange);
 
 // RMA event: a send after the operation's requests, telling a target with
 // FI_RMA_EVENT which of its regions the operation touched (their keys).
@@ -198,13 +200,6 @@ inline bool decode_rma_event(const uint8_t *buf, size_t len, uint8_t &kind, uint
 	return true;
 }
 
-enum class CommitStatus : uint8_t {
-	Ok = 0,
-	BadRange = 1,      // not inside a region registered for remote writes
-	PersistFailed = 2, // msync failed
-	Malformed = 3,
-};
-
 inline constexpr uint32_t kCommitIdMask = 0xffffff;
 inline constexpr uint32_t kConfirmReplyBit = 0x80;
 
@@ -234,6 +229,7 @@ inline constexpr bool is_confirm_reply(uint32_t imm) noexcept
 }
 
 // Writes a request into buf (kCommitMsgMax bytes); returns its length.
+// Each range's key is a device rkey (32 bits).
 inline size_t encode_commit_request(uint8_t *buf, uint32_t id, const CommitRange *ranges,
 				    size_t n) noexcept
 {
@@ -241,10 +237,11 @@ inline size_t encode_commit_request(uint8_t *buf, uint32_t id, const CommitRange
 		       htole32(id & kCommitIdMask)};
 	memcpy(buf, &h, sizeof h);
 	for (size_t i = 0; i < n; i++) {
-		CommitRange r{htole64(ranges[i].addr), htole64(ranges[i].len), htole32(ranges[i].key), 0};
+		MsgCommitRange r{htole64(ranges[i].addr), htole64(ranges[i].len),
+				 htole32(static_cast<uint32_t>(ranges[i].key)), 0};
 		memcpy(buf + sizeof h + i * sizeof r, &r, sizeof r);
 	}
-	return sizeof h + n * sizeof(CommitRange);
+	return sizeof h + n * sizeof(MsgCommitRange);
 }
 
 // Parses a received request; false if it is not a well-formed one.
@@ -257,14 +254,14 @@ inline bool decode_commit_request(const uint8_t *buf, size_t len, uint32_t &id,
 	memcpy(&h, buf, sizeof h);
 	if (h.type != kCommitRequest || h.version != kCommitVersion ||
 	    h.nranges == 0 || h.nranges > kMaxCommitRanges ||
-	    len < sizeof h + h.nranges * sizeof(CommitRange))
+	    len < sizeof h + h.nranges * sizeof(MsgCommitRange))
 		return false;
 	id = le32toh(h.id) & kCommitIdMask;
 	n = h.nranges;
 	for (size_t i = 0; i < n; i++) {
-		CommitRange r;
+		MsgCommitRange r;
 		memcpy(&r, buf + sizeof h + i * sizeof r, sizeof r);
-		ranges[i] = {le64toh(r.addr), le64toh(r.len), le32toh(r.key), 0};
+		ranges[i] = {le64toh(r.addr), le64toh(r.len), le32toh(r.key)};
 	}
 	return true;
 }

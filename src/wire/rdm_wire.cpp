@@ -1,6 +1,6 @@
 // RdmAddr conversions: sockaddrs, libfabric's FI_ADDR_STR form, insertsym's
 // node/service pairs.
-#include "rdm_wire.h"
+#include "wire/rdm_wire.h"
 
 #include <arpa/inet.h>
 #include <cstdio>
