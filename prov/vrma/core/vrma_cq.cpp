@@ -895,4 +895,47 @@ int cq_open_unprogressed(fid_domain *domain, fi_cq_attr *attr, fid_cq **cq_out) 
 	return cq_create(domain, attr, cq_out, nullptr, false, false);
 }
 
+int ep_bind_cq(EpBase *ep, Cq *cq, uint64_t flags) noexcept
+{
+	if (flags & ~(FI_TRANSMIT | FI_RECV | FI_SELECTIVE_COMPLETION)) {
+		VRMA_WARN(FI_LOG_EP_CTRL, "fi_ep_bind(cq): unsupported flags 0x%llx\n",
+			  static_cast<unsigned long long>(flags));
+		return -FI_EBADFLAGS;
+	}
+	if (!(flags & (FI_TRANSMIT | FI_RECV))) {
+		VRMA_WARN(FI_LOG_EP_CTRL, "fi_ep_bind(cq): need FI_TRANSMIT and/or FI_RECV\n");
+		return -FI_EINVAL;
+	}
+	if (cq->domain != ep->domain) {
+		VRMA_WARN(FI_LOG_EP_CTRL, "fi_ep_bind(cq): CQ belongs to another domain\n");
+		return -FI_EINVAL;
+	}
+	if (((flags & FI_TRANSMIT) && ep->tx_cq) || ((flags & FI_RECV) && ep->rx_cq)) {
+		VRMA_WARN(FI_LOG_EP_CTRL, "fi_ep_bind(cq): a CQ is already bound for that direction\n");
+		return -FI_EINVAL;
+	}
+	if (flags & FI_TRANSMIT) {
+		ep->tx_cq = cq;
+		ep->tx_selective = flags & FI_SELECTIVE_COMPLETION;
+		cq->refs++;
+	}
+	if (flags & FI_RECV) {
+		ep->rx_cq = cq;
+		ep->rx_selective = flags & FI_SELECTIVE_COMPLETION;
+		cq->refs++;
+	}
+	return 0;
+}
+
+int ep_get_ops_flag(const EpBase *ep, void *arg) noexcept
+{
+	if (!arg)
+		return -FI_EINVAL;
+	uint64_t *flags = static_cast<uint64_t *>(arg);
+	if ((*flags & FI_TRANSMIT) && (*flags & FI_RECV))
+		return -FI_EINVAL;
+	*flags = (*flags & FI_TRANSMIT) ? ep->tx_op_flags : ep->rx_op_flags;
+	return 0;
+}
+
 } // namespace vrma

@@ -287,40 +287,6 @@ inline void count_completion(Cntr *cntr, bool success) noexcept
 int cntr_attach_cq(Cntr *cntr, Cq *cq) noexcept;
 void cntr_detach_cq(Cntr *cntr, Cq *cq) noexcept;
 
-// fi_ep_bind of a CQ, the rules both endpoint kinds share (E has domain,
-// tx_cq, rx_cq, tx_selective and rx_selective).
-template <typename E> int bind_cq(E *ep, Cq *cq, uint64_t flags) noexcept
-{
-	if (flags & ~(FI_TRANSMIT | FI_RECV | FI_SELECTIVE_COMPLETION)) {
-		VRMA_WARN(FI_LOG_EP_CTRL, "fi_ep_bind(cq): unsupported flags 0x%llx\n",
-			  static_cast<unsigned long long>(flags));
-		return -FI_EBADFLAGS;
-	}
-	if (!(flags & (FI_TRANSMIT | FI_RECV))) {
-		VRMA_WARN(FI_LOG_EP_CTRL, "fi_ep_bind(cq): need FI_TRANSMIT and/or FI_RECV\n");
-		return -FI_EINVAL;
-	}
-	if (cq->domain != ep->domain) {
-		VRMA_WARN(FI_LOG_EP_CTRL, "fi_ep_bind(cq): CQ belongs to another domain\n");
-		return -FI_EINVAL;
-	}
-	if (((flags & FI_TRANSMIT) && ep->tx_cq) || ((flags & FI_RECV) && ep->rx_cq)) {
-		VRMA_WARN(FI_LOG_EP_CTRL, "fi_ep_bind(cq): a CQ is already bound for that direction\n");
-		return -FI_EINVAL;
-	}
-	if (flags & FI_TRANSMIT) {
-		ep->tx_cq = cq;
-		ep->tx_selective = flags & FI_SELECTIVE_COMPLETION;
-		cq->refs++;
-	}
-	if (flags & FI_RECV) {
-		ep->rx_cq = cq;
-		ep->rx_selective = flags & FI_SELECTIVE_COMPLETION;
-		cq->refs++;
-	}
-	return 0;
-}
-
 // One counter slot of an endpoint and the bind flag that fills it.
 struct CntrSlot {
 	Cntr **slot;

@@ -255,16 +255,6 @@ static_assert(kMaxSge + kMaxOpWr <= MoreChain::kMaxWr * kMaxSge, "an operation's
 	conn->more_held.store(true, std::memory_order_relaxed);
 }
 
-template <typename E> inline bool tx_reports(const E *ep, uint64_t flags) noexcept
-{
-	return ep->tx_cq && (!ep->tx_selective || (flags & FI_COMPLETION));
-}
-
-template <typename E> inline bool rx_reports(const E *ep, uint64_t flags) noexcept
-{
-	return ep->rx_cq && (!ep->rx_selective || (flags & FI_COMPLETION));
-}
-
 inline ssize_t post_failed(int rc, const char *what) noexcept
 {
 	int fi = errno_to_fi(rc, ErrPath::Post);

@@ -155,7 +155,7 @@ int ep_bind(fid *f, fid *bfid, uint64_t flags) noexcept
 	}
 	switch (bfid->fclass) {
 	case FI_CLASS_CQ:
-		return bind_cq(ep, from_fid<Cq>(bfid), flags);
+		return ep_bind_cq(ep, from_fid<Cq>(bfid), flags);
 	case FI_CLASS_EQ: {
 		Eq *eq = from_fid<Eq>(bfid);
 		if (ep->eq) {
@@ -203,15 +203,8 @@ int ep_control(fid *f, int command, void *arg) noexcept
 	switch (command) {
 	case FI_ENABLE:
 		return ep_enable(ep);
-	case FI_GETOPSFLAG: {
-		if (!arg)
-			return -FI_EINVAL;
-		uint64_t *flags = static_cast<uint64_t *>(arg);
-		if ((*flags & FI_TRANSMIT) && (*flags & FI_RECV))
-			return -FI_EINVAL;
-		*flags = (*flags & FI_TRANSMIT) ? ep->tx_op_flags : ep->rx_op_flags;
-		return 0;
-	}
+	case FI_GETOPSFLAG:
+		return ep_get_ops_flag(ep, arg);
 	case FI_SETOPSFLAG: {
 		if (!arg)
 			return -FI_EINVAL;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "vrma_conn.h"
+#include "vrma_ep_base.h"
 #include "vrma_eq.h"
 
 #include <array>
@@ -93,20 +94,10 @@ struct ServiceEp {
 	std::atomic<bool> cancel{false}; // the connection died: fail what waits
 };
 
-struct Ep final : fid_ep {
-	using FidType = fid_ep;
-	Domain *domain = nullptr;
-	FiInfoPtr info;
+// A MSG endpoint: EpBase (CQs, counters, op flags) and its one connection.
+struct Ep final : EpBase {
 	Conn conn; // the endpoint's one connection
-	Cq *tx_cq = nullptr;
-	Cq *rx_cq = nullptr;
 	Cq *own_cq = nullptr; // created when only counters are bound
-	Cntr *cntr_send = nullptr;
-	Cntr *cntr_recv = nullptr;
-	Cntr *cntr_read = nullptr;
-	Cntr *cntr_write = nullptr;
-	bool tx_selective = false;
-	bool rx_selective = false;
 	Eq *eq = nullptr;
 	bool addr_resolved = false;
 	bool passive_side = false; // created from a connection request
@@ -117,8 +108,6 @@ struct Ep final : fid_ep {
 	uint8_t responder_resources = 0;
 	uint8_t initiator_depth = 0;
 
-	uint64_t tx_op_flags = 0;
-	uint64_t rx_op_flags = 0;
 	bool sends_messages = false; // FI_MSG with FI_SEND (or no direction)
 	size_t rx_depth = 0;
 	// Receives posted before post_recv_locked takes the long way: rx_depth,
@@ -143,10 +132,6 @@ struct Ep final : fid_ep {
 	// receive queue, which the domain's service polls.
 	std::unique_ptr<ServiceEp> service;
 	Cq *service_cq = nullptr; // the receive CQ then (the domain's service's)
-	bool rma_pmem = false;      // FI_RMA_PMEM: commits, and answers them
-	bool rma_events = false;    // FI_RMA_EVENT: counts the peer's RMA
-	Cntr *cntr_remote_read = nullptr;
-	Cntr *cntr_remote_write = nullptr;
 
 	std::mutex rx_lock;
 	SlotRing<RxSlot> rx;

@@ -97,7 +97,7 @@ ssize_t rma_common(Ep *ep, ibv_wr_opcode opcode, const iovec *iov, void *const *
 	if (flags & FI_FENCE) // waits for every earlier read (and so every delivery)
 		w.wrs[0].send_flags |= IBV_SEND_FENCE;
 	TxOp op{context, FI_RMA | (is_read ? FI_READ : FI_WRITE), total,
-		!inject_call && tx_reports(ep, flags), is_read ? ep->cntr_read : ep->cntr_write,
+		!inject_call && ep->tx_reports(flags), is_read ? ep->cntr_read : ep->cntr_write,
 		(flags & FI_MORE) != 0, bounce ? iov : nullptr, count};
 	op.payload_wrs = w.payload_wrs;
 	// A delivery read-back, last: FI_MORE chains share one (post_send_chain).
@@ -189,7 +189,7 @@ ssize_t rma_common(Ep *ep, ibv_wr_opcode opcode, const iovec *iov, void *const *
 	fill_one_wr(wr, sge, opcode, IBV_WR_RDMA_WRITE_WITH_IMM, buf, len, desc, copied, addr, key,
 		    flags, data);
 	return post_send_one(&ep->conn, wr, context, FI_RMA | (is_read ? FI_READ : FI_WRITE), len,
-			     !inject_call && tx_reports(ep, flags),
+			     !inject_call && ep->tx_reports(flags),
 			     is_read ? ep->cntr_read : ep->cntr_write, flags & FI_MORE);
 }
 

@@ -82,7 +82,7 @@ ssize_t send_staged(Ep *ep, const iovec *iov, void *const *desc, size_t count, u
 			  total, wire::kStagedMsgMax);
 		return -FI_EMSGSIZE;
 	}
-	TxOp op{context, FI_SEND | FI_MSG, total, !inject_call && tx_reports(ep, flags),
+	TxOp op{context, FI_SEND | FI_MSG, total, !inject_call && ep->tx_reports(flags),
 		ep->cntr_send, (flags & FI_MORE) != 0};
 	if (proof == SendProof::Confirm) {
 		const int c = pmem_begin_confirm(ep, context, total, op.cntr, op.want_completion);
@@ -193,7 +193,7 @@ ssize_t send_common(Ep *ep, const iovec *iov, void *const *desc, size_t count, u
 		wr.send_flags = IBV_SEND_INLINE;
 	if (flags & FI_FENCE) // waits for every earlier read (and so every delivery)
 		wr.send_flags |= IBV_SEND_FENCE;
-	TxOp op{context, FI_SEND | FI_MSG, total, !inject_call && tx_reports(ep, flags),
+	TxOp op{context, FI_SEND | FI_MSG, total, !inject_call && ep->tx_reports(flags),
 		ep->cntr_send, (flags & FI_MORE) != 0, bounce ? iov : nullptr, count};
 	if (proof != SendProof::ReadBack)
 		return post_send(&ep->conn, wr, op);
@@ -239,7 +239,7 @@ ssize_t send_common(Ep *ep, const iovec *iov, void *const *desc, size_t count, u
 	fill_one_wr(wr, sge, IBV_WR_SEND, IBV_WR_SEND_WITH_IMM, buf, len, desc, copied, 0, 0, flags,
 		    data);
 	return post_send_one(&ep->conn, wr, context, FI_SEND | FI_MSG, len,
-			     !inject_call && tx_reports(ep, flags), ep->cntr_send, flags & FI_MORE);
+			     !inject_call && ep->tx_reports(flags), ep->cntr_send, flags & FI_MORE);
 }
 
 ssize_t recv_common(Ep *ep, const iovec *iov, void *const *desc, size_t count, uint64_t flags,
@@ -257,7 +257,7 @@ ssize_t recv_common(Ep *ep, const iovec *iov, void *const *desc, size_t count, u
 		if (ssize_t rc = build_sges(&ep->conn, iov, desc, count, ep->rx_iov_limit, sge, total, SIZE_MAX,
 					    true))
 			return rc;
-		return staged_recv(ep, iov, count, total, context, rx_reports(ep, flags), ep->cntr_recv);
+		return staged_recv(ep, iov, count, total, context, ep->rx_reports(flags), ep->cntr_recv);
 	}
 	if (ssize_t rc = build_sges(&ep->conn, iov, desc, count, ep->rx_iov_limit, sge, total, 0, true))
 		return rc;
@@ -265,7 +265,7 @@ ssize_t recv_common(Ep *ep, const iovec *iov, void *const *desc, size_t count, u
 	wr.sg_list = sge;
 	wr.num_sge = static_cast<int>(count);
 	return post_recv(ep, wr, context, count ? iov[0].iov_base : nullptr, total,
-			 rx_reports(ep, flags), ep->cntr_recv);
+			 ep->rx_reports(flags), ep->cntr_recv);
 }
 
 // recv_one's long way, out of its inlined path.
@@ -295,7 +295,7 @@ ssize_t recv_common(Ep *ep, const iovec *iov, void *const *desc, size_t count, u
 	ibv_recv_wr wr;
 	wr.sg_list = &sge;
 	wr.num_sge = 1;
-	return post_recv(ep, wr, context, buf, len, rx_reports(ep, flags), ep->cntr_recv);
+	return post_recv(ep, wr, context, buf, len, ep->rx_reports(flags), ep->cntr_recv);
 }
 
 ssize_t msg_recv(fid_ep *f, void *buf, size_t len, void *desc, fi_addr_t, void *context) noexcept

@@ -52,6 +52,7 @@
 
 #include "vrma_rdm_api.h"
 #include "vrma_conn.h"
+#include "vrma_ep_base.h"
 #include "vrma_av.h"
 #include "vrma_post.h"
 #include "fast_mutex.h"
@@ -340,30 +341,11 @@ struct SrqSlot : SlotHeader {
 	uint8_t *buf = nullptr;
 };
 
-struct RdmEp final : fid_ep {
-	using FidType = fid_ep;
-	Domain *domain = nullptr;
-	FiInfoPtr info;
+// An RDM endpoint: EpBase (CQs, counters, op flags; its RMA events come
+// as RmaEvent messages and its commits as CommitRequests, peers learn of
+// both from the connection header) and everything below.
+struct RdmEp final : EpBase {
 	Av *av = nullptr;
-	Cq *tx_cq = nullptr;
-	Cq *rx_cq = nullptr;
-	bool tx_selective = false;
-	bool rx_selective = false;
-	Cntr *cntr_send = nullptr;
-	Cntr *cntr_recv = nullptr;
-	Cntr *cntr_read = nullptr;
-	Cntr *cntr_write = nullptr;
-	// FI_RMA_EVENT: counts the peers' RMA operations on this endpoint
-	// (their RmaEvent messages; peers learn of it from the connection
-	// header's kConnFlagRmaEvents).
-	bool rma_events = false;
-	// FI_RMA_PMEM: this side's writes may ask for FI_COMMIT_COMPLETE, and
-	// it answers its peers' CommitRequests (kConnFlagCommitService).
-	bool rma_pmem = false;
-	Cntr *cntr_remote_read = nullptr;
-	Cntr *cntr_remote_write = nullptr;
-	uint64_t tx_op_flags = 0;
-	uint64_t rx_op_flags = 0;
 	bool directed = false;      // FI_DIRECTED_RECV
 	bool auto_progress = false; // FI_PROGRESS_AUTO: a data progress thread
 	size_t min_multi_recv = 0;  // FI_OPT_MIN_MULTI_RECV
@@ -1033,14 +1015,29 @@ inline uint64_t rdm_rx_flags(MatchKind kind, const rdm::RdmHeader &h) noexcept
 	return rdm_recv_flags(kind) | ((h.flags & rdm::kFlagCqData) ? FI_REMOTE_CQ_DATA : 0);
 }
 
-// vrma_rdm_rx.cpp: the receive engine (lock held).
-// An unexpected message meets receive r, which is not queued: placed or
-// its rendezvous started; m is freed. Returns whether r is gone (completed
-// and freed, or owned by its rendezvous).
-bool rdm_deliver_unexpected(RdmEp *ep, RdmRecv *r, RdmMsg *m) noexcept;
-// An unexpected message discarded (FI_DISCARD): its sender still gets the
-// answer it waits for; m is freed.
-void rdm_discard_unexpected(RdmEp *ep, RdmMsg *m) noexcept;
+// The byte count of an operation's iov (at most kRdmIovLimit entries, none
+// NULL with a length); 0, or -FI_EINVAL with one warning (rdm_iov_refused).
+[[gnu::cold, gnu::noinline]] ssize_t rdm_iov_refused(const iovec *iov, size_t count,
+						     const char *what) noexcept;
+[[gnu::always_inline]] inline ssize_t rdm_iov_total(const iovec *iov, size_t count, const char *what,
+						    size_t &total) noexcept
+{
+	if (count > kRdmIovLimit || (count && !iov)) [[unlikely]]
+		return rdm_iov_refused(iov, count, what);
+	total = 0;
+	for (size_t i = 0; i < count; i++) {
+		if (!iov[i].iov_base && iov[i].iov_len) [[unlikely]]
+			return rdm_iov_refused(iov, count, what);
+		total += iov[i].iov_len;
+	}
+	return 0;
+}
+
+// vrma_rdm_rx.cpp: the receive side.
+// fi_recv and fi_trecv (kind), with peek, claim, discard and multi-receive
+// buffers: an unexpected message that matches is delivered at once.
+ssize_t rdm_recv(RdmEp *ep, const iovec *iov, size_t count, fi_addr_t src, uint64_t tag,
+		 uint64_t ignore, uint64_t flags, void *context, MatchKind kind) noexcept;
 // A receive from the endpoint's pool (or the heap), default-initialised;
 // nullptr when out of memory. rdm_put_recv takes it back (lock held for
 // both).

@@ -368,7 +368,7 @@ ssize_t atomic_long(RdmEp *ep, const AtomicCall &c) noexcept
 	}
 	const bool fetch = c.kind != Kind::Plain;
 	const uint64_t comp_flags = FI_ATOMIC | (fetch ? FI_READ : FI_WRITE);
-	const bool report = !c.inject_call && tx_reports(ep, c.flags);
+	const bool report = !c.inject_call && ep->tx_reports(c.flags);
 	std::lock_guard guard(ep->lock);
 	Cntr *cntr = fetch ? ep->cntr_read : ep->cntr_write;
 	RdmPeer *peer;

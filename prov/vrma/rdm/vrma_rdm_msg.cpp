@@ -1,8 +1,8 @@
-// The application's messages and tagged messages on RDM endpoints: eager
-// sends and rendezvous requests, vrma's own sends (answers), send buffers,
-// receive posting with peek/claim/discard and multi-receive buffers, and
-// the fi_msg and fi_tagged entry points. What arrives is handled by the
-// receive engine (vrma_rdm_rx.cpp).
+// The application's sends on RDM endpoints, messages and tagged: eager
+// sends (the inline fast path and the copied one), rendezvous requests,
+// delivery-complete sends; vrma's own sends (answers) and the endpoint's
+// send buffers; and the fi_msg and fi_tagged entry points. Receives and
+// what arrives are the receive side's (vrma_rdm_rx.cpp).
 //
 // Contracts:
 //  - every call runs under RdmEp::lock;
@@ -32,8 +32,6 @@ namespace {
 constexpr uint64_t kSendFlags = FI_COMPLETION | FI_INJECT | FI_INJECT_COMPLETE |
 				FI_TRANSMIT_COMPLETE | FI_DELIVERY_COMPLETE | FI_REMOTE_CQ_DATA |
 				FI_MORE | FI_MSG | FI_TAGGED | FI_FENCE;
-constexpr uint64_t kRecvFlags = FI_COMPLETION | FI_MULTI_RECV | FI_MORE | FI_MSG | FI_TAGGED;
-constexpr uint64_t kTRecvFlags = kRecvFlags | FI_PEEK | FI_CLAIM | FI_DISCARD;
 
 constexpr size_t kHdr = rdm::kRdmHeaderBytes;
 
@@ -237,10 +235,8 @@ ssize_t rdm_post_answer(RdmEp *ep, Conn *conn, const uint8_t *hdr, const uint8_t
 	return post_answer(ep, conn, hdr, body, body_len);
 }
 
-namespace {
-
-// iov_total's refusal: one warning, -FI_EINVAL.
-[[gnu::cold, gnu::noinline]] ssize_t iov_refused(const iovec *iov, size_t count, const char *what)
+// rdm_iov_total's refusal: one warning, -FI_EINVAL.
+ssize_t rdm_iov_refused(const iovec *iov, size_t count, const char *what) noexcept
 {
 	if (count > kRdmIovLimit || !iov) {
 		VRMA_WARN(FI_LOG_EP_DATA, "%s: %zu segments; iov_limit is %zu\n", what, count, kRdmIovLimit);
@@ -254,21 +250,8 @@ namespace {
 	return -FI_EINVAL;
 }
 
-// The byte count of an operation's iov (at most kRdmIovLimit entries, none
-// NULL with a length); 0 or -FI_EINVAL with one warning.
-[[gnu::always_inline]] inline ssize_t iov_total(const iovec *iov, size_t count, const char *what,
-						size_t &total)
-{
-	if (count > kRdmIovLimit || (count && !iov)) [[unlikely]]
-		return iov_refused(iov, count, what);
-	total = 0;
-	for (size_t i = 0; i < count; i++) {
-		if (!iov[i].iov_base && iov[i].iov_len) [[unlikely]]
-			return iov_refused(iov, count, what);
-		total += iov[i].iov_len;
-	}
-	return 0;
-}
+namespace {
+
 
 // --- sends ------------------------------------------------------------------
 
@@ -278,7 +261,7 @@ ssize_t send_long(RdmEp *ep, const iovec *iov, size_t count, fi_addr_t dest, uin
 	if (ssize_t rc = check_op_flags(flags, kSendFlags, "RDM send"))
 		return rc;
 	size_t total = 0;
-	if (ssize_t rc = iov_total(iov, count, "RDM send", total))
+	if (ssize_t rc = rdm_iov_total(iov, count, "RDM send", total))
 		return rc;
 	const bool inject = inject_call || (flags & FI_INJECT);
 	if (inject && total > ep->inject_size) [[unlikely]] {
@@ -292,7 +275,7 @@ ssize_t send_long(RdmEp *ep, const iovec *iov, size_t count, fi_addr_t dest, uin
 		return -FI_EMSGSIZE;
 	}
 	const uint64_t comp_flags = FI_SEND | (tagged ? FI_TAGGED : FI_MSG);
-	const bool report = !inject_call && tx_reports(ep, flags);
+	const bool report = !inject_call && ep->tx_reports(flags);
 	std::lock_guard guard(ep->lock);
 	RdmPeer *peer;
 	Conn *conn = nullptr;
@@ -417,7 +400,7 @@ constexpr uint64_t kFastSendFlags = FI_COMPLETION | FI_INJECT | FI_INJECT_COMPLE
 			init_send_wr(wr, sge);
 			wr.num_sge = len ? 2 : 1;
 			wr.send_flags = IBV_SEND_INLINE;
-			const bool report = !inject_call && tx_reports(ep, flags);
+			const bool report = !inject_call && ep->tx_reports(flags);
 			const ssize_t rc = post_send_one(conn, wr, context,
 							 FI_SEND | (tagged ? FI_TAGGED : FI_MSG), len,
 							 report, ep->cntr_send, false,
@@ -430,112 +413,6 @@ constexpr uint64_t kFastSendFlags = FI_COMPLETION | FI_INJECT | FI_INJECT_COMPLE
 		}
 	}
 	return rdm_send(ep, &iov, 1, dest, tag, data, flags, context, tagged, inject_call);
-}
-
-// --- receives ---------------------------------------------------------------
-
-void report_peek(RdmEp *ep, void *context, MatchKind kind, const RdmMsg *m, uint64_t extra_flags)
-{
-	const uint64_t flags = rdm_rx_flags(kind, m->hdr) | extra_flags;
-	rdm_complete_rx(ep, true, {context, flags, m->hdr.length, nullptr, m->hdr.cq_data, m->hdr.tag},
-			m->src);
-}
-
-void report_nomsg(RdmEp *ep, void *context, MatchKind kind)
-{
-	rdm_report_rx_error(ep, rdm_error_entry(context, rdm_recv_flags(kind), nullptr, 0, 0, 0, 0,
-						FI_ADDR_NOTAVAIL, FI_ENOMSG));
-}
-
-ssize_t rdm_recv(RdmEp *ep, const iovec *iov, size_t count, fi_addr_t src, uint64_t tag,
-		 uint64_t ignore, uint64_t flags, void *context, MatchKind kind)
-{
-	if (ssize_t rc = check_op_flags(flags, kind == MatchKind::kTagged ? kTRecvFlags : kRecvFlags,
-					"RDM recv"))
-		return rc;
-	size_t total = 0;
-	if (ssize_t rc = iov_total(iov, count, "RDM recv", total))
-		return rc;
-	const bool multi = flags & FI_MULTI_RECV;
-	if (multi && count != 1) [[unlikely]] {
-		VRMA_WARN(FI_LOG_EP_DATA, "RDM recv: FI_MULTI_RECV takes one buffer\n");
-		return -FI_EINVAL;
-	}
-	RecvKey key;
-	key.tag = tag;
-	key.ignore = ignore;
-	key.src = ep->directed ? src : FI_ADDR_UNSPEC;
-	std::lock_guard guard(ep->lock);
-	if (!ep->enabled) [[unlikely]] {
-		VRMA_WARN(FI_LOG_EP_DATA, "RDM recv before fi_enable\n");
-		return -FI_EOPBADSTATE;
-	}
-	// A peek must see what has arrived. A plain receive needs no progress:
-	// a message still in the internal CQ meets it when the next CQ read
-	// progresses (matching is in arrival order either way).
-	if (flags & (FI_PEEK | FI_CLAIM)) [[unlikely]]
-		rdm_progress_locked(ep);
-	auto new_recv = [&]() -> RdmRecv * {
-		RdmRecv *r = rdm_get_recv(ep);
-		if (r) {
-			r->kind = kind;
-			r->context = context;
-			std::copy(iov, iov + count, r->iov);
-			r->count = count;
-			r->capacity = total;
-			r->report = rx_reports(ep, flags);
-		}
-		return r;
-	};
-	if (flags & FI_PEEK) {
-		RdmMsg *m = ep->matcher.find_unexpected(kind, key);
-		if (!m) {
-			report_nomsg(ep, context, kind);
-			return 0;
-		}
-		if (flags & FI_DISCARD) {
-			report_peek(ep, context, kind, m, 0);
-			rdm_discard_unexpected(ep, m);
-			return 0;
-		}
-		report_peek(ep, context, kind, m, 0);
-		if (flags & FI_CLAIM)
-			ep->matcher.claim(*m, context);
-		return 0;
-	}
-	if (flags & FI_CLAIM) {
-		RdmMsg *m = ep->matcher.find_claimed(kind, context);
-		if (!m) {
-			VRMA_WARN(FI_LOG_EP_DATA, "RDM recv: FI_CLAIM names no claimed message\n");
-			return -FI_EINVAL;
-		}
-		if (flags & FI_DISCARD) {
-			report_peek(ep, context, kind, m, 0);
-			rdm_discard_unexpected(ep, m);
-			return 0;
-		}
-		RdmRecv *r = new_recv();
-		if (!r)
-			return -FI_ENOMEM;
-		rdm_deliver_unexpected(ep, r, m);
-		return 0;
-	}
-	RdmRecv *r = new_recv();
-	if (!r)
-		return -FI_ENOMEM;
-	r->key = key;
-	r->multi = multi;
-	if (multi)
-		r->space = {total, 0, ep->min_multi_recv};
-	// A multi-receive buffer takes unexpected messages until it is
-	// released or none is left; then it is queued.
-	for (;;) {
-		RdmMsg *m = ep->matcher.post(kind, *r);
-		if (!m)
-			return 0; // queued
-		if (rdm_deliver_unexpected(ep, r, m))
-			return 0;
-	}
 }
 
 } // namespace

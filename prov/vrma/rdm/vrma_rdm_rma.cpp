@@ -123,7 +123,7 @@ ssize_t rma_long(RdmEp *ep, ibv_wr_opcode opcode, const iovec *iov, void *const 
 				       total))
 		return rc;
 	const uint64_t comp_flags = FI_RMA | (is_read ? FI_READ : FI_WRITE);
-	const bool report = !inject_call && tx_reports(ep, flags);
+	const bool report = !inject_call && ep->tx_reports(flags);
 	std::lock_guard guard(ep->lock);
 	Cntr *cntr = is_read ? ep->cntr_read : ep->cntr_write;
 	RdmPeer *peer;
@@ -342,7 +342,7 @@ constexpr uint64_t kFastRmaFlags = FI_COMPLETION | FI_INJECT | FI_INJECT_COMPLET
 				    raddr, rkey, 0, 0);
 			const ssize_t rc = post_send_one(conn, wr, context,
 							 FI_RMA | (is_read ? FI_READ : FI_WRITE), len,
-							 !inject_call && tx_reports(ep, flags),
+							 !inject_call && ep->tx_reports(flags),
 							 is_read ? ep->cntr_read : ep->cntr_write, false,
 							 rdm_aux(RdmTx::App, 0));
 			if (!rc) [[likely]]

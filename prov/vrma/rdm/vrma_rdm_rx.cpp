@@ -1,13 +1,15 @@
-// The RDM receive engine: every completion of an endpoint's internal CQ
-// (rdm_handle_wc) and every message that arrives (handle_message): eager
-// placement, rendezvous reads, the answers that complete sends, flow
-// control of unexpected messages, the backlogs of work that found its
-// queue full, and the shared receive queue's buffers.
+// The receive side of RDM endpoints: the application's receives (fi_recv,
+// fi_trecv with peek, claim, discard and multi-receive buffers, fi_cancel)
+// and the receive engine: every completion of an endpoint's internal CQ
+// (rdm_handle_wc, and rdm_tx_reclaim for a transmit short of room) and
+// every message that arrives (handle_message): eager placement, rendezvous
+// reads, the answers that complete sends, flow control of unexpected
+// messages, the backlogs of work that found its queue full, and the shared
+// receive queue's buffers.
 //
 // Contracts:
-//  - every call runs under RdmEp::lock, from progress (rdm_progress_locked)
-//    or, for an unexpected message met by a new receive, from fi_recv
-//    (rdm_deliver_unexpected, rdm_discard_unexpected);
+//  - everything here runs under RdmEp::lock: the receive calls take it,
+//    the engine is entered with it held (progress, a transmit's reclaim);
 //  - everything a message says is hostile input: it is decoded and bounded
 //    (rdm_wire.h) before use, and anything malformed drops its connection
 //    with one warning (rdm_drop_malformed);
@@ -484,14 +486,18 @@ void rdm_flow_reset(RdmPeer *peer) noexcept
 	peer->ep->unexp.resumed(peer->flow_rx);
 }
 
-// --- unexpected messages met by a new receive --------------------------------
+namespace {
+
+// --- receives ---------------------------------------------------------------
+
+constexpr uint64_t kRecvFlags = FI_COMPLETION | FI_MULTI_RECV | FI_MORE | FI_MSG | FI_TAGGED;
+constexpr uint64_t kTRecvFlags = kRecvFlags | FI_PEEK | FI_CLAIM | FI_DISCARD;
 
 // An unexpected message meets receive r (r not queued). Frees m; returns
 // whether r is gone.
-bool rdm_deliver_unexpected(RdmEp *ep, RdmRecv *r, RdmMsg *m) noexcept
+bool deliver_unexpected(RdmEp *ep, RdmRecv *r, RdmMsg *m)
 {
-	VRMA_ASSERT_HELD(ep->lock);
-	(void)ep->matcher.remove(*m);
+		(void)ep->matcher.remove(*m);
 	unexpected_gone(ep, m->cost, true);
 	std::unique_ptr<RdmMsg> owner(m);
 	if (m->stale) [[unlikely]] {
@@ -506,10 +512,9 @@ bool rdm_deliver_unexpected(RdmEp *ep, RdmRecv *r, RdmMsg *m) noexcept
 }
 
 // A discarded message still owes its sender an answer.
-void rdm_discard_unexpected(RdmEp *ep, RdmMsg *m) noexcept
+void discard_msg(RdmEp *ep, RdmMsg *m)
 {
-	VRMA_ASSERT_HELD(ep->lock);
-	(void)ep->matcher.remove(*m);
+		(void)ep->matcher.remove(*m);
 	unexpected_gone(ep, m->cost, true);
 	uint8_t a[kHdr];
 	if (m->stale) {
@@ -523,6 +528,113 @@ void rdm_discard_unexpected(RdmEp *ep, RdmMsg *m) noexcept
 	}
 	delete m;
 }
+
+void report_peek(RdmEp *ep, void *context, MatchKind kind, const RdmMsg *m, uint64_t extra_flags)
+{
+	const uint64_t flags = rdm_rx_flags(kind, m->hdr) | extra_flags;
+	rdm_complete_rx(ep, true, {context, flags, m->hdr.length, nullptr, m->hdr.cq_data, m->hdr.tag},
+			m->src);
+}
+
+void report_nomsg(RdmEp *ep, void *context, MatchKind kind)
+{
+	rdm_report_rx_error(ep, rdm_error_entry(context, rdm_recv_flags(kind), nullptr, 0, 0, 0, 0,
+						FI_ADDR_NOTAVAIL, FI_ENOMSG));
+}
+
+} // namespace
+
+ssize_t rdm_recv(RdmEp *ep, const iovec *iov, size_t count, fi_addr_t src, uint64_t tag,
+		 uint64_t ignore, uint64_t flags, void *context, MatchKind kind) noexcept
+{
+	if (ssize_t rc = check_op_flags(flags, kind == MatchKind::kTagged ? kTRecvFlags : kRecvFlags,
+					"RDM recv"))
+		return rc;
+	size_t total = 0;
+	if (ssize_t rc = rdm_iov_total(iov, count, "RDM recv", total))
+		return rc;
+	const bool multi = flags & FI_MULTI_RECV;
+	if (multi && count != 1) [[unlikely]] {
+		VRMA_WARN(FI_LOG_EP_DATA, "RDM recv: FI_MULTI_RECV takes one buffer\n");
+		return -FI_EINVAL;
+	}
+	RecvKey key;
+	key.tag = tag;
+	key.ignore = ignore;
+	key.src = ep->directed ? src : FI_ADDR_UNSPEC;
+	std::lock_guard guard(ep->lock);
+	if (!ep->enabled) [[unlikely]] {
+		VRMA_WARN(FI_LOG_EP_DATA, "RDM recv before fi_enable\n");
+		return -FI_EOPBADSTATE;
+	}
+	// A peek must see what has arrived. A plain receive needs no progress:
+	// a message still in the internal CQ meets it when the next CQ read
+	// progresses (matching is in arrival order either way).
+	if (flags & (FI_PEEK | FI_CLAIM)) [[unlikely]]
+		rdm_progress_locked(ep);
+	auto new_recv = [&]() -> RdmRecv * {
+		RdmRecv *r = rdm_get_recv(ep);
+		if (r) {
+			r->kind = kind;
+			r->context = context;
+			std::copy(iov, iov + count, r->iov);
+			r->count = count;
+			r->capacity = total;
+			r->report = ep->rx_reports(flags);
+		}
+		return r;
+	};
+	if (flags & FI_PEEK) {
+		RdmMsg *m = ep->matcher.find_unexpected(kind, key);
+		if (!m) {
+			report_nomsg(ep, context, kind);
+			return 0;
+		}
+		if (flags & FI_DISCARD) {
+			report_peek(ep, context, kind, m, 0);
+			discard_msg(ep, m);
+			return 0;
+		}
+		report_peek(ep, context, kind, m, 0);
+		if (flags & FI_CLAIM)
+			ep->matcher.claim(*m, context);
+		return 0;
+	}
+	if (flags & FI_CLAIM) {
+		RdmMsg *m = ep->matcher.find_claimed(kind, context);
+		if (!m) {
+			VRMA_WARN(FI_LOG_EP_DATA, "RDM recv: FI_CLAIM names no claimed message\n");
+			return -FI_EINVAL;
+		}
+		if (flags & FI_DISCARD) {
+			report_peek(ep, context, kind, m, 0);
+			discard_msg(ep, m);
+			return 0;
+		}
+		RdmRecv *r = new_recv();
+		if (!r)
+			return -FI_ENOMEM;
+		deliver_unexpected(ep, r, m);
+		return 0;
+	}
+	RdmRecv *r = new_recv();
+	if (!r)
+		return -FI_ENOMEM;
+	r->key = key;
+	r->multi = multi;
+	if (multi)
+		r->space = {total, 0, ep->min_multi_recv};
+	// A multi-receive buffer takes unexpected messages until it is
+	// released or none is left; then it is queued.
+	for (;;) {
+		RdmMsg *m = ep->matcher.post(kind, *r);
+		if (!m)
+			return 0; // queued
+		if (deliver_unexpected(ep, r, m))
+			return 0;
+	}
+}
+
 
 namespace {
 
