@@ -53,6 +53,24 @@ inline constexpr uint8_t kCmFlagConfirmsMsgs = 1 << 6;    // staged, and answers
 // (rdm::kConnFlagNativeAtomics).
 inline constexpr uint8_t kCmFlagNativeAtomics = 1 << 7;
 
+// How a peer that announced these flags makes this side's RDMA writes
+// durable (FI_COMMIT_COMPLETE); MSG and RDM connections alike. A write
+// straight into its persistence domain wins over its commit service: a
+// zero-length read behind the writes is then enough.
+enum class PeerCommit : uint8_t {
+	None,        // no FI_RMA_PMEM endpoint: FI_COMMIT_COMPLETE is refused
+	DirectWrite, // kCmFlagDirectWritePmem: a read back proves durability
+	Service,     // kCmFlagCommitService: a commit request, answered
+};
+constexpr PeerCommit peer_commit(uint8_t cm_flags) noexcept
+{
+	if (cm_flags & kCmFlagDirectWritePmem)
+		return PeerCommit::DirectWrite;
+	if (cm_flags & kCmFlagCommitService)
+		return PeerCommit::Service;
+	return PeerCommit::None;
+}
+
 // Staged messages. An endpoint that receives messages and remote CQ data but
 // did not take on FI_RX_CQ_DATA owns its receive queue: it keeps buffers of
 // kStageBytes posted, and its peer sends each message as a MsgHeader

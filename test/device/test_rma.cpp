@@ -638,8 +638,27 @@ START_TEST(cq_data_without_application_receives)
 		ck_assert_uint_eq(e.len, 64);
 	}
 	ck_assert(remote.check(17, 20 * 64));
-	// No messages on such an endpoint: a receive is refused, not lost.
+	// No messages on such an endpoint: a receive is refused, not lost,
+	// whichever call posts it; a bad flag or a NULL message still says so.
 	ck_assert_int_eq(fi_recv(p.server.ep, remote.buf.data(), 8, remote.desc(), 0, nullptr), -FI_EOPNOTSUPP);
+	iovec iov{remote.buf.data(), 8};
+	void *desc = remote.desc();
+	ck_assert_int_eq(fi_recvv(p.server.ep, &iov, &desc, 1, 0, nullptr), -FI_EOPNOTSUPP);
+	fi_msg msg{};
+	msg.msg_iov = &iov;
+	msg.desc = &desc;
+	msg.iov_count = 1;
+	ck_assert_int_eq(fi_recvmsg(p.server.ep, &msg, 0), -FI_EOPNOTSUPP);
+	ck_assert_int_eq(fi_recvmsg(p.server.ep, &msg, FI_FENCE), -FI_EBADFLAGS);
+	ck_assert_int_eq(fi_recvmsg(p.server.ep, nullptr, 0), -FI_EINVAL);
+	// The writes still land: nothing of vrma's receive queue was taken.
+	int ctx;
+	ck_assert_int_eq(fi_writedata(p.client.ep, local.buf.data(), 64, local.desc(), 7, 0,
+				      remote.addr(), remote.key(), &ctx), 0);
+	expect_completion(p.client.cq, &ctx, FI_RMA | FI_WRITE);
+	fi_cq_data_entry e =
+		expect_completion(p.server.cq, nullptr, FI_RMA | FI_REMOTE_WRITE | FI_REMOTE_CQ_DATA);
+	ck_assert_uint_eq(e.data, 7);
 }
 END_TEST
 

@@ -273,6 +273,25 @@ START_TEST(staged_truncation_and_cancel)
 	ck_assert_uint_eq(e.len, 50);
 	ck_assert(dst.check(21, 50, 64));
 	ck_assert_int_eq(fi_cancel(&p.server.ep->fid, &r3), -FI_ENOENT); // already done
+	// fi_recvmsg queues the same way, with its flags checked; no message,
+	// no receive.
+	std::fill(dst.buf.begin(), dst.buf.end(), 0xEE);
+	iovec iov{dst.buf.data(), 64};
+	void *desc = dst.desc();
+	fi_msg msg{};
+	msg.msg_iov = &iov;
+	msg.desc = &desc;
+	msg.iov_count = 1;
+	msg.context = &r1;
+	ck_assert_int_eq(fi_recvmsg(p.server.ep, nullptr, 0), -FI_EINVAL);
+	ck_assert_int_eq(fi_recvmsg(p.server.ep, &msg, FI_FENCE), -FI_EBADFLAGS);
+	ck_assert_int_eq(fi_recvmsg(p.server.ep, &msg, FI_COMPLETION), 0);
+	ck_assert_int_eq(fi_send(p.client.ep, src.buf.data(), 40, src.desc(), 0, &ctx), 0);
+	expect_completion(p.client.cq, &ctx, FI_SEND | FI_MSG);
+	e = expect_completion(p.server.cq, &r1, FI_RECV | FI_MSG);
+	ck_assert_uint_eq(e.len, 40);
+	ck_assert(dst.check(21, 40));
+	ck_assert_uint_eq(dst.buf[40], 0xEE);
 }
 END_TEST
 

@@ -183,6 +183,21 @@ START_TEST(confirm_and_commit_replies_apart)
 }
 END_TEST
 
+START_TEST(peer_commit_prefers_direct_write)
+{
+	ck_assert(peer_commit(0) == PeerCommit::None);
+	ck_assert(peer_commit(kCmFlagCommitService) == PeerCommit::Service);
+	ck_assert(peer_commit(kCmFlagDirectWritePmem) == PeerCommit::DirectWrite);
+	ck_assert(peer_commit(kCmFlagDirectWritePmem | kCmFlagCommitService) ==
+		  PeerCommit::DirectWrite);
+	// Flags about other things never make a commit method.
+	const uint8_t others = kCmFlagNativeFlush | kCmFlagRmaEvents | kCmFlagTakesCqData |
+			       kCmFlagStagedRx | kCmFlagConfirmsMsgs | kCmFlagNativeAtomics;
+	ck_assert(peer_commit(others) == PeerCommit::None);
+	ck_assert(peer_commit(others | kCmFlagCommitService) == PeerCommit::Service);
+}
+END_TEST
+
 Suite *wire_suite()
 {
 	Suite *s = suite_create("wire");
@@ -193,6 +208,7 @@ Suite *wire_suite()
 	tcase_add_test(tc, rma_event_round_trip_and_refusals);
 	tcase_add_test(tc, msg_header_round_trip_and_refusals);
 	tcase_add_test(tc, confirm_and_commit_replies_apart);
+	tcase_add_test(tc, peer_commit_prefers_direct_write);
 	suite_add_tcase(s, tc);
 	return s;
 }

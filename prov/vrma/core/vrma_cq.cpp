@@ -205,15 +205,15 @@ Outcome handle_wc(Cq *cq, const ibv_wc &wc, Completion &c, fi_cq_err_entry &e)
 		credits_back(ep, ep->rx_credits, retired);
 	if (ep->conn.closing.load(std::memory_order_relaxed))
 		return Outcome::None;
-	if (internal && ep->staged)
+	if (internal && ep->rx_mode == RxMode::Staged)
 		return staged_rx_completion(ep, cq, wc, buf, c, e);
-	if (internal && wc.status == IBV_WC_SUCCESS && ep->service) {
+	if (internal && wc.status == IBV_WC_SUCCESS && ep->rx_mode == RxMode::Service) {
 		pmem_rx_completion(ep, wc, buf); // reposts, answers, forwards
 		return Outcome::None;
 	}
 	if (internal && wc.status == IBV_WC_SUCCESS) {
 		// Keep the provider's receive queue full (lock order: CQ, then rx).
-		if (int rc = ep_post_provider_rx(ep)) {
+		if (int rc = ep_post_own_rx(ep)) {
 			if (rc == -FI_EAGAIN && ep->rx_credits)
 				ep->own_rx_unposted.fetch_add(1); // no credit now: later
 			else

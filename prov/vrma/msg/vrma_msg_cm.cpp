@@ -66,11 +66,11 @@ uint8_t ep_cm_flags(const Ep *ep)
 		flags |= wire::kCmFlagRmaEvents;
 	// Immediate data lands in vrma's own receives, or the application
 	// took on FI_RX_CQ_DATA; otherwise it would eat a posted receive.
-	if (ep->provider_rx || ep->rx_cq_data_mode || ep->staged)
+	if (ep->rx_mode != RxMode::AppBuffers || ep->rx_cq_data_mode)
 		flags |= wire::kCmFlagTakesCqData;
-	if (ep->staged)
+	if (ep->rx_mode == RxMode::Staged)
 		flags |= wire::kCmFlagStagedRx;
-	if (ep->staged && ep->service)
+	if (ep->rx_mode == RxMode::Staged && ep->service)
 		flags |= wire::kCmFlagConfirmsMsgs;
 	if (ep->domain->direct_write_to_pmem.load())
 		flags |= wire::kCmFlagDirectWritePmem;
@@ -257,7 +257,7 @@ try {
 				   &user, &user_len, &peer_flags);
 		// The accepting side learnt the peer's flags from the request.
 		if (!ep->passive_side)
-			ep->conn.peer_cm_flags.store(peer_flags, std::memory_order_release);
+			msg_set_peer_flags(ep, peer_flags);
 		EpState expected = EpState::Connecting;
 		if (!ep->conn.state.compare_exchange_strong(expected, EpState::Connected)) {
 			// fi_shutdown while connecting reported FI_SHUTDOWN: the

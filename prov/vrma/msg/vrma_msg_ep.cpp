@@ -241,7 +241,7 @@ int ep_control(fid *f, int command, void *arg) noexcept
 ssize_t ep_cancel(fid_t f, void *context) noexcept
 {
 	Ep *ep = from_fid<Ep>(f);
-	if (ep->staged)
+	if (ep->rx_mode == RxMode::Staged)
 		return staged_cancel(ep, context); // vrma's queue: can be withdrawn
 	// Posted verbs receives cannot be withdrawn one by one.
 	return -FI_ENOENT;
@@ -252,7 +252,7 @@ ssize_t ep_rx_size_left(fid_ep *f) noexcept
 	Ep *ep = static_cast<Ep *>(f);
 	if (!ep->conn.qp)
 		return -FI_EOPBADSTATE;
-	if (ep->staged)
+	if (ep->rx_mode == RxMode::Staged)
 		return static_cast<ssize_t>(staged_rx_left(ep));
 	return static_cast<ssize_t>(ep->rx_depth - ep->rx.outstanding());
 }
@@ -328,10 +328,10 @@ const fi_ops_collective collective_nosys = {
 	.barrier2 = VRMA_NOSYS(fi_ops_collective, barrier2),
 };
 
-int ep_post_provider_rx(Ep *ep) noexcept
+int ep_post_own_rx(Ep *ep) noexcept
 {
 	ibv_recv_wr wr{};
-	if (ep->service) {
+	if (ep->rx_mode == RxMode::Service) {
 		// Commit requests arrive here too: each receive has a buffer.
 		constexpr size_t kLen = wire::kCommitMsgMax;
 		ibv_sge sge{reinterpret_cast<uintptr_t>(ep->service->rx_buf.get()), kLen,
@@ -346,7 +346,9 @@ int ep_post_provider_rx(Ep *ep) noexcept
 
 void ep_repost_own_rx(Ep *ep) noexcept
 {
-	if (ep->staged) {
+	if (ep->rx_mode == RxMode::AppBuffers)
+		return;
+	if (ep->rx_mode == RxMode::Staged) {
 		staged_repost_unposted(ep);
 		return;
 	}
@@ -356,7 +358,7 @@ void ep_repost_own_rx(Ep *ep) noexcept
 	while (n) {
 		if (!ep->own_rx_unposted.compare_exchange_weak(n, n - 1, std::memory_order_relaxed))
 			continue;
-		if (ep_post_provider_rx(ep)) {
+		if (ep_post_own_rx(ep)) {
 			ep->own_rx_unposted.fetch_add(1, std::memory_order_relaxed);
 			return;
 		}
@@ -598,7 +600,7 @@ try {
 		VRMA_WARN(FI_LOG_EP_CTRL, "registering the endpoint's scratch buffer: %s\n", strerror(err));
 		return errno_to_fi(err);
 	}
-	if (ep->staged) {
+	if (ep->rx_mode == RxMode::Staged) {
 		if (int rc = staged_ep_prepare(ep, p.stage,
 					       p.recv_reserved.credited() ? kCreditedOwnRx : SIZE_MAX))
 			return rc;
@@ -628,14 +630,14 @@ try {
 	LentParts lent(ep, p);
 	CreditMode credits(ep, p.send_reserved.credited() ? send_cq : nullptr,
 			   p.recv_reserved.credited() ? recv_cq : nullptr);
-	if (ep->staged) {
+	if (ep->rx_mode == RxMode::Staged) {
 		if (int rc = staged_ep_post(ep))
 			return rc;
 	}
-	if (ep->provider_rx) {
+	if (ep->rx_mode == RxMode::ZeroLength || ep->rx_mode == RxMode::Service) {
 		const size_t own = ep->rx_credits ? std::min(ep->rx_depth, kCreditedOwnRx) : ep->rx_depth;
 		for (size_t i = 0; i < own; i++)
-			if (int rc = ep_post_provider_rx(ep)) {
+			if (int rc = ep_post_own_rx(ep)) {
 				if (rc == -FI_EAGAIN && ep->rx_credits) {
 					// No credit free: the rest follow as credits come back.
 					ep->own_rx_unposted.store(own - i);
@@ -726,24 +728,20 @@ try {
 	ep->sends_messages = (info->caps & FI_MSG) &&
 			     ((info->caps & FI_SEND) || !(info->caps & (FI_SEND | FI_RECV)));
 	ep->rx_op_flags = info->rx_attr ? info->rx_attr->op_flags & kRxOpFlags : 0;
-	ep->rx_cq_data_mode = (info->mode | (info->rx_attr ? info->rx_attr->mode : 0)) & FI_RX_CQ_DATA;
-	// No messages will be received and the application did not take on
-	// FI_RX_CQ_DATA: immediate data must not need its receives.
-	ep->provider_rx = !ep->rx_cq_data_mode && !(info->caps & (FI_MSG | FI_RECV));
-	if (uses_staged_rx(info->caps, ep->rx_cq_data_mode ? FI_RX_CQ_DATA : 0, ep->tx_op_flags)) {
+	const uint64_t rx_mode_bits = (info->mode | (info->rx_attr ? info->rx_attr->mode : 0)) & FI_RX_CQ_DATA;
+	ep->rx_mode = msg_rx_mode(info->caps, rx_mode_bits, ep->tx_op_flags);
+	ep->rx_cq_data_mode = ep->rx_mode == RxMode::AppBuffers && rx_mode_bits;
+	if (ep->rx_mode == RxMode::Staged) {
 		ep->staged = std::make_unique<StagedRx>();
 		ep->conn.max_msg_size = std::min(ep->conn.max_msg_size, wire::kStagedMsgMax);
 	}
 	ep->rma_pmem = info->caps & FI_RMA_PMEM;
 	ep->rma_events = info->caps & FI_RMA_EVENT;
-	if (uses_service(info->caps, ep->tx_op_flags)) {
-		// Commit and event messages, and answers to commits and
-		// confirmed messages, use the receive queue: it is vrma's alone
-		// (staging buffers when messages arrive there too).
+	// Commit and event messages, and answers to commits and confirmed
+	// messages, use the receive queue: it is vrma's alone (RxMode::Service,
+	// or Staged when messages arrive there too).
+	if (uses_service(info->caps, ep->tx_op_flags))
 		ep->service = std::make_unique<ServiceEp>();
-		ep->provider_rx = !ep->staged;
-		ep->rx_cq_data_mode = false;
-	}
 	{
 		const int threading = dom->info && dom->info->domain_attr
 					      ? dom->info->domain_attr->threading
@@ -789,7 +787,7 @@ try {
 		ep->conn.id.reset(cr->id);
 		ep->responder_resources = cr->responder_resources;
 		ep->initiator_depth = cr->initiator_depth;
-		ep->conn.peer_cm_flags.store(cr->peer_cm_flags, std::memory_order_release);
+		msg_set_peer_flags(ep.get(), cr->peer_cm_flags);
 		ep->passive_side = true;
 		ep->addr_resolved = true;
 		// The application's info keeps a dangling handle, as with every
@@ -836,7 +834,7 @@ try {
 	ep->fid.ops = const_cast<fi_ops *>(&ep_fi_ops);
 	ep->ops = const_cast<fi_ops_ep *>(&ep_ops);
 	ep->cm = const_cast<fi_ops_cm *>(&ep_cm_ops);
-	ep->msg = const_cast<fi_ops_msg *>(&msg_ops);
+	ep->msg = const_cast<fi_ops_msg *>(msg_ops_for(ep->rx_mode));
 	ep->rma = const_cast<fi_ops_rma *>(&rma_ops);
 	ep->tagged = const_cast<fi_ops_tagged *>(&tagged_nosys);
 	ep->atomic = const_cast<fi_ops_atomic *>(&atomic_nosys);

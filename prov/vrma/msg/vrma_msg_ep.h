@@ -94,6 +94,46 @@ struct ServiceEp {
 	std::atomic<bool> cancel{false}; // the connection died: fail what waits
 };
 
+// How an MSG endpoint's receive queue is fed, fixed at fi_endpoint from
+// its caps, mode and op flags (msg_rx_mode). It picks the endpoint's
+// message ops table (msg_ops_for): no receive call tests it.
+enum class RxMode : uint8_t {
+	// fi_recv posts the application's buffers to the device. Remote CQ
+	// data consumes one (the application took on FI_RX_CQ_DATA) or is
+	// refused to the peer (kCmFlagTakesCqData unset).
+	AppBuffers,
+	// No messages are received: vrma keeps zero-length receives posted
+	// for remote CQ data (an RMA-only endpoint without FI_RX_CQ_DATA).
+	ZeroLength,
+	// No messages are received: vrma's buffers (ServiceEp::rx_buf) take
+	// commit requests, RMA events and answers, on the domain's service CQ.
+	Service,
+	// Messages arrive in vrma's staging buffers and are copied into the
+	// receives fi_recv queues (StagedRx); a service endpoint's messages
+	// (Ep::service set) arrive there too.
+	Staged,
+};
+// The receive mode of an endpoint with these caps, mode bits (FI_RX_CQ_DATA)
+// and transmit op flags.
+inline RxMode msg_rx_mode(uint64_t caps, uint64_t mode, uint64_t tx_op_flags) noexcept
+{
+	if (uses_staged_rx(caps, mode, tx_op_flags))
+		return RxMode::Staged;
+	if (uses_service(caps, tx_op_flags))
+		return RxMode::Service;
+	if (!(mode & FI_RX_CQ_DATA) && !(caps & (FI_MSG | FI_RECV)))
+		return RxMode::ZeroLength;
+	return RxMode::AppBuffers;
+}
+
+// How the peer takes this side's messages, fixed when the connection is
+// made (msg_set_peer_flags) from the wire::kCmFlag* it announced.
+enum class PeerRx : uint8_t {
+	Unknown,    // not connected yet: sends take the long way (and fail there)
+	AppBuffers, // one send per message, into a receive its device matches
+	Staged,     // a wire::MsgHeader and pieces into its staging buffers
+};
+
 // A MSG endpoint: EpBase (CQs, counters, op flags) and its one connection.
 struct Ep final : EpBase {
 	Conn conn; // the endpoint's one connection
@@ -116,17 +156,20 @@ struct Ep final : EpBase {
 	// The receive CQ whose credit pool receives are posted from (nullptr:
 	// the whole queue is reserved), vrma's own receives included.
 	Cq *rx_credits = nullptr;
-	// vrma's own receives (provider_rx, staging buffers) left unposted
+	// vrma's own receives (RxMode other than AppBuffers) left unposted
 	// for want of a credit; reposted when the endpoint's requests complete
 	// (ep_repost_own_rx) or, staged, at the next fi_recv.
 	std::atomic<size_t> own_rx_unposted{0};
 	size_t rx_iov_limit = 0;
+	RxMode rx_mode = RxMode::AppBuffers;
+	// The application took on FI_RX_CQ_DATA (RxMode::AppBuffers only).
 	bool rx_cq_data_mode = false;
-	// RMA-only endpoint without FI_RX_CQ_DATA: vrma keeps zero-length
-	// receives posted so that remote CQ data needs no application receive.
-	bool provider_rx = false;
-	// Receives messages and remote CQ data without FI_RX_CQ_DATA: staged
-	// receives (uses_staged_rx), set up at fi_enable.
+	// Written once before the connection is announced (Connected);
+	// read relaxed by the send fast path, which takes the long way on
+	// anything but AppBuffers.
+	std::atomic<PeerRx> peer_rx{PeerRx::Unknown};
+	// RxMode::Staged: the staging buffers and queued receives, set up at
+	// fi_enable.
 	std::unique_ptr<StagedRx> staged;
 	// FI_RMA_PMEM / FI_RMA_EVENT: commit and event messages share vrma's
 	// receive queue, which the domain's service polls.
@@ -209,10 +252,11 @@ int ep_setopt(fid_t fid, int level, int optname, const void *optval, size_t optl
 
 // vrma_msg_ep.cpp
 int ep_enable(Ep *ep) noexcept;
-// Posts one of the provider's own zero-length receives (provider_rx).
-int ep_post_provider_rx(Ep *ep) noexcept;
+// Posts one of vrma's own receives of RxMode::ZeroLength (no buffer) or
+// RxMode::Service (a commit message buffer).
+int ep_post_own_rx(Ep *ep) noexcept;
 // Posts vrma's own receives left unposted for want of credits (staging
-// buffers, provider_rx receives) while credits last; takes the rx lock.
+// buffers, zero-length or service receives) while credits last; takes the rx lock.
 void ep_repost_own_rx(Ep *ep) noexcept;
 // Moves the QP to the error state so that outstanding requests flush.
 void ep_set_error(Ep *ep) noexcept;
@@ -315,7 +359,12 @@ ssize_t staged_cancel(Ep *ep, void *context) noexcept;
 size_t staged_rx_left(Ep *ep) noexcept;
 
 // vrma_msg_sendrecv.cpp, vrma_msg_rma.cpp
-extern const fi_ops_msg msg_ops;
+// The message ops of an endpoint with this receive mode (the sends are the
+// same in all; the receives are chosen by the mode).
+const fi_ops_msg *msg_ops_for(RxMode mode) noexcept;
+// Records the peer's wire::kCmFlag* and the modes derived from them; called
+// once per connection, before it is announced (Connected).
+void msg_set_peer_flags(Ep *ep, uint8_t flags) noexcept;
 extern const fi_ops_rma rma_ops;
 
 } // namespace vrma

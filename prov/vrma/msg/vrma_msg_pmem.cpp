@@ -479,15 +479,18 @@ int domain_ops_open(fid *f, const char *name, uint64_t flags, void **ops, void *
 
 int pmem_commit_method(const Ep *ep) noexcept
 {
-	const uint8_t peer_flags = ep->conn.peer_cm_flags.load(std::memory_order_acquire);
 	if (!ep->rma_pmem)
 		return FI_VRMA_COMMIT_NONE;
 	// Native FLUSH (kCmFlagNativeFlush) needs ibv_wr_flush, which
 	// rdma-core 44 lacks: never chosen by this build.
-	if (peer_flags & wire::kCmFlagDirectWritePmem)
+	switch (wire::peer_commit(ep->conn.peer_cm_flags.load(std::memory_order_acquire))) {
+	case wire::PeerCommit::DirectWrite:
 		return FI_VRMA_COMMIT_DIRECT_WRITE;
-	if (peer_flags & wire::kCmFlagCommitService)
+	case wire::PeerCommit::Service:
 		return FI_VRMA_COMMIT_TARGET;
+	case wire::PeerCommit::None:
+		break;
+	}
 	return FI_VRMA_COMMIT_NONE;
 }
 
@@ -497,10 +500,11 @@ try {
 	std::unique_ptr<uint8_t[]> req_buf, rx_buf;
 	MrPtr req_mr = register_buffer(dom, req_buf, kMaxCommits * wire::kCommitMsgMax);
 	// A staged endpoint receives into its staging buffers.
-	MrPtr rx_mr = req_mr && !ep->staged
+	const bool staged = ep->rx_mode == RxMode::Staged;
+	MrPtr rx_mr = req_mr && !staged
 			      ? register_buffer(dom, rx_buf, ep->rx_depth * wire::kCommitMsgMax)
 			      : nullptr;
-	if (!req_mr || (!rx_mr && !ep->staged)) {
+	if (!req_mr || (!rx_mr && !staged)) {
 		VRMA_WARN(FI_LOG_EP_CTRL, "fi_enable: cannot register the commit message buffers\n");
 		return -FI_ENOMEM;
 	}
@@ -520,7 +524,7 @@ try {
 	}
 	ServiceEp &pm = *ep->service;
 	// Answers consume the receives vrma keeps posted.
-	pm.max_commits = std::min(kMaxCommits, ep->staged ? staged_buffer_count(ep) : ep->rx_depth);
+	pm.max_commits = std::min(kMaxCommits, staged ? staged_buffer_count(ep) : ep->rx_depth);
 	pm.req_buf = std::move(req_buf);
 	pm.req_mr = std::move(req_mr);
 	pm.rx_buf = std::move(rx_buf);
@@ -674,7 +678,7 @@ void pmem_rx_completion(Ep *ep, const ibv_wc &wc, const void *buf) noexcept
 		// receive.
 		pmem_control_message(ep, msg, wc.byte_len);
 	}
-	if (int rc = ep_post_provider_rx(ep))
+	if (int rc = ep_post_own_rx(ep))
 		VRMA_WARN(FI_LOG_CQ, "reposting a vrma receive: %s\n", fi_strerror(-rc));
 	if (wc.opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
 		// Remote CQ data: the application's receive CQ hears of it (or

@@ -1,5 +1,5 @@
 // The MSG endpoint's receive posting: fi_recv and vrma's own receives
-// (provider_rx, staging buffers), inlined into their callers.
+// (zero-length or service receives, staging buffers), inlined into their callers.
 #pragma once
 
 #include "vrma_msg_ep.h"

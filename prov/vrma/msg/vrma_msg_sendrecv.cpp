@@ -45,7 +45,7 @@ ssize_t send_proof(const Ep *ep, uint64_t flags, SendProof &proof)
 		proof = SendProof::Confirm;
 		return 0;
 	}
-	if (peer & wire::kCmFlagStagedRx) {
+	if (ep->peer_rx.load(std::memory_order_acquire) == PeerRx::Staged) {
 		VRMA_WARN(FI_LOG_EP_DATA, "send: the peer copies messages out of staging buffers and confirms none (its endpoint was opened without FI_DELIVERY_COMPLETE, FI_COMMIT_COMPLETE, FI_RMA_EVENT or FI_RMA_PMEM)\n");
 		return -FI_EOPNOTSUPP;
 	}
@@ -166,7 +166,7 @@ ssize_t send_common(Ep *ep, const iovec *iov, void *const *desc, size_t count, u
 	SendProof proof;
 	if (ssize_t rc = send_proof(ep, flags, proof))
 		return rc;
-	if (peer_has(ep->conn, wire::kCmFlagStagedRx))
+	if (ep->peer_rx.load(std::memory_order_acquire) == PeerRx::Staged)
 		return send_staged(ep, iov, desc, count, data, flags, context, inject_call, proof);
 	ibv_sge sge[kMaxSge];
 	size_t total;
@@ -215,22 +215,22 @@ ssize_t send_common(Ep *ep, const iovec *iov, void *const *desc, size_t count, u
 }
 
 // The common case, as rma_one for RMA: one local buffer sent in one work
-// request to a peer without staged receives, no fence, no bounce buffer, no
-// argument for the long way to refuse. Everything else, and every error,
-// goes through send_common.
+// request to a peer that receives into its application's buffers
+// (PeerRx::AppBuffers: connected, not staged), no fence, no bounce buffer,
+// no argument for the long way to refuse. Everything else, and every
+// error, goes through send_common.
 [[gnu::always_inline]] inline ssize_t send_one(Ep *ep, const void *buf, size_t len, void *desc,
 						uint64_t data, uint64_t flags, void *context,
 						bool inject_call) noexcept
 {
 	const bool copied = len <= ep->conn.inline_size; // inline: no key needed
-	const bool staged_peer =
-		(ep->conn.peer_cm_flags.load(std::memory_order_relaxed) & wire::kCmFlagStagedRx) != 0;
+	const bool peer_other = ep->peer_rx.load(std::memory_order_relaxed) != PeerRx::AppBuffers;
 	bool slow;
 	if (inject_call) // flags are known; the terms are or-ed in one branch
-		slow = (!copied) | (!buf & (len != 0)) | staged_peer | cq_data_too_wide(flags, data);
+		slow = (!copied) | (!buf & (len != 0)) | peer_other | cq_data_too_wide(flags, data);
 	else
 		slow = (flags & ~kOneWrOpFlags) || len > ep->conn.max_msg_size || (!buf && len) ||
-		       (!desc && !copied && len) || ((flags & FI_INJECT) && !copied) || staged_peer ||
+		       (!desc && !copied && len) || ((flags & FI_INJECT) && !copied) || peer_other ||
 		       cq_data_too_wide(flags, data) || desc_misses(desc, buf, len);
 	if (slow) [[unlikely]]
 		return send_one_slow(ep, buf, len, desc, data, flags, context, inject_call);
@@ -242,30 +242,53 @@ ssize_t send_common(Ep *ep, const iovec *iov, void *const *desc, size_t count, u
 			     !inject_call && ep->tx_reports(flags), ep->cntr_send, flags & FI_MORE);
 }
 
-ssize_t recv_common(Ep *ep, const iovec *iov, void *const *desc, size_t count, uint64_t flags,
-		    void *context)
+// A receive on an endpoint that receives no messages (RxMode::ZeroLength,
+// RxMode::Service): its receive queue is vrma's.
+ssize_t recv_refused(Ep *, const iovec *, void *const *, size_t, uint64_t flags, void *) noexcept
 {
 	if (ssize_t rc = check_op_flags(flags, kRecvFlags, "recv"))
 		return rc;
-	if (ep->provider_rx) [[unlikely]] {
-		VRMA_WARN(FI_LOG_EP_DATA, "recv on an endpoint opened without FI_MSG/FI_RECV\n");
-		return -FI_EOPNOTSUPP;
-	}
+	VRMA_WARN(FI_LOG_EP_DATA, "recv on an endpoint opened without FI_MSG/FI_RECV\n");
+	return -FI_EOPNOTSUPP;
+}
+
+// A receive's flags and buffers checked, the buffers as scatter entries
+// (total: their bytes). keyless_max (build_sges): 0 when the device
+// writes them (each needs its desc), SIZE_MAX when vrma copies into them.
+inline ssize_t recv_sges(Ep *ep, const iovec *iov, void *const *desc, size_t count,
+			 uint64_t flags, size_t keyless_max, ibv_sge *sge, size_t &total) noexcept
+{
+	if (ssize_t rc = check_op_flags(flags, kRecvFlags, "recv"))
+		return rc;
+	return build_sges(&ep->conn, iov, desc, count, ep->rx_iov_limit, sge, total, keyless_max,
+			  true);
+}
+
+// RxMode::AppBuffers: the application's buffers go to the device.
+ssize_t recv_common(Ep *ep, const iovec *iov, void *const *desc, size_t count, uint64_t flags,
+		    void *context) noexcept
+{
 	ibv_sge sge[kMaxSge];
 	size_t total;
-	if (ep->staged) { // copied out of staging buffers: no descriptor needed
-		if (ssize_t rc = build_sges(&ep->conn, iov, desc, count, ep->rx_iov_limit, sge, total, SIZE_MAX,
-					    true))
-			return rc;
-		return staged_recv(ep, iov, count, total, context, ep->rx_reports(flags), ep->cntr_recv);
-	}
-	if (ssize_t rc = build_sges(&ep->conn, iov, desc, count, ep->rx_iov_limit, sge, total, 0, true))
+	if (ssize_t rc = recv_sges(ep, iov, desc, count, flags, 0, sge, total))
 		return rc;
 	ibv_recv_wr wr{};
 	wr.sg_list = sge;
 	wr.num_sge = static_cast<int>(count);
 	return post_recv(ep, wr, context, count ? iov[0].iov_base : nullptr, total,
 			 ep->rx_reports(flags), ep->cntr_recv);
+}
+
+// RxMode::Staged: the receive waits in vrma's queue and is filled by copies
+// out of the staging buffers (no descriptor needed).
+ssize_t recv_staged(Ep *ep, const iovec *iov, void *const *desc, size_t count, uint64_t flags,
+		    void *context) noexcept
+{
+	ibv_sge sge[kMaxSge];
+	size_t total;
+	if (ssize_t rc = recv_sges(ep, iov, desc, count, flags, SIZE_MAX, sge, total))
+		return rc;
+	return staged_recv(ep, iov, count, total, context, ep->rx_reports(flags), ep->cntr_recv);
 }
 
 // recv_one's long way, out of its inlined path.
@@ -276,16 +299,14 @@ ssize_t recv_common(Ep *ep, const iovec *iov, void *const *desc, size_t count, u
 	return recv_common(ep, &iov, &desc, 1, flags, context);
 }
 
-// The common receive, as send_one for sends: one non-empty buffer with a
-// desc that covers it, no larger than a message, on an endpoint that
-// receives into the application's buffers (not staged, not the provider's
-// own), no flag beyond kRecvFlags. Everything else, and every error, goes
-// through recv_common.
+// The common receive, as send_one for sends (RxMode::AppBuffers): one
+// non-empty buffer with a desc that covers it, no larger than a message, no
+// flag beyond kRecvFlags. Everything else, and every error, goes through
+// recv_common.
 [[gnu::always_inline]] inline ssize_t recv_one(Ep *ep, void *buf, size_t len, void *desc,
 						uint64_t flags, void *context) noexcept
 {
 	if ((flags & ~kRecvFlags) || !buf || !len || !desc || len > ep->conn.max_msg_size ||
-	    ep->staged || ep->provider_rx ||
 	    !static_cast<const MrDesc *>(desc)->covers(buf, len)) [[unlikely]]
 		return recv_one_slow(ep, buf, len, desc, flags, context);
 	// An sge holds 32 bits of length: capped as build_sges caps it (an
@@ -298,30 +319,42 @@ ssize_t recv_common(Ep *ep, const iovec *iov, void *const *desc, size_t count, u
 	return post_recv(ep, wr, context, buf, len, ep->rx_reports(flags), ep->cntr_recv);
 }
 
+// The receive entry points, one set per mode over its common path
+// (RxMode::AppBuffers: recv_common, whose one-buffer case is recv_one).
+using RecvPath = ssize_t (*)(Ep *, const iovec *, void *const *, size_t, uint64_t, void *) noexcept;
+
+template <RecvPath Path>
 ssize_t msg_recv(fid_ep *f, void *buf, size_t len, void *desc, fi_addr_t, void *context) noexcept
 {
 	Ep *ep = static_cast<Ep *>(f);
-	return recv_one(ep, buf, len, desc, ep->rx_op_flags, context);
+	if constexpr (Path == recv_common) {
+		return recv_one(ep, buf, len, desc, ep->rx_op_flags, context);
+	} else {
+		const iovec iov{buf, len};
+		return Path(ep, &iov, &desc, 1, ep->rx_op_flags, context);
+	}
 }
 
+template <RecvPath Path>
 ssize_t msg_recvv(fid_ep *f, const iovec *iov, void **desc, size_t count, fi_addr_t,
 		  void *context) noexcept
 {
 	Ep *ep = static_cast<Ep *>(f);
-	return recv_common(ep, iov, desc, count, ep->rx_op_flags, context);
+	return Path(ep, iov, desc, count, ep->rx_op_flags, context);
 }
 
-ssize_t msg_recvmsg(fid_ep *f, const fi_msg *msg, uint64_t flags) noexcept
+template <RecvPath Path> ssize_t msg_recvmsg(fid_ep *f, const fi_msg *msg, uint64_t flags) noexcept
 {
 	if (!msg) {
 		VRMA_WARN(FI_LOG_EP_DATA, "fi_recvmsg: NULL message\n");
 		return -FI_EINVAL;
 	}
-	if (msg->iov_count == 1 && msg->msg_iov)
-		return recv_one(static_cast<Ep *>(f), msg->msg_iov[0].iov_base, msg->msg_iov[0].iov_len,
-				msg->desc ? msg->desc[0] : nullptr, flags, msg->context);
-	return recv_common(static_cast<Ep *>(f), msg->msg_iov, msg->desc, msg->iov_count, flags,
-			   msg->context);
+	Ep *ep = static_cast<Ep *>(f);
+	if constexpr (Path == recv_common)
+		if (msg->iov_count == 1 && msg->msg_iov)
+			return recv_one(ep, msg->msg_iov[0].iov_base, msg->msg_iov[0].iov_len,
+					msg->desc ? msg->desc[0] : nullptr, flags, msg->context);
+	return Path(ep, msg->msg_iov, msg->desc, msg->iov_count, flags, msg->context);
 }
 
 ssize_t msg_send(fid_ep *f, const void *buf, size_t len, void *desc, fi_addr_t,
@@ -373,17 +406,45 @@ ssize_t msg_injectdata(fid_ep *f, const void *buf, size_t len, uint64_t data, fi
 
 } // namespace
 
-const fi_ops_msg msg_ops = {
-	.size = sizeof(fi_ops_msg),
-	.recv = msg_recv,
-	.recvv = msg_recvv,
-	.recvmsg = msg_recvmsg,
-	.send = msg_send,
-	.sendv = msg_sendv,
-	.sendmsg = msg_sendmsg,
-	.inject = msg_inject,
-	.senddata = msg_senddata,
-	.injectdata = msg_injectdata,
-};
+// One table per receive mode; the sends are the same in all.
+template <RecvPath Path> constexpr fi_ops_msg msg_ops_receiving() noexcept
+{
+	return {
+		.size = sizeof(fi_ops_msg),
+		.recv = msg_recv<Path>,
+		.recvv = msg_recvv<Path>,
+		.recvmsg = msg_recvmsg<Path>,
+		.send = msg_send,
+		.sendv = msg_sendv,
+		.sendmsg = msg_sendmsg,
+		.inject = msg_inject,
+		.senddata = msg_senddata,
+		.injectdata = msg_injectdata,
+	};
+}
+constexpr fi_ops_msg app_msg_ops = msg_ops_receiving<recv_common>();
+constexpr fi_ops_msg staged_msg_ops = msg_ops_receiving<recv_staged>();
+constexpr fi_ops_msg refused_msg_ops = msg_ops_receiving<recv_refused>();
+
+const fi_ops_msg *msg_ops_for(RxMode mode) noexcept
+{
+	switch (mode) {
+	case RxMode::AppBuffers:
+		return &app_msg_ops;
+	case RxMode::Staged:
+		return &staged_msg_ops;
+	case RxMode::ZeroLength:
+	case RxMode::Service:
+		break;
+	}
+	return &refused_msg_ops;
+}
+
+void msg_set_peer_flags(Ep *ep, uint8_t flags) noexcept
+{
+	ep->conn.peer_cm_flags.store(flags, std::memory_order_release);
+	ep->peer_rx.store(flags & wire::kCmFlagStagedRx ? PeerRx::Staged : PeerRx::AppBuffers,
+			  std::memory_order_release);
+}
 
 } // namespace vrma

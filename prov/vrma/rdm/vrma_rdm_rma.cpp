@@ -152,8 +152,10 @@ ssize_t rma_long(RdmEp *ep, ibv_wr_opcode opcode, const iovec *iov, void *const 
 	// commits trivially, and so does a write of nothing.
 	bool commit_request = false, commit_read_back = false;
 	if (!is_read && (flags & FI_COMMIT_COMPLETE) && total) [[unlikely]] {
-		commit_read_back = peer_has(*conn, wire::kCmFlagDirectWritePmem);
-		commit_request = !commit_read_back && peer_has(*conn, wire::kCmFlagCommitService);
+		const wire::PeerCommit how =
+			wire::peer_commit(conn->peer_cm_flags.load(std::memory_order_acquire));
+		commit_read_back = how == wire::PeerCommit::DirectWrite;
+		commit_request = how == wire::PeerCommit::Service;
 		if (!commit_read_back && !commit_request) {
 			VRMA_WARN(FI_LOG_EP_DATA, "FI_COMMIT_COMPLETE: the peer is no FI_RMA_PMEM endpoint and its writes do not land in persistent memory\n");
 			return -FI_EOPNOTSUPP;
