@@ -16,12 +16,27 @@
 // held_here() says whether the calling thread does; functions whose
 // contract is "lock held" assert it (VRMA_ASSERT_HELD). Without the checks
 // nothing is recorded and the assertion compiles to nothing.
+//
+// CheckedMutex, below: a std::mutex with the same lock checks, for the
+// locks that may be contended or held long (CQ, EQ, transmit and receive
+// locks of MSG endpoints, the domain's and the provider threads' locks).
 #pragma once
 
 #include <atomic>
 #include <cstdint>
+#include <mutex>
 
 namespace vrma {
+
+#ifdef VRMA_LOCK_CHECKS
+// Names the calling thread for the lock checks: a per-thread address (no
+// syscall, no formatting).
+inline const void *lock_check_thread_tag() noexcept
+{
+	static thread_local const char tag = 0;
+	return &tag;
+}
+#endif
 
 [[gnu::always_inline]] inline void cpu_relax() noexcept
 {
@@ -75,19 +90,13 @@ public:
 	// Whether the calling thread holds the mutex.
 	bool held_here() const noexcept
 	{
-		return owner_.load(std::memory_order_relaxed) == this_thread_tag();
+		return owner_.load(std::memory_order_relaxed) == lock_check_thread_tag();
 	}
 #endif
 
 private:
 #ifdef VRMA_LOCK_CHECKS
-	// A per-thread address names the thread (no syscall, no formatting).
-	static const void *this_thread_tag() noexcept
-	{
-		static thread_local const char tag = 0;
-		return &tag;
-	}
-	void set_owner() noexcept { owner_.store(this_thread_tag(), std::memory_order_relaxed); }
+	void set_owner() noexcept { owner_.store(lock_check_thread_tag(), std::memory_order_relaxed); }
 	std::atomic<const void *> owner_{nullptr};
 #else
 	void set_owner() noexcept {}
@@ -116,5 +125,63 @@ private:
 
 	std::atomic<uint32_t> state_{kFree};
 };
+
+// A std::mutex that, with VRMA_LOCK_CHECKS, records its holder as FastMutex
+// does (held_here(), VRMA_ASSERT_HELD); without them it is a std::mutex:
+// the same size, and lock()/unlock() inline to std::mutex's own.
+// Contract: Lockable, not recursive. Hazard: std::condition_variable takes
+// only std::mutex; use std::condition_variable_any, whose wait unlocks and
+// relocks through this class and so keeps the holder right (the inner
+// std::mutex is not exposed: a wait on it would leave the holder stale).
+class CheckedMutex {
+public:
+	CheckedMutex() = default;
+	CheckedMutex(const CheckedMutex &) = delete;
+	CheckedMutex &operator=(const CheckedMutex &) = delete;
+
+	[[gnu::always_inline]] void lock()
+	{
+		m_.lock();
+		set_owner();
+	}
+
+	[[gnu::always_inline]] bool try_lock() noexcept
+	{
+		if (!m_.try_lock())
+			return false;
+		set_owner();
+		return true;
+	}
+
+	[[gnu::always_inline]] void unlock() noexcept
+	{
+#ifdef VRMA_LOCK_CHECKS
+		owner_.store(nullptr, std::memory_order_relaxed);
+#endif
+		m_.unlock();
+	}
+
+#ifdef VRMA_LOCK_CHECKS
+	// Whether the calling thread holds the mutex.
+	bool held_here() const noexcept
+	{
+		return owner_.load(std::memory_order_relaxed) == lock_check_thread_tag();
+	}
+#endif
+
+private:
+#ifdef VRMA_LOCK_CHECKS
+	void set_owner() noexcept { owner_.store(lock_check_thread_tag(), std::memory_order_relaxed); }
+	std::atomic<const void *> owner_{nullptr};
+#else
+	void set_owner() noexcept {}
+#endif
+	std::mutex m_;
+};
+
+#ifndef VRMA_LOCK_CHECKS
+static_assert(sizeof(CheckedMutex) == sizeof(std::mutex) && alignof(CheckedMutex) == alignof(std::mutex),
+	      "without lock checks a CheckedMutex is a std::mutex");
+#endif
 
 } // namespace vrma
