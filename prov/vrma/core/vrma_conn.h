@@ -158,7 +158,7 @@ struct Conn {
 	// (RdmEp::tx_free; its share: RdmEp::tx_share).
 	uint32_t bufs_held = 0;
 
-	std::mutex tx_lock;
+	CheckedMutex tx_lock;
 	// The application serializes this connection's transmit calls (domain
 	// threading FI_THREAD_DOMAIN, FI_THREAD_COMPLETION or
 	// FI_THREAD_ENDPOINT) and no provider thread posts on it: the data

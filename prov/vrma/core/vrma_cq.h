@@ -50,7 +50,7 @@ private:
 	// lock, which those readers may wait for).
 	void republish() noexcept;
 
-	std::mutex lock_;
+	CheckedMutex lock_;
 	std::atomic<size_t> n_{0};
 	std::vector<RdmEp *> eps_;
 	// The only attached endpoint (nullptr: none or several), progressed
@@ -72,7 +72,7 @@ struct Cq final : fid_cq {
 	Fd epoll_fd;  // waits on the completion channel and signal_fd
 	Fd signal_fd; // eventfd written by fi_cq_signal and cq_push
 	std::atomic<bool> user_signal{false}; // fi_cq_signal was called
-	std::mutex lock;
+	CheckedMutex lock;
 	RingQueue<CqPending> pending; // change it through cq_enqueue/cq_dequeue only
 	// Entries that may wait in `pending` before the pollers that run for
 	// the application's posts, counters and the progress thread stop
@@ -117,7 +117,7 @@ struct Cntr final : fid_cntr {
 	std::atomic<uint64_t> errors{0};
 	Fd event_fd; // written by fi_cntr_add/set: wakes fi_cntr_wait
 	Fd epoll_fd; // event_fd and the epoll descriptors of the feeding CQs
-	std::mutex lock;
+	CheckedMutex lock;
 	std::map<Cq *, int> cqs; // CQs whose completions feed the counter
 	std::atomic<int> refs{0};
 	// Threads inside fi_cntr_wait. A count made while one waits writes

@@ -281,7 +281,7 @@ public:
 	TxGuard &operator=(const TxGuard &) = delete;
 
 private:
-	std::mutex *lock_;
+	CheckedMutex *lock_;
 };
 
 inline ssize_t post_send_chain_locked(Conn *conn, ibv_send_wr *wrs, size_t n, const TxOp &op) noexcept;

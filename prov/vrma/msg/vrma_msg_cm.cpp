@@ -379,7 +379,7 @@ int attach_to_eq(Ep *ep)
 	}
 	if (ep->conn.id->channel == ep->eq->channel.get())
 		return 0;
-	std::lock_guard<std::mutex> guard(ep->eq->lock);
+	std::lock_guard guard(ep->eq->lock);
 	if (rdma_migrate_id(ep->conn.id.get(), ep->eq->channel.get())) {
 		int err = errno;
 		VRMA_WARN(FI_LOG_EP_CTRL, "rdma_migrate_id: %s\n", strerror(err));

@@ -81,7 +81,7 @@ struct PendingCommit {
 // answers commit requests and counts RMA events (target) and completes
 // answered commits (initiator).
 struct ServiceEp {
-	std::mutex lock; // the commits table (a leaf lock)
+	CheckedMutex lock; // the commits table (a leaf lock)
 	PendingCommit commits[kMaxCommits];
 	uint32_t next_id = 0;
 	size_t max_commits = kMaxCommits;
@@ -133,7 +133,7 @@ struct Ep final : EpBase {
 	std::unique_ptr<ServiceEp> service;
 	Cq *service_cq = nullptr; // the receive CQ then (the domain's service's)
 
-	std::mutex rx_lock;
+	CheckedMutex rx_lock;
 	SlotRing<RxSlot> rx;
 };
 
