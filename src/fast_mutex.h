@@ -28,15 +28,32 @@
 
 namespace vrma {
 
+// The lock checks' record of which thread holds a mutex (both mutexes
+// derive from it). Without VRMA_LOCK_CHECKS it is empty and costs nothing.
+class LockHolder {
 #ifdef VRMA_LOCK_CHECKS
-// Names the calling thread for the lock checks: a per-thread address (no
-// syscall, no formatting).
-inline const void *lock_check_thread_tag() noexcept
-{
-	static thread_local const char tag = 0;
-	return &tag;
-}
+public:
+	// Whether the calling thread holds the mutex.
+	bool held_here() const noexcept { return owner_.load(std::memory_order_relaxed) == tag(); }
+
+protected:
+	void set_owner() noexcept { owner_.store(tag(), std::memory_order_relaxed); }
+	void clear_owner() noexcept { owner_.store(nullptr, std::memory_order_relaxed); }
+
+private:
+	// A per-thread address names the thread (no syscall, no formatting).
+	static const void *tag() noexcept
+	{
+		static thread_local const char t = 0;
+		return &t;
+	}
+	std::atomic<const void *> owner_{nullptr};
+#else
+protected:
+	void set_owner() noexcept {}
+	void clear_owner() noexcept {}
 #endif
+};
 
 [[gnu::always_inline]] inline void cpu_relax() noexcept
 {
@@ -47,7 +64,7 @@ inline const void *lock_check_thread_tag() noexcept
 #endif
 }
 
-class FastMutex {
+class FastMutex : public LockHolder {
 public:
 	FastMutex() = default;
 	FastMutex(const FastMutex &) = delete;
@@ -77,31 +94,14 @@ public:
 
 	[[gnu::always_inline]] void unlock() noexcept
 	{
-#ifdef VRMA_LOCK_CHECKS
-		owner_.store(nullptr, std::memory_order_relaxed);
-#endif
+		clear_owner();
 		// kWaiters: somebody may sleep; wake one (it takes the lock as
 		// kWaiters again, so a later unlock wakes the next).
 		if (state_.exchange(kFree, std::memory_order_release) == kWaiters) [[unlikely]]
 			state_.notify_one();
 	}
 
-#ifdef VRMA_LOCK_CHECKS
-	// Whether the calling thread holds the mutex.
-	bool held_here() const noexcept
-	{
-		return owner_.load(std::memory_order_relaxed) == lock_check_thread_tag();
-	}
-#endif
-
 private:
-#ifdef VRMA_LOCK_CHECKS
-	void set_owner() noexcept { owner_.store(lock_check_thread_tag(), std::memory_order_relaxed); }
-	std::atomic<const void *> owner_{nullptr};
-#else
-	void set_owner() noexcept {}
-#endif
-
 	static constexpr uint32_t kFree = 0;
 	static constexpr uint32_t kLocked = 1;  // held, nobody sleeping
 	static constexpr uint32_t kWaiters = 2; // held, someone may sleep
@@ -133,7 +133,7 @@ private:
 // only std::mutex; use std::condition_variable_any, whose wait unlocks and
 // relocks through this class and so keeps the holder right (the inner
 // std::mutex is not exposed: a wait on it would leave the holder stale).
-class CheckedMutex {
+class CheckedMutex : public LockHolder {
 public:
 	CheckedMutex() = default;
 	CheckedMutex(const CheckedMutex &) = delete;
@@ -155,33 +155,18 @@ public:
 
 	[[gnu::always_inline]] void unlock() noexcept
 	{
-#ifdef VRMA_LOCK_CHECKS
-		owner_.store(nullptr, std::memory_order_relaxed);
-#endif
+		clear_owner();
 		m_.unlock();
 	}
 
-#ifdef VRMA_LOCK_CHECKS
-	// Whether the calling thread holds the mutex.
-	bool held_here() const noexcept
-	{
-		return owner_.load(std::memory_order_relaxed) == lock_check_thread_tag();
-	}
-#endif
-
 private:
-#ifdef VRMA_LOCK_CHECKS
-	void set_owner() noexcept { owner_.store(lock_check_thread_tag(), std::memory_order_relaxed); }
-	std::atomic<const void *> owner_{nullptr};
-#else
-	void set_owner() noexcept {}
-#endif
 	std::mutex m_;
 };
 
 #ifndef VRMA_LOCK_CHECKS
 static_assert(sizeof(CheckedMutex) == sizeof(std::mutex) && alignof(CheckedMutex) == alignof(std::mutex),
 	      "without lock checks a CheckedMutex is a std::mutex");
+static_assert(sizeof(FastMutex) == sizeof(uint32_t), "without lock checks a FastMutex is its state");
 #endif
 
 } // namespace vrma
