@@ -90,6 +90,7 @@ inline Outcome tx_success(Cntr *cntr, bool report, const Completion &done, Compl
 [[gnu::noinline]] void complete_deferred(Cq *cq, Ep *ep, const TxSlot &t, const ibv_wc &wc,
 					 bool proven) noexcept
 {
+	VRMA_ASSERT_HELD(cq->lock);
 	CqPending p;
 	if (proven) {
 		count_completion(t.cntr, true);
@@ -120,6 +121,7 @@ inline Outcome tx_success(Cntr *cntr, bool report, const Completion &done, Compl
 [[gnu::noinline]] Outcome tx_wc_marked(Cq *cq, Ep *ep, TxSlot *s, const ibv_wc &wc, Completion &c,
 				       fi_cq_err_entry &e)
 {
+	VRMA_ASSERT_HELD(cq->lock);
 	// Read the slot before retiring it: the poster may reuse it after.
 	const Completion done{s->context, s->comp_flags, s->len, nullptr, 0};
 	const bool report = s->report;
@@ -171,6 +173,7 @@ inline Outcome tx_success(Cntr *cntr, bool report, const Completion &done, Compl
 // `cq` is the CQ being polled (its lock held).
 Outcome handle_wc(Cq *cq, const ibv_wc &wc, Completion &c, fi_cq_err_entry &e)
 {
+	VRMA_ASSERT_HELD(cq->lock);
 	device_completed(wc.wr_id);
 	auto *h = reinterpret_cast<SlotHeader *>(wc.wr_id);
 	// Only MSG connections complete into application CQs.
@@ -259,6 +262,7 @@ bool device_cq_used(const Cq *cq)
 // Returns the number of work completions polled, or a negative FI_E* code.
 int poll_to_pending(Cq *cq, size_t max)
 {
+	VRMA_ASSERT_HELD(cq->lock);
 	if (!device_cq_used(cq))
 		return 0;
 	ibv_wc wcs[16];
@@ -289,6 +293,7 @@ int poll_to_pending(Cq *cq, size_t max)
 // completions already queued raise no event, so none may be left behind.
 void poll_all_to_pending(Cq *cq)
 {
+	VRMA_ASSERT_HELD(cq->lock);
 	constexpr size_t kBatch = 256;
 	while (poll_to_pending(cq, kBatch) == static_cast<int>(kBatch)) {
 	}
@@ -306,6 +311,7 @@ size_t background_room(const Cq *cq)
 // is the reader's, which polls the device itself (lock held).
 void poll_all_within_limit(Cq *cq)
 {
+	VRMA_ASSERT_HELD(cq->lock);
 	constexpr size_t kBatch = 256;
 	for (;;) {
 		const size_t max = std::min(kBatch, background_room(cq));
@@ -679,6 +685,7 @@ namespace {
 // the credit pool. false when the device refuses.
 bool cq_grow(Cq *cq, size_t want)
 {
+	VRMA_ASSERT_HELD(cq->lock);
 	if (int rc = ibv_resize_cq(cq->cq.get(), static_cast<int>(want))) {
 		VRMA_WARN(FI_LOG_CQ, "ibv_resize_cq(%zu): %s\n", want, strerror(rc));
 		return false;

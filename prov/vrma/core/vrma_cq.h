@@ -227,11 +227,13 @@ void cq_push(Cq *cq, const CqPending &entry) noexcept;
 // The CQ's software queue (lock held).
 inline void cq_enqueue(Cq *cq, const CqPending &entry)
 {
+	VRMA_ASSERT_HELD(cq->lock);
 	cq->pending.push_back(entry); // may throw std::bad_alloc
 	cq->queued.store(cq->pending.size(), std::memory_order_relaxed);
 }
 inline void cq_dequeue(Cq *cq) noexcept
 {
+	VRMA_ASSERT_HELD(cq->lock);
 	cq->pending.pop_front();
 	cq->queued.store(cq->pending.size(), std::memory_order_relaxed);
 }

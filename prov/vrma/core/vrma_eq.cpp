@@ -15,6 +15,7 @@ namespace {
 // destroyed only after its event was acked (rdma_destroy_id waits for it).
 void progress(Eq *eq)
 {
+	VRMA_ASSERT_HELD(eq->lock);
 	if (!eq->channel)
 		return;
 	rdma_cm_event *ev = nullptr;

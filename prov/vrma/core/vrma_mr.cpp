@@ -426,6 +426,7 @@ int domain_open_key_table(Domain *dom) noexcept
 
 bool domain_resolve_key(Domain *dom, uint64_t key, keys::KeyEntry &out, Mr **mr_out) noexcept
 {
+	VRMA_ASSERT_HELD(dom->mr_lock);
 	const Mr *mr = nullptr;
 	if (dom->scalable_keys) {
 		if (!dom->key_table.find(key, out))
@@ -461,6 +462,7 @@ bool domain_resolve_key(Domain *dom, uint64_t key, keys::KeyEntry &out, Mr **mr_
 
 int mr_register_now(Domain *dom, Mr *mr) noexcept
 {
+	VRMA_ASSERT_HELD(dom->mr_lock);
 	if (mr->mr)
 		return 0;
 	mr->mr.reset(ibv_reg_mr(dom->pd.get(), mr->addr, mr->len, mr->ibv_access));
@@ -526,6 +528,7 @@ bool desc_register_on_demand(Domain *dom, const MrDesc *d, const void *buf, size
 
 void count_region_event(Mr *mr, bool write) noexcept
 {
+	VRMA_ASSERT_HELD(mr->domain->mr_lock);
 	count_completion((write ? mr->cntr_remote_write : mr->cntr_remote_read).load(std::memory_order_acquire),
 			 true);
 }
@@ -540,6 +543,7 @@ void count_region_events(Domain *dom, bool write, const uint64_t *keys, size_t n
 
 Mr *mr_by_device_key(Domain *dom, uint64_t key) noexcept
 {
+	VRMA_ASSERT_HELD(dom->mr_lock);
 	if (key > UINT32_MAX)
 		return nullptr; // no region has it
 	auto it = dom->mrs_by_key.find(static_cast<uint32_t>(key));

@@ -59,6 +59,7 @@ void drain(MrCache *c, RegRetired &out) noexcept
 // nothing): O(1), no allocation.
 void take_deferred(MrCache *c, RegRetired &out) noexcept
 {
+	VRMA_ASSERT_HELD(c->lock);
 	if (!c->deferred.empty()) [[unlikely]]
 		out = std::move(c->deferred);
 }
@@ -89,6 +90,7 @@ MrCache *cache_of(Domain *dom) noexcept
 	MrCache *raw = c.get();
 	const int rc = c->monitor.open(&c->lock, [raw](uintptr_t start, uintptr_t end) noexcept {
 		// Under raw->lock, on the monitor thread: no allocation, no free.
+		VRMA_ASSERT_HELD(raw->lock);
 		if (end == UINTPTR_MAX)
 			(void)raw->cache.flush(raw->deferred);
 		else

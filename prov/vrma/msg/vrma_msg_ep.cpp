@@ -688,7 +688,10 @@ try {
 	ep->domain = dom;
 	ep->conn.domain = dom;
 	ep->conn.ep = ep.get();
-	ep->conn.reclaim = [](Conn *c) noexcept { cq_progress(send_cq_of(c->ep)); };
+	ep->conn.reclaim = [](Conn *c) noexcept {
+		VRMA_ASSERT_HELD(tx_lock_of(c));
+		cq_progress(send_cq_of(c->ep));
+	};
 	ep->info.reset(fi_dupinfo(info));
 	if (!ep->info)
 		return -FI_ENOMEM;

@@ -72,6 +72,7 @@ namespace {
 // Forgets the jobs of an endpoint being closed (service lock held).
 void drop_jobs(PmemService *svc, const Ep *ep)
 {
+	VRMA_ASSERT_HELD(svc->lock);
 	auto of_ep = [ep](const PmemService::Job &j) { return j.ep == ep; };
 	std::erase_if(svc->retry, of_ep);
 	std::lock_guard guard(svc->jobs_lock);
@@ -182,6 +183,7 @@ namespace {
 // answer must be retried (the send queue is full).
 bool serve(PmemService *svc, PmemService::Job &job)
 {
+	VRMA_ASSERT_HELD(svc->lock);
 	if (!job.persisted) {
 		// A malformed request arrives with its status set and no ranges.
 		for (size_t i = 0; i < job.n && job.status == wire::CommitStatus::Ok; i++)
@@ -336,6 +338,7 @@ void service_loop(PmemService *svc)
 
 int service_start(Domain *dom)
 {
+	VRMA_ASSERT_HELD(dom->pmem_lock);
 	auto svc = std::make_unique<PmemService>();
 	svc->domain = dom;
 	fi_cq_attr attr{};
@@ -370,6 +373,7 @@ int service_start(Domain *dom)
 
 void service_stop(Domain *dom)
 {
+	VRMA_ASSERT_HELD(dom->pmem_lock);
 	PmemServicePtr svc = std::move(dom->pmem);
 	svc->stop.store(true, std::memory_order_release);
 	wake(svc.get());
@@ -698,6 +702,7 @@ namespace {
 // consume them) or the entry is still busy.
 PendingCommit *next_pending(ServiceEp &pm)
 {
+	VRMA_ASSERT_HELD(pm.lock);
 	size_t busy = 0;
 	for (const PendingCommit &pc : pm.commits)
 		busy += pc.busy;

@@ -87,6 +87,7 @@ void run(MsgProgress *mp) noexcept
 // held). 0 or a negative FI_E* code.
 int start(MsgProgress *mp)
 {
+	VRMA_ASSERT_HELD(mp->lock);
 	mp->stop_fd.reset(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
 	if (mp->stop_fd.get() < 0)
 		return errno_to_fi(errno);

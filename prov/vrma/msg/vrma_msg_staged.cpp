@@ -29,6 +29,7 @@ constexpr size_t kHeaderLen = sizeof(wire::MsgHeader);
 // for the next attempt: a shrinking queue only slows the peer down.
 void repost(Ep *ep, uint8_t *buf)
 {
+	VRMA_ASSERT_HELD(ep->rx_lock);
 	StagedRx &st = *ep->staged;
 	ibv_sge sge{reinterpret_cast<uintptr_t>(buf), static_cast<uint32_t>(wire::kStageBytes),
 		    st.stage.mr->lkey};
@@ -49,6 +50,7 @@ void repost(Ep *ep, uint8_t *buf)
 // Gives back buffers an earlier repost failed for (rx lock held).
 void repost_unposted(Ep *ep)
 {
+	VRMA_ASSERT_HELD(ep->rx_lock);
 	StagingBuffers &b = ep->staged->stage;
 	while (!b.unposted.empty()) {
 		const size_t before = b.unposted.size();
@@ -133,6 +135,7 @@ void confirm(Ep *ep, const ConfirmDue &d)
 Outcome advance(Ep *ep, Completion &c, fi_cq_err_entry &e, Cntr *&cntr, bool &report,
 		ConfirmDue &conf)
 {
+	VRMA_ASSERT_HELD(ep->rx_lock);
 	StagedRx &st = *ep->staged;
 	while (!st.arrivals.empty()) {
 		const StagedArrival a = st.arrivals.front();
@@ -309,6 +312,7 @@ try {
 Outcome staged_rx_completion(Ep *ep, Cq *cq, const ibv_wc &wc, void *buf, Completion &c,
 			     fi_cq_err_entry &e) noexcept
 try {
+	VRMA_ASSERT_HELD(cq->lock);
 	StagedRx &st = *ep->staged;
 	if (wc.status != IBV_WC_SUCCESS) {
 		if (wc.status != IBV_WC_WR_FLUSH_ERR)
