@@ -31,7 +31,7 @@ int update(Cntr *c, std::atomic<uint64_t> &count, uint64_t value, bool add)
 // Runs fn on every CQ whose completions feed the counter, under the
 // counter's lock. An endpoint's close detaches its CQs under that lock
 // before they can be closed, so no CQ fn is given is freed while it runs,
-// whatever another thread closes (lock order: counter, then CQ).
+// whatever another thread closes.
 template <typename Fn> void for_each_feeding_cq(Cntr *c, Fn &&fn)
 {
 	std::lock_guard guard(c->lock);

@@ -215,7 +215,7 @@ Outcome handle_wc(Cq *cq, const ibv_wc &wc, Completion &c, fi_cq_err_entry &e)
 		return Outcome::None;
 	}
 	if (internal && wc.status == IBV_WC_SUCCESS) {
-		// Keep the provider's receive queue full (lock order: CQ, then rx).
+		// Keep the provider's receive queue full.
 		if (int rc = ep_post_provider_rx(ep)) {
 			if (rc == -FI_EAGAIN && ep->rx_credits)
 				ep->own_rx_unposted.fetch_add(1); // no credit now: later

@@ -247,9 +247,8 @@ void cq_complete(Cq *cq, const Completion &c, fi_addr_t src) noexcept;
 // vrma_msg_progress.cpp: the data progress thread of an FI_PROGRESS_AUTO domain
 // (MSG endpoints). One per domain, sleeping on an epoll set of its CQs'
 // completion channels; it handles an event under MsgProgress::lock, so CQ
-// close, which unregisters under that lock, never races it. Lock order:
-// MsgProgress::lock, then the CQ lock (and what the CQ poller takes).
-// Never call these with a CQ, endpoint or EQ lock held.
+// close, which unregisters under that lock, never races it. Never call
+// these with a CQ, endpoint or EQ lock held (lock order: vrma_msg_ep.h).
 // The domain's state (fi_domain of an FI_PROGRESS_AUTO info); no thread yet.
 int msg_progress_create(Domain *dom) noexcept;
 // Registers a CQ with a completion channel (cq_open); starts the thread at

@@ -571,7 +571,7 @@ inline ssize_t post_send_chain_locked(Conn *conn, ibv_send_wr *wrs, size_t n, co
 		}
 		// Automatic progress: post what FI_MORE held back (its slots can
 		// only come back once posted), reclaim what the device finished,
-		// and only then say the queue is full (lock order: tx, then CQ).
+		// and only then say the queue is full.
 		if (conn->dc_open)
 			close_deferred(conn);
 		flush_more(conn);

@@ -318,7 +318,7 @@ try {
 		if (wc.status != IBV_WC_WR_FLUSH_ERR)
 			ep_connection_failed(ep);
 		// The queue is flushed: every receive waiting in vrma's queue
-		// ends now, as the device's own would (lock order: CQ, then rx).
+		// ends now, as the device's own would.
 		std::deque<StagedRecv> failed;
 		{
 			std::lock_guard guard(ep->rx_lock);
