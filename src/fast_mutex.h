@@ -16,12 +16,44 @@
 // held_here() says whether the calling thread does; functions whose
 // contract is "lock held" assert it (VRMA_ASSERT_HELD). Without the checks
 // nothing is recorded and the assertion compiles to nothing.
+//
+// CheckedMutex, below: a std::mutex with the same lock checks, for the
+// locks that may be contended or held long (CQ, EQ, transmit and receive
+// locks of MSG endpoints, the domain's and the provider threads' locks).
 #pragma once
 
 #include <atomic>
 #include <cstdint>
+#include <mutex>
 
 namespace vrma {
+
+// The lock checks' record of which thread holds a mutex (both mutexes
+// derive from it). Without VRMA_LOCK_CHECKS it is empty and costs nothing.
+class LockHolder {
+#ifdef VRMA_LOCK_CHECKS
+public:
+	// Whether the calling thread holds the mutex.
+	bool held_here() const noexcept { return owner_.load(std::memory_order_relaxed) == tag(); }
+
+protected:
+	void set_owner() noexcept { owner_.store(tag(), std::memory_order_relaxed); }
+	void clear_owner() noexcept { owner_.store(nullptr, std::memory_order_relaxed); }
+
+private:
+	// A per-thread address names the thread (no syscall, no formatting).
+	static const void *tag() noexcept
+	{
+		static thread_local const char t = 0;
+		return &t;
+	}
+	std::atomic<const void *> owner_{nullptr};
+#else
+protected:
+	void set_owner() noexcept {}
+	void clear_owner() noexcept {}
+#endif
+};
 
 [[gnu::always_inline]] inline void cpu_relax() noexcept
 {
@@ -32,7 +64,7 @@ namespace vrma {
 #endif
 }
 
-class FastMutex {
+class FastMutex : public LockHolder {
 public:
 	FastMutex() = default;
 	FastMutex(const FastMutex &) = delete;
@@ -62,37 +94,14 @@ public:
 
 	[[gnu::always_inline]] void unlock() noexcept
 	{
-#ifdef VRMA_LOCK_CHECKS
-		owner_.store(nullptr, std::memory_order_relaxed);
-#endif
+		clear_owner();
 		// kWaiters: somebody may sleep; wake one (it takes the lock as
 		// kWaiters again, so a later unlock wakes the next).
 		if (state_.exchange(kFree, std::memory_order_release) == kWaiters) [[unlikely]]
 			state_.notify_one();
 	}
 
-#ifdef VRMA_LOCK_CHECKS
-	// Whether the calling thread holds the mutex.
-	bool held_here() const noexcept
-	{
-		return owner_.load(std::memory_order_relaxed) == this_thread_tag();
-	}
-#endif
-
 private:
-#ifdef VRMA_LOCK_CHECKS
-	// A per-thread address names the thread (no syscall, no formatting).
-	static const void *this_thread_tag() noexcept
-	{
-		static thread_local const char tag = 0;
-		return &tag;
-	}
-	void set_owner() noexcept { owner_.store(this_thread_tag(), std::memory_order_relaxed); }
-	std::atomic<const void *> owner_{nullptr};
-#else
-	void set_owner() noexcept {}
-#endif
-
 	static constexpr uint32_t kFree = 0;
 	static constexpr uint32_t kLocked = 1;  // held, nobody sleeping
 	static constexpr uint32_t kWaiters = 2; // held, someone may sleep
@@ -116,5 +125,48 @@ private:
 
 	std::atomic<uint32_t> state_{kFree};
 };
+
+// A std::mutex that, with VRMA_LOCK_CHECKS, records its holder as FastMutex
+// does (held_here(), VRMA_ASSERT_HELD); without them it is a std::mutex:
+// the same size, and lock()/unlock() inline to std::mutex's own.
+// Contract: Lockable, not recursive. Hazard: std::condition_variable takes
+// only std::mutex; use std::condition_variable_any, whose wait unlocks and
+// relocks through this class and so keeps the holder right (the inner
+// std::mutex is not exposed: a wait on it would leave the holder stale).
+class CheckedMutex : public LockHolder {
+public:
+	CheckedMutex() = default;
+	CheckedMutex(const CheckedMutex &) = delete;
+	CheckedMutex &operator=(const CheckedMutex &) = delete;
+
+	[[gnu::always_inline]] void lock()
+	{
+		m_.lock();
+		set_owner();
+	}
+
+	[[gnu::always_inline]] bool try_lock() noexcept
+	{
+		if (!m_.try_lock())
+			return false;
+		set_owner();
+		return true;
+	}
+
+	[[gnu::always_inline]] void unlock() noexcept
+	{
+		clear_owner();
+		m_.unlock();
+	}
+
+private:
+	std::mutex m_;
+};
+
+#ifndef VRMA_LOCK_CHECKS
+static_assert(sizeof(CheckedMutex) == sizeof(std::mutex) && alignof(CheckedMutex) == alignof(std::mutex),
+	      "without lock checks a CheckedMutex is a std::mutex");
+static_assert(sizeof(FastMutex) == sizeof(uint32_t), "without lock checks a FastMutex is its state");
+#endif
 
 } // namespace vrma

@@ -130,7 +130,7 @@ MemMonitor::MemMonitor() noexcept
 
 MemMonitor::~MemMonitor() { close(); }
 
-int MemMonitor::open(std::mutex *cache_lock, Invalidate invalidate) noexcept
+int MemMonitor::open(CheckedMutex *cache_lock, Invalidate invalidate) noexcept
 {
 	if (!cache_lock || !invalidate)
 		return -EINVAL;
@@ -160,7 +160,7 @@ int MemMonitor::open(std::mutex *cache_lock, Invalidate invalidate) noexcept
 	stuck_page_ = 0;
 	stuck_n_ = 0;
 	{
-		std::lock_guard<std::mutex> g(mu_);
+		std::lock_guard g(mu_);
 		gen_++;
 		active_.store(true, std::memory_order_release);
 	}
@@ -179,7 +179,7 @@ int MemMonitor::open(std::mutex *cache_lock, Invalidate invalidate) noexcept
 	pthread_sigmask(SIG_SETMASK, &old, nullptr);
 	if (rc != 0) {
 		{
-			std::lock_guard<std::mutex> g(mu_);
+			std::lock_guard g(mu_);
 			active_.store(false);
 			uffd_.reset();
 		}
@@ -200,7 +200,7 @@ void MemMonitor::close() noexcept
 		// First, while the monitor still answers events: a forked child
 		// may hold a copy of the descriptor, and then closing it would not
 		// release the context nor the ranges it watches.
-		std::lock_guard<std::mutex> g(mu_);
+		std::lock_guard g(mu_);
 		active_.store(false);
 		if (uffd_)
 			unregister_all();
@@ -215,7 +215,7 @@ void MemMonitor::close() noexcept
 		}
 	}
 	{
-		std::lock_guard<std::mutex> g(mu_);
+		std::lock_guard g(mu_);
 		uffd_.reset(); // the kernel unregisters what is left and wakes its waiters
 		gen_++;
 	}
@@ -234,7 +234,7 @@ void MemMonitor::run() noexcept
 		if (poll(fds, 2, -1) < 0) {
 			if (errno == EINTR)
 				continue;
-			std::lock_guard<std::mutex> g(*cache_lock_);
+			std::lock_guard g(*cache_lock_);
 			fail();
 			return;
 		}
@@ -244,7 +244,7 @@ void MemMonitor::run() noexcept
 			continue;
 		// The lock before the read, held until every invalidation of what
 		// was read is done: see the ordering hazard in the header.
-		std::lock_guard<std::mutex> g(*cache_lock_);
+		std::lock_guard g(*cache_lock_);
 		if ((fds[0].revents & (POLLERR | POLLHUP | POLLNVAL)) || !drain()) {
 			if (!failed_.load())
 				fail();
@@ -286,7 +286,7 @@ void MemMonitor::handle(const uffd_msg &m) noexcept
 		const uintptr_t s = m.arg.remove.start, e = m.arg.remove.end;
 		{
 			// The kernel dropped the registration with the mapping.
-			std::lock_guard<std::mutex> g(mu_);
+			std::lock_guard g(mu_);
 			forget(s, e);
 		}
 		call_invalidate(s, e);
@@ -299,7 +299,7 @@ void MemMonitor::handle(const uffd_msg &m) noexcept
 			// The mapping stays, its pages go: unregister, so the next
 			// touch is an ordinary fault rather than one the monitor has
 			// to answer.
-			std::lock_guard<std::mutex> g(mu_);
+			std::lock_guard g(mu_);
 			forget(s, e);
 			if (uffd_unregister(s, e) != 0)
 				ctr_.unregister_failures++;
@@ -313,7 +313,7 @@ void MemMonitor::handle(const uffd_msg &m) noexcept
 		const uintptr_t len = m.arg.remap.len;
 		uintptr_t lo = to, hi = to + len;
 		{
-			std::lock_guard<std::mutex> g(mu_);
+			std::lock_guard g(mu_);
 			forget(from, from + len);
 			// Normally unmapped already (an UNMAP follows); with
 			// MREMAP_DONTUNMAP the emptied range stays mapped.
@@ -352,7 +352,7 @@ void MemMonitor::on_fault(uintptr_t addr) noexcept
 	uintptr_t lo = page, hi = page + page_;
 	bool released;
 	{
-		std::lock_guard<std::mutex> g(mu_);
+		std::lock_guard g(mu_);
 		if (run_around(page, lo, hi)) {
 			forget(lo, hi);
 			released = uffd_unregister(lo, hi) == 0 ||
@@ -391,7 +391,7 @@ void MemMonitor::fail() noexcept
 {
 	failed_.store(true);
 	{
-		std::lock_guard<std::mutex> g(mu_);
+		std::lock_guard g(mu_);
 		active_.store(false);
 		unregister_all();
 		uffd_.reset();
@@ -441,7 +441,7 @@ int MemMonitor::watch(uintptr_t addr, size_t len, MemWatch &out) noexcept
 	for (int attempt = 0; attempt < 8; attempt++) {
 		size_t want;
 		{
-			std::lock_guard<std::mutex> g(mu_);
+			std::lock_guard g(mu_);
 			if (!active_.load()) {
 				rc = -ENODEV;
 				break;
@@ -520,7 +520,7 @@ void MemMonitor::unwatch(const MemWatch &w) noexcept
 	NodePool pool;
 	for (int attempt = 0; attempt < 2; attempt++) {
 		{
-			std::lock_guard<std::mutex> g(mu_);
+			std::lock_guard g(mu_);
 			if (!active_.load())
 				return; // closed or failed: nothing is registered
 			if (spare_n_ + pool.size() >= 2 || attempt == 1) {
@@ -589,7 +589,7 @@ MemMonitorStats MemMonitor::stats() const noexcept
 	s.unwatches = ctr_.unwatches.load();
 	s.unregister_failures = ctr_.unregister_failures.load();
 	s.failed = failed_.load();
-	std::lock_guard<std::mutex> g(mu_);
+	std::lock_guard g(mu_);
 	uintptr_t last_end = 0;
 	bool first = true;
 	for (const auto &[start, seg] : segs_) {
@@ -611,7 +611,7 @@ bool MemMonitor::watched(uintptr_t addr, size_t len) const noexcept
 		return false;
 	uintptr_t pos = addr & ~mask;
 	const uintptr_t end = ((addr + (len - 1)) | mask) + 1;
-	std::lock_guard<std::mutex> g(mu_);
+	std::lock_guard g(mu_);
 	auto it = segs_.upper_bound(pos);
 	if (it == segs_.begin())
 		return false;

@@ -88,6 +88,8 @@
 #include <thread>
 #include <vector>
 
+#include "fast_mutex.h"
+
 struct uffd_msg;
 
 namespace vrma {
@@ -145,7 +147,7 @@ public:
 	// -ENOSYS without userfaultfd, -EINVAL for a kernel without the events
 	// or null arguments, -EALREADY when open. On failure nothing is left
 	// open and the caller must not cache.
-	int open(std::mutex *cache_lock, Invalidate invalidate) noexcept;
+	int open(CheckedMutex *cache_lock, Invalidate invalidate) noexcept;
 	bool active() const noexcept { return active_.load(std::memory_order_acquire); }
 
 	// Watches the pages of [addr, addr+len) (len 0 is 1 byte), counting
@@ -235,7 +237,7 @@ private:
 	void unregister_all() noexcept;
 
 	size_t page_;
-	std::mutex *cache_lock_ = nullptr;
+	CheckedMutex *cache_lock_ = nullptr;
 	Invalidate invalidate_;
 	Fd uffd_;
 	Fd stop_fd_;

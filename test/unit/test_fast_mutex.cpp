@@ -1,14 +1,17 @@
 // FastMutex: mutual exclusion under contention (the sleeping path included),
-// try_lock, and that a sleeper is woken by unlock and not before.
+// try_lock, and that a sleeper is woken by unlock and not before. Both
+// FastMutex and CheckedMutex: the lock checks (held_here).
 #include "unit.h"
 #include "fast_mutex.h"
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <mutex>
 #include <thread>
 #include <vector>
 
+using vrma::CheckedMutex;
 using vrma::FastMutex;
 
 namespace {
@@ -79,17 +82,14 @@ START_TEST(test_sleeper_woken)
 }
 END_TEST
 
-} // namespace
-
 // The lock checks (VRMA_LOCK_CHECKS, on for this program): held_here() is
 // true in the thread that holds the mutex, by lock() or try_lock(), and
 // false after unlock() and in every other thread meanwhile.
-START_TEST(test_held_here)
+#ifdef VRMA_LOCK_CHECKS
+template <class Mutex>
+void check_held_here()
 {
-#ifndef VRMA_LOCK_CHECKS
-	ck_abort_msg("the unit tests are built with VRMA_LOCK_CHECKS");
-#else
-	FastMutex m;
+	Mutex m;
 	ck_assert(!m.held_here());
 	m.lock();
 	ck_assert(m.held_here());
@@ -120,6 +120,50 @@ START_TEST(test_held_here)
 	step = 2;
 	t.join();
 	ck_assert(!m.held_here());
+}
+#endif
+
+} // namespace
+
+START_TEST(test_held_here)
+{
+#ifndef VRMA_LOCK_CHECKS
+	ck_abort_msg("the unit tests are built with VRMA_LOCK_CHECKS");
+#else
+	check_held_here<FastMutex>();
+#endif
+}
+END_TEST
+
+// The same for CheckedMutex, and through a std::condition_variable_any
+// wait: the waiter does not hold it while it sleeps (another thread takes
+// it meanwhile and holds it), and holds it again when the wait returns.
+START_TEST(test_checked_held_here)
+{
+#ifndef VRMA_LOCK_CHECKS
+	ck_abort_msg("the unit tests are built with VRMA_LOCK_CHECKS");
+#else
+	check_held_here<CheckedMutex>();
+	CheckedMutex m;
+	std::condition_variable_any cv;
+	bool ready = false, notifier_held = false, held_in_pred = true;
+	std::unique_lock guard(m);
+	std::thread t([&] {
+		std::lock_guard g(m);
+		notifier_held = m.held_here();
+		ready = true;
+		cv.notify_one();
+	});
+	cv.wait(guard, [&] {
+		held_in_pred = held_in_pred && m.held_here();
+		return ready;
+	});
+	ck_assert(m.held_here());
+	ck_assert(held_in_pred);
+	ck_assert(notifier_held);
+	guard.unlock();
+	ck_assert(!m.held_here());
+	t.join();
 #endif
 }
 END_TEST
@@ -133,6 +177,7 @@ Suite *fast_mutex_suite()
 	tcase_add_test(tc, test_try_lock);
 	tcase_add_test(tc, test_sleeper_woken);
 	tcase_add_test(tc, test_held_here);
+	tcase_add_test(tc, test_checked_held_here);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -59,7 +59,7 @@ struct Range {
 // The callback records every range (under the lock, into reserved space: the
 // callback must not allocate).
 struct Harness {
-	std::mutex lock;
+	vrma::CheckedMutex lock;
 	std::vector<Range> calls; // under lock
 	RegCache cache;
 	RegRetired retired; // under lock
@@ -69,7 +69,7 @@ struct Harness {
 	~Harness()
 	{
 		mon.close();
-		std::lock_guard<std::mutex> g(lock);
+		std::lock_guard g(lock);
 		cache.flush(retired);
 		while (retired.pop()) {
 		}
@@ -84,13 +84,13 @@ struct Harness {
 	}
 	std::vector<Range> take_calls()
 	{
-		std::lock_guard<std::mutex> g(lock);
+		std::lock_guard g(lock);
 		std::vector<Range> v = calls;
 		calls.clear();
 		return v;
 	}
 	// Waits for the monitor to finish what it is handling.
-	void sync() { std::lock_guard<std::mutex> g(lock); }
+	void sync() { std::lock_guard g(lock); }
 };
 
 // Opens h's monitor; false after one "skipped" line when userfaultfd is not
@@ -194,7 +194,7 @@ START_TEST(mm_munmap)
 	// the event, and munmap returns only once it is read).
 	ck_assert_int_eq(munmap(a + P, P), 0);
 	{
-		std::lock_guard<std::mutex> g(h.lock);
+		std::lock_guard g(h.lock);
 		ck_assert_uint_eq(h.calls.size(), 1);
 		ck_assert_uint_eq(h.calls[0].start, U(a) + P);
 		ck_assert_uint_eq(h.calls[0].end, U(a) + 2 * P);
@@ -209,7 +209,7 @@ START_TEST(mm_munmap)
 
 	ck_assert_int_eq(munmap(a, 4 * P), 0);
 	{
-		std::lock_guard<std::mutex> g(h.lock);
+		std::lock_guard g(h.lock);
 		ck_assert_uint_eq(h.calls.size(), 1);
 		ck_assert_uint_eq(h.calls[0].start, U(a));
 		ck_assert_uint_eq(h.calls[0].end, U(a) + 4 * P);
@@ -236,7 +236,7 @@ START_TEST(mm_dontneed)
 	ck_assert_int_eq(h.mon.watch(U(a), 2 * P, w), 0);
 	ck_assert_int_eq(madvise(a, 2 * P, MADV_DONTNEED), 0);
 	{
-		std::lock_guard<std::mutex> g(h.lock);
+		std::lock_guard g(h.lock);
 		ck_assert_uint_eq(h.calls.size(), 1);
 		ck_assert_uint_eq(h.calls[0].start, U(a));
 		ck_assert_uint_eq(h.calls[0].end, U(a) + 2 * P);
@@ -287,7 +287,7 @@ START_TEST(mm_fault_punched_hole)
 	MemWatch w;
 	ck_assert_int_eq(h.mon.watch(U(a), 4 * P, w), 0); // shmem can be watched
 	{
-		std::lock_guard<std::mutex> g(h.lock);
+		std::lock_guard g(h.lock);
 		RegRetired out;
 		RegEntry *e = h.cache.insert(U(a), U(a) + 4 * P, 1, H(0x10), h.cache.epoch(), out);
 		ck_assert_ptr_nonnull(e);
@@ -298,7 +298,7 @@ START_TEST(mm_fault_punched_hole)
 	h.sync();
 	ck_assert_uint_eq(h.take_calls().size(), 0); // the hazard: no event
 	{
-		std::lock_guard<std::mutex> g(h.lock);
+		std::lock_guard g(h.lock);
 		RegEntry *e = h.cache.lookup(U(a), P, 1);
 		ck_assert_ptr_nonnull(e); // still served from the old page
 		h.cache.release(e);
@@ -323,7 +323,7 @@ START_TEST(mm_fault_punched_hole)
 	ck_assert(!h.mon.watched(U(a), 1));
 	ck_assert(!armed(a));
 	{
-		std::lock_guard<std::mutex> g(h.lock);
+		std::lock_guard g(h.lock);
 		ck_assert_ptr_null(h.cache.lookup(U(a), P, 1));
 		ck_assert_ptr_eq(h.retired.pop(), H(0x10));
 	}
@@ -445,14 +445,14 @@ START_TEST(mm_regcache_remap)
 	char *a = map_anon(4, 'o');
 	uint64_t since;
 	{
-		std::lock_guard<std::mutex> g(h.lock);
+		std::lock_guard g(h.lock);
 		ck_assert_ptr_null(c.lookup(U(a), P, 1));
 		since = c.epoch();
 	}
 	MemWatch w;
 	ck_assert_int_eq(h.mon.watch(U(a), 4 * P, w), 0); // without the lock
 	{
-		std::lock_guard<std::mutex> g(h.lock);
+		std::lock_guard g(h.lock);
 		RegEntry *e = c.insert(U(a), U(a) + 4 * P, 1, H(0x100), since, h.retired);
 		ck_assert_ptr_nonnull(e);
 		ck_assert(!e->stale());
@@ -463,7 +463,7 @@ START_TEST(mm_regcache_remap)
 	}
 	ck_assert_int_eq(munmap(a, 4 * P), 0);
 	{
-		std::lock_guard<std::mutex> g(h.lock);
+		std::lock_guard g(h.lock);
 		ck_assert_ptr_null(c.lookup(U(a) + P, P, 1));
 		ck_assert_ptr_eq(h.retired.pop(), H(0x100));
 	}
@@ -478,7 +478,7 @@ START_TEST(mm_regcache_remap)
 		ck_assert(n == a);
 		memset(n, 'n', 4 * P);
 		{
-			std::lock_guard<std::mutex> g(h.lock);
+			std::lock_guard g(h.lock);
 			ck_assert_ptr_null(c.lookup(U(a), 4 * P, 1));
 		}
 		h.mon.unwatch(w); // the deregistration: the new mapping was never watched
@@ -489,13 +489,13 @@ START_TEST(mm_regcache_remap)
 	// An invalidation between epoch() and insert() makes the insert stale.
 	a = map_anon(1);
 	{
-		std::lock_guard<std::mutex> g(h.lock);
+		std::lock_guard g(h.lock);
 		since = c.epoch();
 	}
 	ck_assert_int_eq(h.mon.watch(U(a), P, w), 0);
 	ck_assert_int_eq(madvise(a, P, MADV_DONTNEED), 0);
 	{
-		std::lock_guard<std::mutex> g(h.lock);
+		std::lock_guard g(h.lock);
 		RegEntry *e = c.insert(U(a), U(a) + P, 1, H(0x200), since, h.retired);
 		ck_assert_ptr_nonnull(e);
 		ck_assert(e->stale());
@@ -523,7 +523,7 @@ START_TEST(mm_regcache_remap)
 			const int i = published.load(std::memory_order_acquire);
 			if (i < 0)
 				continue;
-			std::lock_guard<std::mutex> g(h.lock);
+			std::lock_guard g(h.lock);
 			RegEntry *e = c.lookup(gone[i].addr, P, 1);
 			lookups++;
 			if (e) {
@@ -538,13 +538,13 @@ START_TEST(mm_regcache_remap)
 	for (int i = 0; i < kRounds; i++) {
 		char *m = map_anon(2, i);
 		{
-			std::lock_guard<std::mutex> g(h.lock);
+			std::lock_guard g(h.lock);
 			since = c.epoch();
 		}
 		ck_assert_int_eq(h.mon.watch(U(m), 2 * P, w), 0);
 		void *handle = H(0x1000 + 16 * static_cast<uintptr_t>(i));
 		{
-			std::lock_guard<std::mutex> g(h.lock);
+			std::lock_guard g(h.lock);
 			RegEntry *e = c.insert(U(m), U(m) + 2 * P, 1, handle, since, h.retired);
 			ck_assert_ptr_nonnull(e);
 			c.release(e);
@@ -553,7 +553,7 @@ START_TEST(mm_regcache_remap)
 		gone[i] = {U(m), handle};
 		published.store(i, std::memory_order_release);
 		{
-			std::lock_guard<std::mutex> g(h.lock);
+			std::lock_guard g(h.lock);
 			RegEntry *e = c.lookup(U(m), P, 1);
 			if (e) {
 				main_bad++;
@@ -601,7 +601,7 @@ START_TEST(mm_brk_shrink)
 	}
 	ck_assert(sbrk(-static_cast<intptr_t>(4 * P)) != reinterpret_cast<void *>(-1));
 	{
-		std::lock_guard<std::mutex> g(h.lock);
+		std::lock_guard g(h.lock);
 		ck_assert(has_call(h.calls, U(a), U(a) + 4 * P));
 	}
 	ck_assert_uint_eq(h.mon.stats().unmap_events, 1);
@@ -884,7 +884,7 @@ END_TEST
 START_TEST(mm_unavailable)
 {
 	MemMonitor m;
-	std::mutex l;
+	vrma::CheckedMutex l;
 	ck_assert_int_eq(m.open(nullptr, [](uintptr_t, uintptr_t) {}), -EINVAL);
 	ck_assert_int_eq(m.open(&l, nullptr), -EINVAL);
 	ck_assert(!m.active());
@@ -909,7 +909,7 @@ START_TEST(mm_unavailable)
 				       setuid(65534) != 0))
 			_exit(77);
 		MemMonitor u;
-		std::mutex ul;
+		vrma::CheckedMutex ul;
 		const int r = u.open(&ul, [](uintptr_t, uintptr_t) {});
 		if (r == 0)
 			_exit(78);

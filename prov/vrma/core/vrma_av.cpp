@@ -179,7 +179,7 @@ int check_insert(Av *av, const char *call, size_t count, fi_addr_t *fi_addr, uin
 	}
 	int *sync_errors = (flags & FI_SYNC_ERR) ? static_cast<int *>(context) : nullptr;
 	if (av->events) {
-		std::lock_guard<std::mutex> guard(av->lock);
+		std::lock_guard guard(av->lock);
 		if (!av->eq) {
 			VRMA_WARN(FI_LOG_AV, "%s: FI_EVENT AV without a bound EQ\n", call);
 			return insert_failed(count, fi_addr, sync_errors, -FI_ENOEQ);
@@ -202,7 +202,7 @@ int finish_insert(Av *av, const char *call, Batch &b, fi_addr_t *fi_addr, uint64
 	size_t inserted = 0, first_bad = n;
 	Eq *eq;
 	{
-		std::lock_guard<std::mutex> guard(av->lock);
+		std::lock_guard guard(av->lock);
 		eq = av->eq;
 		for (size_t i = 0; i < n; i++) {
 			fi_addr_t handle = FI_ADDR_NOTAVAIL;
@@ -461,7 +461,7 @@ int av_remove(fid_av *f, fi_addr_t *fi_addr, size_t count, uint64_t flags) noexc
 	size_t bad = 0;
 	fi_addr_t first_bad = FI_ADDR_NOTAVAIL;
 	{
-		std::lock_guard<std::mutex> guard(av->lock);
+		std::lock_guard guard(av->lock);
 		av->epoch.fetch_add(1, std::memory_order_release);
 		for (size_t i = 0; i < count; i++)
 			if (av->table.remove(fi_addr[i]) && bad++ == 0)
@@ -544,7 +544,7 @@ int av_bind(fid *f, fid *bfid, uint64_t flags) noexcept
 		VRMA_WARN(FI_LOG_AV, "fi_av_bind: the EQ belongs to another fabric\n");
 		return -FI_EINVAL;
 	}
-	std::lock_guard<std::mutex> guard(av->lock);
+	std::lock_guard guard(av->lock);
 	if (av->eq) {
 		VRMA_WARN(FI_LOG_AV, "fi_av_bind: an EQ is already bound\n");
 		return -FI_EINVAL;
@@ -593,7 +593,7 @@ constexpr fi_ops_av av_ops = {
 
 bool av_lookup_addr(Av *av, fi_addr_t fi_addr, RdmAddr &out) noexcept
 {
-	std::lock_guard<std::mutex> guard(av->lock);
+	std::lock_guard guard(av->lock);
 	const auto e = av->table.lookup(fi_addr);
 	if (!e)
 		return false;
@@ -603,7 +603,7 @@ bool av_lookup_addr(Av *av, fi_addr_t fi_addr, RdmAddr &out) noexcept
 
 fi_addr_t av_reverse(Av *av, const RdmAddr &addr) noexcept
 {
-	std::lock_guard<std::mutex> guard(av->lock);
+	std::lock_guard guard(av->lock);
 	return av->table.reverse(addr);
 }
 

@@ -24,7 +24,7 @@ struct Av final : fid_av {
 	// until max_slots were handed out, and FI_AV_MAP handles carry the
 	// slot's generation, so lookup of a removed handle fails; per-peer state
 	// an endpoint keeps by slot must be keyed by (index, gen) as well.
-	std::mutex lock;
+	CheckedMutex lock;
 	rdm::AvTable table;
 	Eq *eq = nullptr;         // FI_EVENT: bound by fi_av_bind (once)
 	std::atomic<int> refs{0}; // endpoints bound (fi_close: -FI_EBUSY)

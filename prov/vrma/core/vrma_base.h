@@ -74,7 +74,8 @@ inline constexpr uint32_t kApiVersion = FI_VERSION(1, 17);
 
 // Held-lock assertions (builds with VRMA_LOCK_CHECKS: the sanitizer builds,
 // or configure --enable-lock-checks): a function whose contract says
-// "lock held" states it with VRMA_ASSERT_HELD(lock) on a FastMutex; a
+// "lock held" states it with VRMA_ASSERT_HELD(lock) on a FastMutex or a
+// CheckedMutex (or anything with held_here(): tx_lock_of, vrma_conn.h); a
 // violation prints which lock, where, and aborts. Without the checks the
 // assertion is nothing.
 #ifdef VRMA_LOCK_CHECKS

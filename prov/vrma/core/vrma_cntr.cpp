@@ -31,10 +31,10 @@ int update(Cntr *c, std::atomic<uint64_t> &count, uint64_t value, bool add)
 // Runs fn on every CQ whose completions feed the counter, under the
 // counter's lock. An endpoint's close detaches its CQs under that lock
 // before they can be closed, so no CQ fn is given is freed while it runs,
-// whatever another thread closes (lock order: counter, then CQ).
+// whatever another thread closes.
 template <typename Fn> void for_each_feeding_cq(Cntr *c, Fn &&fn)
 {
-	std::lock_guard<std::mutex> guard(c->lock);
+	std::lock_guard guard(c->lock);
 	for (auto &[cq, n] : c->cqs)
 		fn(cq);
 }
@@ -191,7 +191,7 @@ constexpr fi_ops_cntr cntr_ops = {
 
 int cntr_attach_cq(Cntr *c, Cq *cq) noexcept
 try {
-	std::lock_guard<std::mutex> guard(c->lock);
+	std::lock_guard guard(c->lock);
 	if (c->cqs[cq]++ == 0 && cq->wait_obj == FI_WAIT_FD) {
 		epoll_event ev{};
 		ev.events = EPOLLIN;
@@ -210,7 +210,7 @@ try {
 
 void cntr_detach_cq(Cntr *c, Cq *cq) noexcept
 {
-	std::lock_guard<std::mutex> guard(c->lock);
+	std::lock_guard guard(c->lock);
 	auto it = c->cqs.find(cq);
 	if (it == c->cqs.end() || --it->second)
 		return;

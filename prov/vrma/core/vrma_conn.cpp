@@ -7,6 +7,7 @@ namespace vrma {
 bool conn_post_sentinel(Conn *conn) noexcept
 {
 	TxGuard guard(conn);
+	VRMA_ASSERT_HELD(tx_lock_of(conn));
 	if (conn->tx.outstanding() == 0 || conn->tx.full())
 		return false;
 	TxSlot &s = conn->tx.next();

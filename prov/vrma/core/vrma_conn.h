@@ -158,7 +158,7 @@ struct Conn {
 	// (RdmEp::tx_free; its share: RdmEp::tx_share).
 	uint32_t bufs_held = 0;
 
-	std::mutex tx_lock;
+	CheckedMutex tx_lock;
 	// The application serializes this connection's transmit calls (domain
 	// threading FI_THREAD_DOMAIN, FI_THREAD_COMPLETION or
 	// FI_THREAD_ENDPOINT) and no provider thread posts on it: the data
@@ -227,6 +227,33 @@ struct Conn {
 		}
 	}
 };
+
+// What serializes a connection's send queue, for
+// VRMA_ASSERT_HELD(tx_lock_of(conn)) in the functions whose contract is
+// "tx lock held": an RDM peer's connection, its endpoint's lock
+// (RdmEp::lock; tx_serialized); a MSG endpoint's, its tx_lock, unless the
+// application serializes its transmit calls (tx_serialized), which no lock
+// shows: accepted as held.
+#ifdef VRMA_LOCK_CHECKS
+// vrma_rdm_conn.cpp: whether this thread holds the lock of the RDM
+// endpoint whose peer owns conn.
+bool rdm_conn_held_here(const Conn *conn) noexcept;
+#endif
+struct ConnTxLock {
+	const Conn *conn;
+#ifdef VRMA_LOCK_CHECKS
+	bool held_here() const noexcept
+	{
+		if (conn->peer)
+			return rdm_conn_held_here(conn);
+		return conn->tx_serialized || conn->tx_lock.held_here();
+	}
+#endif
+};
+inline ConnTxLock tx_lock_of(const Conn *conn) noexcept
+{
+	return {conn};
+}
 
 // What the peer announced while connecting.
 inline bool peer_has(const Conn &conn, uint8_t cm_flag) noexcept

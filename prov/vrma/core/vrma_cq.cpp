@@ -90,6 +90,7 @@ inline Outcome tx_success(Cntr *cntr, bool report, const Completion &done, Compl
 [[gnu::noinline]] void complete_deferred(Cq *cq, Ep *ep, const TxSlot &t, const ibv_wc &wc,
 					 bool proven) noexcept
 {
+	VRMA_ASSERT_HELD(cq->lock);
 	CqPending p;
 	if (proven) {
 		count_completion(t.cntr, true);
@@ -120,6 +121,7 @@ inline Outcome tx_success(Cntr *cntr, bool report, const Completion &done, Compl
 [[gnu::noinline]] Outcome tx_wc_marked(Cq *cq, Ep *ep, TxSlot *s, const ibv_wc &wc, Completion &c,
 				       fi_cq_err_entry &e)
 {
+	VRMA_ASSERT_HELD(cq->lock);
 	// Read the slot before retiring it: the poster may reuse it after.
 	const Completion done{s->context, s->comp_flags, s->len, nullptr, 0};
 	const bool report = s->report;
@@ -171,6 +173,7 @@ inline Outcome tx_success(Cntr *cntr, bool report, const Completion &done, Compl
 // `cq` is the CQ being polled (its lock held).
 Outcome handle_wc(Cq *cq, const ibv_wc &wc, Completion &c, fi_cq_err_entry &e)
 {
+	VRMA_ASSERT_HELD(cq->lock);
 	device_completed(wc.wr_id);
 	auto *h = reinterpret_cast<SlotHeader *>(wc.wr_id);
 	// Only MSG connections complete into application CQs.
@@ -212,7 +215,7 @@ Outcome handle_wc(Cq *cq, const ibv_wc &wc, Completion &c, fi_cq_err_entry &e)
 		return Outcome::None;
 	}
 	if (internal && wc.status == IBV_WC_SUCCESS) {
-		// Keep the provider's receive queue full (lock order: CQ, then rx).
+		// Keep the provider's receive queue full.
 		if (int rc = ep_post_own_rx(ep)) {
 			if (rc == -FI_EAGAIN && ep->rx_credits)
 				ep->own_rx_unposted.fetch_add(1); // no credit now: later
@@ -259,6 +262,7 @@ bool device_cq_used(const Cq *cq)
 // Returns the number of work completions polled, or a negative FI_E* code.
 int poll_to_pending(Cq *cq, size_t max)
 {
+	VRMA_ASSERT_HELD(cq->lock);
 	if (!device_cq_used(cq))
 		return 0;
 	ibv_wc wcs[16];
@@ -289,6 +293,7 @@ int poll_to_pending(Cq *cq, size_t max)
 // completions already queued raise no event, so none may be left behind.
 void poll_all_to_pending(Cq *cq)
 {
+	VRMA_ASSERT_HELD(cq->lock);
 	constexpr size_t kBatch = 256;
 	while (poll_to_pending(cq, kBatch) == static_cast<int>(kBatch)) {
 	}
@@ -306,6 +311,7 @@ size_t background_room(const Cq *cq)
 // is the reader's, which polls the device itself (lock held).
 void poll_all_within_limit(Cq *cq)
 {
+	VRMA_ASSERT_HELD(cq->lock);
 	constexpr size_t kBatch = 256;
 	for (;;) {
 		const size_t max = std::min(kBatch, background_room(cq));
@@ -377,7 +383,7 @@ ssize_t cq_read_impl(Cq *cq, void *buf, size_t count, fi_addr_t *src_addr)
 			return sink.n ? static_cast<ssize_t>(sink.n) : -FI_EAGAIN;
 	}
 	size_t n = sink.n;
-	std::lock_guard<std::mutex> guard(cq->lock);
+	std::lock_guard guard(cq->lock);
 	cq->armed = false;
 	auto emit = [&](const Completion &c, fi_addr_t src) {
 		write_entry(cq->format, out + n * cq->entry_size, c);
@@ -453,7 +459,7 @@ ssize_t cq_readerr(fid_cq *f, fi_cq_err_entry *buf, uint64_t flags) noexcept
 	// under cq->lock.
 	if (cq->rdm.any()) [[unlikely]]
 		cq->rdm.progress();
-	std::lock_guard<std::mutex> guard(cq->lock);
+	std::lock_guard guard(cq->lock);
 	if (cq->pending.empty())
 		poll_to_pending(cq, 64);
 	if (cq->pending.empty() || !cq->pending.front().is_error)
@@ -538,7 +544,7 @@ int cq_close(fid *f) noexcept
 	// The progress thread forgets the CQ before its channel goes.
 	msg_progress_detach(cq->domain, cq);
 	{
-		std::lock_guard<std::mutex> guard(cq->lock);
+		std::lock_guard guard(cq->lock);
 		drain_channel(cq);
 	}
 	ibv_cq *raw = cq->cq.release();
@@ -597,7 +603,7 @@ int cq_trywait(Cq *cq) noexcept
 		if (int rc = cq->rdm.trywait())
 			return rc;
 	}
-	std::lock_guard<std::mutex> guard(cq->lock);
+	std::lock_guard guard(cq->lock);
 	// Whoever drains the channel re-arms it, entries pending or not: the
 	// domain's progress thread (FI_PROGRESS_AUTO) sleeps on it too.
 	drain_channel(cq);
@@ -617,7 +623,7 @@ void cq_push(Cq *cq, const CqPending &entry) noexcept
 {
 	bool wake;
 	try {
-		std::lock_guard<std::mutex> guard(cq->lock);
+		std::lock_guard guard(cq->lock);
 		cq_enqueue(cq, entry);
 		wake = cq->armed;
 	} catch (...) {
@@ -652,7 +658,7 @@ void cq_progress_event(Cq *cq) noexcept
 {
 	bool wake = false;
 	try {
-		std::lock_guard<std::mutex> guard(cq->lock);
+		std::lock_guard guard(cq->lock);
 		drain_channel(cq);
 		if (int rc = ibv_req_notify_cq(cq->cq.get(), 0))
 			VRMA_WARN(FI_LOG_CQ, "data progress: ibv_req_notify_cq: %s\n", strerror(rc));
@@ -669,7 +675,7 @@ void cq_progress_event(Cq *cq) noexcept
 
 void cq_progress(Cq *cq) noexcept
 {
-	std::lock_guard<std::mutex> guard(cq->lock);
+	std::lock_guard guard(cq->lock);
 	poll_to_pending(cq, std::min<size_t>(256, background_room(cq)));
 }
 
@@ -679,6 +685,7 @@ namespace {
 // the credit pool. false when the device refuses.
 bool cq_grow(Cq *cq, size_t want)
 {
+	VRMA_ASSERT_HELD(cq->lock);
 	if (int rc = ibv_resize_cq(cq->cq.get(), static_cast<int>(want))) {
 		VRMA_WARN(FI_LOG_CQ, "ibv_resize_cq(%zu): %s\n", want, strerror(rc));
 		return false;
@@ -707,7 +714,7 @@ constexpr size_t kPoolShare = 8; // 1/8 of the CQ's largest size
 
 int cq_reserve(Cq *cq, size_t entries) noexcept
 {
-	std::lock_guard<std::mutex> guard(cq->lock);
+	std::lock_guard guard(cq->lock);
 	// Once queues share the pool (the CQ could not grow), later ones share
 	// it too: a reservation taken from it could leave them no credit.
 	if (cq->credited.load(std::memory_order_relaxed))
@@ -734,7 +741,7 @@ int cq_reserve(Cq *cq, size_t entries) noexcept
 
 void cq_unreserve(Cq *cq, size_t entries) noexcept
 {
-	std::lock_guard<std::mutex> guard(cq->lock);
+	std::lock_guard guard(cq->lock);
 	const size_t r = cq->reserved.load(std::memory_order_relaxed);
 	entries = std::min(entries, r);
 	cq->reserved.store(r - entries, std::memory_order_relaxed);
@@ -743,7 +750,7 @@ void cq_unreserve(Cq *cq, size_t entries) noexcept
 
 int cq_credit_attach(Cq *cq, size_t floor) noexcept
 {
-	std::lock_guard<std::mutex> guard(cq->lock);
+	std::lock_guard guard(cq->lock);
 	// As large a pool as the device allows: every credited queue shares it.
 	const size_t max = max_cq_entries(cq);
 	if (cq->cqe < max)
@@ -761,7 +768,7 @@ int cq_credit_attach(Cq *cq, size_t floor) noexcept
 
 void cq_credit_detach(Cq *cq, size_t spare) noexcept
 {
-	std::lock_guard<std::mutex> guard(cq->lock);
+	std::lock_guard guard(cq->lock);
 	cq_credit_give(cq, spare);
 	cq->credited.fetch_sub(1, std::memory_order_relaxed);
 }
@@ -775,7 +782,7 @@ bool cq_drain_endpoint(Cq *cq, Ep *ep, bool tx_side, int timeout_ms) noexcept
 			// Seen under the lock: another poller (the domain's progress
 			// thread, an application thread) that retired the last slot is
 			// out of handle_wc, so the endpoint may be freed.
-			std::lock_guard<std::mutex> guard(cq->lock);
+			std::lock_guard guard(cq->lock);
 			poll_to_pending(cq, 256);
 			if (done())
 				return true;

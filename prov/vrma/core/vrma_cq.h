@@ -50,7 +50,7 @@ private:
 	// lock, which those readers may wait for).
 	void republish() noexcept;
 
-	std::mutex lock_;
+	CheckedMutex lock_;
 	std::atomic<size_t> n_{0};
 	std::vector<RdmEp *> eps_;
 	// The only attached endpoint (nullptr: none or several), progressed
@@ -72,7 +72,7 @@ struct Cq final : fid_cq {
 	Fd epoll_fd;  // waits on the completion channel and signal_fd
 	Fd signal_fd; // eventfd written by fi_cq_signal and cq_push
 	std::atomic<bool> user_signal{false}; // fi_cq_signal was called
-	std::mutex lock;
+	CheckedMutex lock;
 	RingQueue<CqPending> pending; // change it through cq_enqueue/cq_dequeue only
 	// Entries that may wait in `pending` before the pollers that run for
 	// the application's posts, counters and the progress thread stop
@@ -117,7 +117,7 @@ struct Cntr final : fid_cntr {
 	std::atomic<uint64_t> errors{0};
 	Fd event_fd; // written by fi_cntr_add/set: wakes fi_cntr_wait
 	Fd epoll_fd; // event_fd and the epoll descriptors of the feeding CQs
-	std::mutex lock;
+	CheckedMutex lock;
 	std::map<Cq *, int> cqs; // CQs whose completions feed the counter
 	std::atomic<int> refs{0};
 	// Threads inside fi_cntr_wait. A count made while one waits writes
@@ -227,11 +227,13 @@ void cq_push(Cq *cq, const CqPending &entry) noexcept;
 // The CQ's software queue (lock held).
 inline void cq_enqueue(Cq *cq, const CqPending &entry)
 {
+	VRMA_ASSERT_HELD(cq->lock);
 	cq->pending.push_back(entry); // may throw std::bad_alloc
 	cq->queued.store(cq->pending.size(), std::memory_order_relaxed);
 }
 inline void cq_dequeue(Cq *cq) noexcept
 {
+	VRMA_ASSERT_HELD(cq->lock);
 	cq->pending.pop_front();
 	cq->queued.store(cq->pending.size(), std::memory_order_relaxed);
 }
@@ -245,9 +247,8 @@ void cq_complete(Cq *cq, const Completion &c, fi_addr_t src) noexcept;
 // vrma_msg_progress.cpp: the data progress thread of an FI_PROGRESS_AUTO domain
 // (MSG endpoints). One per domain, sleeping on an epoll set of its CQs'
 // completion channels; it handles an event under MsgProgress::lock, so CQ
-// close, which unregisters under that lock, never races it. Lock order:
-// MsgProgress::lock, then the CQ lock (and what the CQ poller takes).
-// Never call these with a CQ, endpoint or EQ lock held.
+// close, which unregisters under that lock, never races it. Never call
+// these with a CQ, endpoint or EQ lock held (lock order: vrma_msg_ep.h).
 // The domain's state (fi_domain of an FI_PROGRESS_AUTO info); no thread yet.
 int msg_progress_create(Domain *dom) noexcept;
 // Registers a CQ with a completion channel (cq_open); starts the thread at

@@ -122,10 +122,10 @@ struct Domain final : fid_domain {
 	auth::Key auth_key;
 	// Regions by rkey: the commit service checks requested ranges here,
 	// RMA events name regions by it.
-	std::mutex mr_lock;
+	CheckedMutex mr_lock;
 	// Signalled when a region's last msync outside mr_lock ends
 	// (Mr::persisting), for the fi_close waiting on it.
-	std::condition_variable mr_persisted;
+	std::condition_variable_any mr_persisted; // with mr_lock (a CheckedMutex)
 	std::map<uint32_t, Mr *> mrs_by_key;
 	MrDescPool mr_descs; // what descs point to (MrDesc), under mr_lock
 	// Scalable keys (domain_scalable_keys): regions go by the application's
@@ -148,7 +148,7 @@ struct Domain final : fid_domain {
 	uint64_t next_on_demand_key = 1;
 	std::atomic<uint64_t> on_demand_regions{0}, on_demand_registered{0};
 	// Serves commit messages while FI_RMA_PMEM endpoints exist.
-	std::mutex pmem_lock;
+	CheckedMutex pmem_lock;
 	PmemServicePtr pmem;
 	// Persists RDM endpoints' commit requests off their locks; started at
 	// the first request (under pmem_lock), stopped with the domain.
@@ -158,7 +158,7 @@ struct Domain final : fid_domain {
 	std::atomic<uint64_t> read_backs{0};
 	// Registrations of application buffers (vrma_mr_cache.h): made at the
 	// first rendezvous; state 0 not yet, 1 caching, 2 off.
-	std::mutex mr_cache_open_lock;
+	CheckedMutex mr_cache_open_lock;
 	std::atomic<int> mr_cache_state{0};
 	std::unique_ptr<MrCache, MrCacheDeleter> mr_cache;
 	std::atomic<uint64_t> mr_uncached{0}; // registrations for one transfer only

@@ -15,6 +15,7 @@ namespace {
 // destroyed only after its event was acked (rdma_destroy_id waits for it).
 void progress(Eq *eq)
 {
+	VRMA_ASSERT_HELD(eq->lock);
 	if (!eq->channel)
 		return;
 	rdma_cm_event *ev = nullptr;
@@ -48,7 +49,7 @@ void progress_loop(Eq *eq)
 				return;
 		bool have;
 		{
-			std::lock_guard<std::mutex> guard(eq->lock);
+			std::lock_guard guard(eq->lock);
 			progress(eq);
 			have = !eq->queue.empty();
 		}
@@ -80,7 +81,7 @@ ssize_t eq_read(fid_eq *f, uint32_t *event, void *buf, size_t len, uint64_t flag
 		VRMA_WARN(FI_LOG_EQ, "fi_eq_read: NULL event pointer\n");
 		return -FI_EINVAL;
 	}
-	std::lock_guard<std::mutex> guard(eq->lock);
+	std::lock_guard guard(eq->lock);
 	progress(eq);
 	if (eq->queue.empty())
 		return -FI_EAGAIN;
@@ -112,7 +113,7 @@ ssize_t eq_readerr(fid_eq *f, fi_eq_err_entry *buf, uint64_t flags) noexcept
 		VRMA_WARN(FI_LOG_EQ, "fi_eq_readerr: NULL buffer\n");
 		return -FI_EINVAL;
 	}
-	std::lock_guard<std::mutex> guard(eq->lock);
+	std::lock_guard guard(eq->lock);
 	progress(eq);
 	if (eq->queue.empty() || !eq->queue.front().is_error)
 		return -FI_EAGAIN;
@@ -203,7 +204,7 @@ int eq_close(fid *f) noexcept
 		eq->progress_thread.join();
 	}
 	{
-		std::lock_guard<std::mutex> guard(eq->lock);
+		std::lock_guard guard(eq->lock);
 		progress(eq);
 		for (EqEntry &e : eq->queue)
 			free_entry(e);
@@ -247,7 +248,7 @@ int eq_trywait(Eq *eq) noexcept
 		VRMA_WARN(FI_LOG_EQ, "fi_trywait on an EQ without a wait object\n");
 		return -FI_EINVAL;
 	}
-	std::lock_guard<std::mutex> guard(eq->lock);
+	std::lock_guard guard(eq->lock);
 	progress(eq);
 	if (!eq->queue.empty())
 		return -FI_EAGAIN;
@@ -258,7 +259,7 @@ int eq_trywait(Eq *eq) noexcept
 void eq_post(Eq *eq, EqEntry &&entry)
 {
 	{
-		std::lock_guard<std::mutex> guard(eq->lock);
+		std::lock_guard guard(eq->lock);
 		eq->queue.push_back(std::move(entry));
 	}
 	eventfd_signal(eq->event_fd.get());
@@ -266,7 +267,7 @@ void eq_post(Eq *eq, EqEntry &&entry)
 
 void eq_purge(Eq *eq, fid *source) noexcept
 {
-	std::lock_guard<std::mutex> guard(eq->lock);
+	std::lock_guard guard(eq->lock);
 	progress(eq);
 	for (auto it = eq->queue.begin(); it != eq->queue.end();) {
 		if (it->source == source) {

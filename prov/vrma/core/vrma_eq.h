@@ -21,7 +21,7 @@ struct Eq final : fid_eq {
 	EventChannelPtr channel; // rdma_cm events of bound endpoints
 	Fd epoll_fd;
 	Fd event_fd; // written by fi_eq_write
-	std::mutex lock;
+	CheckedMutex lock;
 	std::deque<EqEntry> queue;
 	std::vector<uint8_t> last_err_data; // backs err_data returned by readerr
 	std::atomic<int> refs{0};

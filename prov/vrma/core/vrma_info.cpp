@@ -52,7 +52,7 @@ struct Port {
 // Probed once per device. Heap-allocated and never destroyed: the core calls
 // provider.cleanup from its own destructor, after this library's static
 // objects may already be gone.
-std::mutex &inline_lock = *new std::mutex;
+CheckedMutex &inline_lock = *new CheckedMutex;
 std::map<std::string, int> &inline_cache = *new std::map<std::string, int>;
 
 uint32_t mask_prefix_len(const sockaddr *mask)
@@ -450,7 +450,7 @@ int resolve_route_source(rdma_event_channel *, const sockaddr *src, const sockad
 
 int probe_inline_size(ibv_context *ctx) noexcept
 {
-	std::lock_guard<std::mutex> guard(inline_lock);
+	std::lock_guard guard(inline_lock);
 	auto it = inline_cache.find(ctx->device->name);
 	if (it != inline_cache.end())
 		return it->second;
@@ -490,7 +490,7 @@ int probe_inline_size(ibv_context *ctx) noexcept
 
 void info_cleanup() noexcept
 {
-	std::lock_guard<std::mutex> guard(inline_lock);
+	std::lock_guard guard(inline_lock);
 	inline_cache.clear();
 }
 

@@ -103,7 +103,7 @@ int mr_close(fid *f) noexcept
 	// range whose registration is going away (it flushes CPU caches under
 	// this lock, and msyncs outside it with the region marked persisting:
 	// closing waits for those, and no new one starts).
-	std::unique_lock<std::mutex> guard(dom->mr_lock);
+	std::unique_lock guard(dom->mr_lock);
 	mr->closing = true;
 	dom->mr_persisted.wait(guard, [mr] { return mr->persisting == 0; });
 	// Unpublished before the device key dies: a peer that cached it gets
@@ -263,7 +263,7 @@ try {
 	const bool remote = attr->access & (FI_REMOTE_READ | FI_REMOTE_WRITE);
 	mr->published = dom->scalable_keys && remote;
 	{
-		std::lock_guard<std::mutex> guard(dom->mr_lock);
+		std::lock_guard guard(dom->mr_lock);
 		mr->key = dom->scalable_keys ? attr->requested_key
 			  : mr->on_demand    ? kOnDemandKeyBit | dom->next_on_demand_key++
 					     : mr->mr_rkey;
@@ -426,6 +426,7 @@ int domain_open_key_table(Domain *dom) noexcept
 
 bool domain_resolve_key(Domain *dom, uint64_t key, keys::KeyEntry &out, Mr **mr_out) noexcept
 {
+	VRMA_ASSERT_HELD(dom->mr_lock);
 	const Mr *mr = nullptr;
 	if (dom->scalable_keys) {
 		if (!dom->key_table.find(key, out))
@@ -461,6 +462,7 @@ bool domain_resolve_key(Domain *dom, uint64_t key, keys::KeyEntry &out, Mr **mr_
 
 int mr_register_now(Domain *dom, Mr *mr) noexcept
 {
+	VRMA_ASSERT_HELD(dom->mr_lock);
 	if (mr->mr)
 		return 0;
 	mr->mr.reset(ibv_reg_mr(dom->pd.get(), mr->addr, mr->len, mr->ibv_access));
@@ -495,7 +497,7 @@ rdm::KeyStatus domain_key_request(Domain *dom, uint64_t key, uint8_t access, rdm
 {
 	out = {};
 	out.entry.key = key;
-	std::lock_guard<std::mutex> guard(dom->mr_lock);
+	std::lock_guard guard(dom->mr_lock);
 	keys::KeyEntry e;
 	Mr *mr = nullptr;
 	constexpr uint8_t kRights = keys::kAccessRemoteRead | keys::kAccessRemoteWrite;
@@ -516,7 +518,7 @@ bool desc_register_on_demand(Domain *dom, const MrDesc *d, const void *buf, size
 {
 	if (!d->on_demand.load(std::memory_order_relaxed))
 		return false;
-	std::lock_guard<std::mutex> guard(dom->mr_lock);
+	std::lock_guard guard(dom->mr_lock);
 	// Again under the lock: fi_close clears it before the Mr goes.
 	Mr *mr = d->on_demand.load(std::memory_order_relaxed);
 	if (mr && mr_register_now(dom, mr))
@@ -526,13 +528,14 @@ bool desc_register_on_demand(Domain *dom, const MrDesc *d, const void *buf, size
 
 void count_region_event(Mr *mr, bool write) noexcept
 {
+	VRMA_ASSERT_HELD(mr->domain->mr_lock);
 	count_completion((write ? mr->cntr_remote_write : mr->cntr_remote_read).load(std::memory_order_acquire),
 			 true);
 }
 
 void count_region_events(Domain *dom, bool write, const uint64_t *keys, size_t n) noexcept
 {
-	std::lock_guard<std::mutex> guard(dom->mr_lock);
+	std::lock_guard guard(dom->mr_lock);
 	for (size_t i = 0; i < n; i++)
 		if (Mr *mr = mr_by_device_key(dom, keys[i]))
 			count_region_event(mr, write);
@@ -540,6 +543,7 @@ void count_region_events(Domain *dom, bool write, const uint64_t *keys, size_t n
 
 Mr *mr_by_device_key(Domain *dom, uint64_t key) noexcept
 {
+	VRMA_ASSERT_HELD(dom->mr_lock);
 	if (key > UINT32_MAX)
 		return nullptr; // no region has it
 	auto it = dom->mrs_by_key.find(static_cast<uint32_t>(key));
@@ -553,7 +557,7 @@ bool rma_event_plausible(Domain *dom, bool write, const uint64_t *keys, size_t n
 		return length == 0;
 	const uint64_t need = write ? FI_REMOTE_WRITE : FI_REMOTE_READ;
 	uint64_t room = 0; // n <= 16 regions of < 2^48 bytes: no overflow
-	std::lock_guard<std::mutex> guard(dom->mr_lock);
+	std::lock_guard guard(dom->mr_lock);
 	for (size_t i = 0; i < n; i++) {
 		const Mr *mr = mr_by_device_key(dom, keys[i]);
 		if (!mr || !(mr->access & need))

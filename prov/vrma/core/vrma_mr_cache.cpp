@@ -20,7 +20,7 @@ struct UserRegHandle {
 struct MrCache {
 	// The monitor's cache_lock: RegCache calls only (nothing that
 	// allocates, frees, registers or touches user memory).
-	std::mutex lock;
+	CheckedMutex lock;
 	RegCache cache;
 	// Retired by the monitor's invalidations, deregistered by the next
 	// caller outside the lock (the monitor's callback must not free).
@@ -59,6 +59,7 @@ void drain(MrCache *c, RegRetired &out) noexcept
 // nothing): O(1), no allocation.
 void take_deferred(MrCache *c, RegRetired &out) noexcept
 {
+	VRMA_ASSERT_HELD(c->lock);
 	if (!c->deferred.empty()) [[unlikely]]
 		out = std::move(c->deferred);
 }
@@ -72,7 +73,7 @@ MrCache *cache_of(Domain *dom) noexcept
 		return dom->mr_cache.get();
 	if (state == kOff)
 		return nullptr;
-	std::lock_guard<std::mutex> guard(dom->mr_cache_open_lock);
+	std::lock_guard guard(dom->mr_cache_open_lock);
 	if (dom->mr_cache_state.load() != kUnknown)
 		return dom->mr_cache_state.load() == kActive ? dom->mr_cache.get() : nullptr;
 	if (!mr_cache_params.enabled) {
@@ -89,6 +90,7 @@ MrCache *cache_of(Domain *dom) noexcept
 	MrCache *raw = c.get();
 	const int rc = c->monitor.open(&c->lock, [raw](uintptr_t start, uintptr_t end) noexcept {
 		// Under raw->lock, on the monitor thread: no allocation, no free.
+		VRMA_ASSERT_HELD(raw->lock);
 		if (end == UINTPTR_MAX)
 			(void)raw->cache.flush(raw->deferred);
 		else
@@ -133,7 +135,7 @@ RegEntry *cache_miss(MrCache *c, Domain *dom, const RegRange &rr, uint64_t since
 		// The cache's own pins may be what is short.
 		RegRetired out;
 		{
-			std::lock_guard<std::mutex> guard(c->lock);
+			std::lock_guard guard(c->lock);
 			(void)c->cache.evict_unused(out);
 		}
 		drain(c, out);
@@ -150,7 +152,7 @@ RegEntry *cache_miss(MrCache *c, Domain *dom, const RegRange &rr, uint64_t since
 	RegRetired out;
 	RegEntry *e;
 	{
-		std::lock_guard<std::mutex> guard(c->lock);
+		std::lock_guard guard(c->lock);
 		e = c->cache.insert(rr.start, rr.end, rr.access, h, since, out, prep);
 	}
 	drain(c, out);
@@ -171,7 +173,7 @@ void MrCacheDeleter::operator()(MrCache *c) const noexcept
 	c->monitor.close(); // no callback after this; not under c->lock
 	RegRetired out;
 	{
-		std::lock_guard<std::mutex> guard(c->lock);
+		std::lock_guard guard(c->lock);
 		take_deferred(c, out);
 		(void)c->cache.flush(out);
 	}
@@ -223,7 +225,7 @@ void UserReg::reset() noexcept
 		MrCache *c = dom_->mr_cache.get();
 		RegRetired out;
 		{
-			std::lock_guard<std::mutex> guard(c->lock);
+			std::lock_guard guard(c->lock);
 			take_deferred(c, out);
 			(void)c->cache.release(entry_, out);
 		}
@@ -246,7 +248,7 @@ int UserReg::acquire(Domain *dom, void *addr, size_t len, int access) noexcept
 	if (c) {
 		RegRetired out;
 		{
-			std::lock_guard<std::mutex> guard(c->lock);
+			std::lock_guard guard(c->lock);
 			take_deferred(c, out);
 			if (RegEntry *e = c->cache.lookup(a, len, static_cast<uint64_t>(access))) [[likely]] {
 				dom_ = dom;
@@ -300,7 +302,7 @@ void mr_cache_stats(Domain *dom, fi_vrma_mr_cache_stats &out) noexcept
 	MrCache *c = dom->mr_cache.get();
 	RegCacheStats st;
 	{
-		std::lock_guard<std::mutex> guard(c->lock);
+		std::lock_guard guard(c->lock);
 		st = c->cache.stats();
 	}
 	out.active = c->monitor.active() ? 1 : 0;

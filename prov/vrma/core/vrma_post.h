@@ -55,6 +55,7 @@ inline bool conn_lost(const Conn *conn) noexcept
 inline bool slot_buffers_ready(Conn *conn, SlotBuffers &bufs, size_t bytes, int access,
 			       const char *what) noexcept
 {
+	VRMA_ASSERT_HELD(tx_lock_of(conn));
 	if (bufs.buf) [[likely]]
 		return true;
 	bufs.buf.reset(new (std::nothrow) uint8_t[bytes]);
@@ -89,6 +90,7 @@ inline ssize_t copy_to_slot_buffer(Conn *conn, SlotBuffers &bufs, size_t stride,
 inline ssize_t fill_bounce(Conn *conn, uint64_t first, ibv_send_wr *wrs, size_t n,
 			   const TxOp &op) noexcept
 {
+	VRMA_ASSERT_HELD(tx_lock_of(conn));
 	constexpr size_t kCount = Conn::kBounceCount;
 	if (!slot_buffers_ready(conn, conn->bounce, kCount * conn->bounce_stride, IBV_ACCESS_LOCAL_WRITE,
 				"inject bounce buffers"))
@@ -141,6 +143,7 @@ struct Unposted {
 // everything posted before them.
 inline void post_more_locked(Conn *conn, Unposted *unposted) noexcept
 {
+	VRMA_ASSERT_HELD(conn->more_lock);
 	MoreChain &mc = *conn->more;
 	if (!mc.nwr)
 		return;
@@ -194,6 +197,7 @@ inline void report_unposted(Conn *conn, const Unposted &u) noexcept
 // which hold the tx lock, set more_held: a false read here is not stale.
 inline void flush_more(Conn *conn) noexcept
 {
+	VRMA_ASSERT_HELD(tx_lock_of(conn));
 	if (!conn->more_held.load(std::memory_order_relaxed))
 		return;
 	Unposted u;
@@ -229,6 +233,7 @@ static_assert(kMaxSge + kMaxOpWr <= MoreChain::kMaxWr * kMaxSge, "an operation's
 // held first when they do not fit (n <= MoreChain::kMaxWr; more_lock held).
 [[gnu::always_inline]] inline void hold_back(Conn *conn, const ibv_send_wr *wrs, size_t n, Unposted &unposted) noexcept
 {
+	VRMA_ASSERT_HELD(conn->more_lock);
 	MoreChain &mc = *conn->more;
 	if (!chain_fits(mc, wrs, n, 0))
 		post_more_locked(conn, &unposted);
@@ -281,7 +286,7 @@ public:
 	TxGuard &operator=(const TxGuard &) = delete;
 
 private:
-	std::mutex *lock_;
+	CheckedMutex *lock_;
 };
 
 inline ssize_t post_send_chain_locked(Conn *conn, ibv_send_wr *wrs, size_t n, const TxOp &op) noexcept;
@@ -360,6 +365,7 @@ inline constexpr uint64_t kOneWrOpFlags = FI_COMPLETION | FI_INJECT | FI_INJECT_
 						     Cntr *cntr, bool more, uint32_t aux = 0) noexcept
 {
 	TxGuard guard(conn);
+	VRMA_ASSERT_HELD(tx_lock_of(conn));
 	// FI_MORE (and what it held back) takes the long way: batching saves
 	// the doorbell, not these instructions.
 	// tx_one_limit is 0 for a credited queue: its posts take the long way.
@@ -394,6 +400,7 @@ inline constexpr uint64_t kOneWrOpFlags = FI_COMPLETION | FI_INJECT | FI_INJECT_
 // complete) and reclaiming what the device finished.
 [[gnu::noinline]] inline ssize_t take_tx_credits(Conn *conn, size_t n) noexcept
 {
+	VRMA_ASSERT_HELD(tx_lock_of(conn));
 	if (cq_credit_take(conn->tx_credits, n))
 		return 0;
 	flush_more(conn);
@@ -405,6 +412,7 @@ inline constexpr uint64_t kOneWrOpFlags = FI_COMPLETION | FI_INJECT | FI_INJECT_
 // false without memory.
 inline bool ensure_more(Conn *conn) noexcept
 {
+	VRMA_ASSERT_HELD(tx_lock_of(conn));
 	if (conn->more) [[likely]]
 		return true;
 	try {
@@ -439,6 +447,8 @@ inline bool ensure_more(Conn *conn) noexcept
 // were kept free when the writes were deferred.
 [[gnu::noinline]] inline void close_deferred_locked(Conn *conn) noexcept
 {
+	VRMA_ASSERT_HELD(tx_lock_of(conn));
+	VRMA_ASSERT_HELD(conn->more_lock);
 	conn->dc_open = false;
 	MoreChain &mc = *conn->more;
 	if (!mc.nwr)
@@ -462,6 +472,7 @@ inline bool ensure_more(Conn *conn) noexcept
 // close_deferred_locked, with the tx lock only.
 [[gnu::noinline]] inline void close_deferred(Conn *conn) noexcept
 {
+	VRMA_ASSERT_HELD(tx_lock_of(conn));
 	std::lock_guard<FastMutex> guard(conn->more_lock);
 	close_deferred_locked(conn);
 }
@@ -472,6 +483,7 @@ inline bool ensure_more(Conn *conn) noexcept
 [[gnu::noinline]] inline uint32_t dc_plan(Conn *conn, const ibv_send_wr *wrs, size_t n,
 					  const TxOp &op) noexcept
 {
+	VRMA_ASSERT_HELD(tx_lock_of(conn));
 	// Not on a credited queue: the closing read would post without a
 	// credit of its own.
 	if (op.dc_share && op.more && n >= 2 && !conn->tx_credits && ensure_more(conn)) {
@@ -501,6 +513,7 @@ inline bool ensure_more(Conn *conn) noexcept
 [[gnu::noinline]] inline void dc_mark(Conn *conn, ibv_send_wr *wrs, size_t n, uint64_t first,
 				      uint32_t dc, uint64_t prev_signaled) noexcept
 {
+	VRMA_ASSERT_HELD(tx_lock_of(conn));
 	for (size_t i = 0; i < n; i++) {
 		conn->tx.at(first + i).commit = dc;
 		wrs[i].send_flags &= ~static_cast<unsigned>(IBV_SEND_SIGNALED);
@@ -519,6 +532,7 @@ inline bool ensure_more(Conn *conn) noexcept
 
 inline ssize_t post_send_chain_locked(Conn *conn, ibv_send_wr *wrs, size_t n, const TxOp &op) noexcept
 {
+	VRMA_ASSERT_HELD(tx_lock_of(conn));
 	if (conn->state.load(std::memory_order_acquire) != EpState::Connected) [[unlikely]] {
 		// Requests the connection's end could not post (ep_cancel_held
 		// keeps what the device refused) get their second chance here,
@@ -557,7 +571,7 @@ inline ssize_t post_send_chain_locked(Conn *conn, ibv_send_wr *wrs, size_t n, co
 		}
 		// Automatic progress: post what FI_MORE held back (its slots can
 		// only come back once posted), reclaim what the device finished,
-		// and only then say the queue is full (lock order: tx, then CQ).
+		// and only then say the queue is full.
 		if (conn->dc_open)
 			close_deferred(conn);
 		flush_more(conn);

@@ -135,6 +135,8 @@ EqEntry shutdown_event(Ep *ep)
 // the endpoint's EQ when the caller holds its lock (an event handler).
 void report_shutdown(Ep *ep, Eq *locked) noexcept
 try {
+	if (locked)
+		VRMA_ASSERT_HELD(locked->lock);
 	if (!ep->eq || ep->shutdown_reported.exchange(true))
 		return;
 	if (locked)
@@ -147,6 +149,7 @@ try {
 
 void push_error(Eq *eq, Ep *ep, int err, int prov_errno, const uint8_t *data, size_t len)
 {
+	VRMA_ASSERT_HELD(eq->lock);
 	EqEntry e;
 	e.is_error = true;
 	e.source = &ep->fid;
@@ -161,6 +164,7 @@ void push_error(Eq *eq, Ep *ep, int err, int prov_errno, const uint8_t *data, si
 
 rdma_cm_id *handle_connect_request(Eq *eq, rdma_cm_event *ev)
 {
+	VRMA_ASSERT_HELD(eq->lock);
 	fid *lf = context_fid(ev->listen_id);
 	if (!lf || lf->fclass != FI_CLASS_PEP) {
 		rdma_reject(ev->id, nullptr, 0);
@@ -241,6 +245,7 @@ try {
 
 rdma_cm_id *eq_handle_cm_event(Eq *eq, rdma_cm_event *ev) noexcept
 try {
+	VRMA_ASSERT_HELD(eq->lock);
 	if (ev->event == RDMA_CM_EVENT_CONNECT_REQUEST)
 		return handle_connect_request(eq, ev);
 	Ep *ep = context_ep(ev->id);
@@ -379,7 +384,7 @@ int attach_to_eq(Ep *ep)
 	}
 	if (ep->conn.id->channel == ep->eq->channel.get())
 		return 0;
-	std::lock_guard<std::mutex> guard(ep->eq->lock);
+	std::lock_guard guard(ep->eq->lock);
 	if (rdma_migrate_id(ep->conn.id.get(), ep->eq->channel.get())) {
 		int err = errno;
 		VRMA_WARN(FI_LOG_EP_CTRL, "rdma_migrate_id: %s\n", strerror(err));

@@ -82,7 +82,7 @@ int ep_close(fid *f) noexcept
 	if (ep->eq) {
 		// The EQ's progress thread handles events under the EQ lock: once the
 		// id no longer names the endpoint, no event handler touches it.
-		std::lock_guard<std::mutex> guard(ep->eq->lock);
+		std::lock_guard guard(ep->eq->lock);
 		ep->conn.id->context = nullptr;
 	}
 	if (ep->service)
@@ -125,7 +125,7 @@ int ep_close(fid *f) noexcept
 		// Events for this endpoint are read under the EQ lock: destroy the id
 		// under it too, then drop queued events that name the endpoint.
 		{
-			std::lock_guard<std::mutex> guard(ep->eq->lock);
+			std::lock_guard guard(ep->eq->lock);
 			ep->conn.id.reset();
 		}
 		eq_purge(ep->eq, &ep->fid);
@@ -690,7 +690,10 @@ try {
 	ep->domain = dom;
 	ep->conn.domain = dom;
 	ep->conn.ep = ep.get();
-	ep->conn.reclaim = [](Conn *c) noexcept { cq_progress(send_cq_of(c->ep)); };
+	ep->conn.reclaim = [](Conn *c) noexcept {
+		VRMA_ASSERT_HELD(tx_lock_of(c));
+		cq_progress(send_cq_of(c->ep));
+	};
 	ep->info.reset(fi_dupinfo(info));
 	if (!ep->info)
 		return -FI_ENOMEM;

@@ -108,7 +108,7 @@ int pep_close(fid *f) noexcept
 {
 	Pep *pep = from_fid<Pep>(f);
 	if (pep->eq) {
-		std::lock_guard<std::mutex> guard(pep->eq->lock);
+		std::lock_guard guard(pep->eq->lock);
 		pep->id.reset();
 	}
 	if (pep->eq) {

@@ -42,7 +42,7 @@ struct PmemService {
 	std::atomic<bool> stop{false};
 	// Held by the thread for each iteration; guards eps and the jobs being
 	// served.
-	std::mutex lock;
+	CheckedMutex lock;
 	std::vector<Ep *> eps;
 	// Requests received, to be served (a leaf lock: appended while CQs are
 	// polled).
@@ -60,7 +60,7 @@ struct PmemService {
 		size_t nlocal = 0;
 		iovec local[kMaxSge];
 	};
-	std::mutex jobs_lock;
+	CheckedMutex jobs_lock;
 	std::deque<Job> jobs;
 	// Answers that found the send queue full, retried first, in order
 	// (guarded by lock).
@@ -72,9 +72,10 @@ namespace {
 // Forgets the jobs of an endpoint being closed (service lock held).
 void drop_jobs(PmemService *svc, const Ep *ep)
 {
+	VRMA_ASSERT_HELD(svc->lock);
 	auto of_ep = [ep](const PmemService::Job &j) { return j.ep == ep; };
 	std::erase_if(svc->retry, of_ep);
-	std::lock_guard<std::mutex> guard(svc->jobs_lock);
+	std::lock_guard guard(svc->jobs_lock);
 	std::erase_if(svc->jobs, of_ep);
 }
 
@@ -132,7 +133,7 @@ wire::CommitStatus commit_persist_range(Domain *dom, uint64_t key, uint64_t addr
 	// this domain do not wait for it; only fi_close of this region does
 	// (the application may unmap the memory once it returns, and
 	// sync_mapped_file touches every page).
-	std::unique_lock<std::mutex> guard(dom->mr_lock);
+	std::unique_lock guard(dom->mr_lock);
 	Mr *mr = mr_by_device_key(dom, key);
 	if (!mr || mr->closing)
 		return wire::CommitStatus::AccessError;
@@ -182,6 +183,7 @@ namespace {
 // answer must be retried (the send queue is full).
 bool serve(PmemService *svc, PmemService::Job &job)
 {
+	VRMA_ASSERT_HELD(svc->lock);
 	if (!job.persisted) {
 		// A malformed request arrives with its status set and no ranges.
 		for (size_t i = 0; i < job.n && job.status == wire::CommitStatus::Ok; i++)
@@ -250,7 +252,7 @@ void count_rma_event(Ep *ep, uint8_t kind, const uint32_t *keys, size_t n)
 template <typename Match> bool take_pending(Ep *ep, uint32_t id, Match match, PendingCommit &out)
 {
 	ServiceEp &pm = *ep->service;
-	std::lock_guard<std::mutex> guard(pm.lock);
+	std::lock_guard guard(pm.lock);
 	PendingCommit &pc = pm.commits[id % kMaxCommits];
 	if (!pc.busy || !match(pc))
 		return false;
@@ -281,7 +283,7 @@ void cancel_commits(Ep *ep)
 	for (PendingCommit &entry : ep->service->commits) {
 		PendingCommit pc;
 		{
-			std::lock_guard<std::mutex> guard(ep->service->lock);
+			std::lock_guard guard(ep->service->lock);
 			if (!entry.busy)
 				continue;
 			pc = entry;
@@ -300,12 +302,12 @@ void service_loop(PmemService *svc)
 	while (!svc->stop.load(std::memory_order_acquire)) {
 		bool retrying;
 		{
-			std::lock_guard<std::mutex> guard(svc->lock);
+			std::lock_guard guard(svc->lock);
 			cq_progress(svc->cq); // answers complete, requests become jobs
 			std::deque<PmemService::Job> work;
 			work.swap(svc->retry);
 			{
-				std::lock_guard<std::mutex> jguard(svc->jobs_lock);
+				std::lock_guard jguard(svc->jobs_lock);
 				work.insert(work.end(), svc->jobs.begin(), svc->jobs.end());
 				svc->jobs.clear();
 			}
@@ -336,6 +338,7 @@ void service_loop(PmemService *svc)
 
 int service_start(Domain *dom)
 {
+	VRMA_ASSERT_HELD(dom->pmem_lock);
 	auto svc = std::make_unique<PmemService>();
 	svc->domain = dom;
 	fi_cq_attr attr{};
@@ -370,6 +373,7 @@ int service_start(Domain *dom)
 
 void service_stop(Domain *dom)
 {
+	VRMA_ASSERT_HELD(dom->pmem_lock);
 	PmemServicePtr svc = std::move(dom->pmem);
 	svc->stop.store(true, std::memory_order_release);
 	wake(svc.get());
@@ -508,14 +512,14 @@ try {
 		VRMA_WARN(FI_LOG_EP_CTRL, "fi_enable: cannot register the commit message buffers\n");
 		return -FI_ENOMEM;
 	}
-	std::lock_guard<std::mutex> guard(dom->pmem_lock);
+	std::lock_guard guard(dom->pmem_lock);
 	const bool first = !dom->pmem;
 	if (first) {
 		if (int rc = service_start(dom))
 			return rc;
 	}
 	try {
-		std::lock_guard<std::mutex> sguard(dom->pmem->lock);
+		std::lock_guard sguard(dom->pmem->lock);
 		dom->pmem->eps.push_back(ep); // the last step that can fail
 	} catch (...) {
 		if (first)
@@ -554,19 +558,19 @@ void pmem_ep_quiesce(Ep *ep) noexcept
 	if (!ep->service_cq || !svc)
 		return;
 	// ep->conn.closing is set: no new job names it once this lock is ours.
-	std::lock_guard<std::mutex> guard(svc->lock);
+	std::lock_guard guard(svc->lock);
 	drop_jobs(svc, ep);
 }
 
 void pmem_ep_detach(Ep *ep) noexcept
 {
 	Domain *dom = ep->domain;
-	std::lock_guard<std::mutex> guard(dom->pmem_lock);
+	std::lock_guard guard(dom->pmem_lock);
 	if (!dom->pmem)
 		return;
 	bool last;
 	{
-		std::lock_guard<std::mutex> sguard(dom->pmem->lock);
+		std::lock_guard sguard(dom->pmem->lock);
 		std::erase(dom->pmem->eps, ep);
 		drop_jobs(dom->pmem.get(), ep);
 		last = dom->pmem->eps.empty();
@@ -586,7 +590,7 @@ void queue_job(Ep *ep, PmemService::Job &job)
 		return;
 	job.ep = ep;
 	{
-		std::lock_guard<std::mutex> guard(svc->jobs_lock);
+		std::lock_guard guard(svc->jobs_lock);
 		svc->jobs.push_back(job);
 	}
 	wake(svc);
@@ -702,6 +706,7 @@ namespace {
 // consume them) or the entry is still busy.
 PendingCommit *next_pending(ServiceEp &pm)
 {
+	VRMA_ASSERT_HELD(pm.lock);
 	size_t busy = 0;
 	for (const PendingCommit &pc : pm.commits)
 		busy += pc.busy;
@@ -719,7 +724,7 @@ PendingCommit *next_pending(ServiceEp &pm)
 int pmem_begin_confirm(Ep *ep, void *context, size_t len, Cntr *cntr, bool report) noexcept
 {
 	ServiceEp &pm = *ep->service;
-	std::lock_guard<std::mutex> guard(pm.lock);
+	std::lock_guard guard(pm.lock);
 	PendingCommit *pc = next_pending(pm);
 	if (!pc)
 		return -FI_EAGAIN;
@@ -732,7 +737,7 @@ int pmem_begin_commit(Ep *ep, const wire::CommitRange *ranges, size_t n, void *c
 		      size_t len, Cntr *cntr, bool report, ibv_sge &request) noexcept
 {
 	ServiceEp &pm = *ep->service;
-	std::lock_guard<std::mutex> guard(pm.lock);
+	std::lock_guard guard(pm.lock);
 	PendingCommit *slot = next_pending(pm);
 	if (!slot)
 		return -FI_EAGAIN;
@@ -757,7 +762,7 @@ bool pmem_claim_commit(Ep *ep, uint32_t commit) noexcept
 
 bool pmem_commits_pending(Ep *ep) noexcept
 {
-	std::lock_guard<std::mutex> guard(ep->service->lock);
+	std::lock_guard guard(ep->service->lock);
 	for (const PendingCommit &pc : ep->service->commits)
 		if (pc.busy)
 			return true;

@@ -30,6 +30,7 @@ inline ssize_t post_recv_locked(Ep *ep, ibv_recv_wr &wr, void *context, void *bu
 				bool report, Cntr *cntr, bool internal = false,
 				size_t ring_stride = 0) noexcept
 {
+	VRMA_ASSERT_HELD(ep->rx_lock);
 	if (!ep->conn.qp) [[unlikely]] {
 		VRMA_WARN(FI_LOG_EP_DATA, "receive posted before fi_enable\n");
 		return -FI_EOPBADSTATE;
@@ -64,7 +65,7 @@ inline ssize_t post_recv(Ep *ep, ibv_recv_wr &wr, void *context, void *buf, size
 			 bool report, Cntr *cntr, bool internal = false,
 			 size_t ring_stride = 0) noexcept
 {
-	std::lock_guard<std::mutex> guard(ep->rx_lock);
+	std::lock_guard guard(ep->rx_lock);
 	return post_recv_locked(ep, wr, context, buf, len, report, cntr, internal, ring_stride);
 }
 

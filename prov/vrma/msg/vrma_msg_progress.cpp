@@ -31,7 +31,7 @@ struct MsgProgress {
 	Domain *domain = nullptr;
 	// Guards cqs, next_key and the thread's start; held by the thread while
 	// it handles events.
-	std::mutex lock;
+	CheckedMutex lock;
 	std::map<uint64_t, Cq *> cqs;
 	uint64_t next_key = kStopKey + 1;
 	Fd epoll_fd;
@@ -72,7 +72,7 @@ void run(MsgProgress *mp) noexcept
 				  strerror(errno));
 			return;
 		}
-		std::lock_guard<std::mutex> guard(mp->lock);
+		std::lock_guard guard(mp->lock);
 		for (int i = 0; i < n; i++) {
 			if (ev[i].data.u64 == kStopKey)
 				return;
@@ -87,6 +87,7 @@ void run(MsgProgress *mp) noexcept
 // held). 0 or a negative FI_E* code.
 int start(MsgProgress *mp)
 {
+	VRMA_ASSERT_HELD(mp->lock);
 	mp->stop_fd.reset(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
 	if (mp->stop_fd.get() < 0)
 		return errno_to_fi(errno);
@@ -124,7 +125,7 @@ int msg_progress_create(Domain *dom) noexcept
 int msg_progress_attach(Domain *dom, Cq *cq) noexcept
 try {
 	MsgProgress *mp = dom->progress.get();
-	std::lock_guard<std::mutex> guard(mp->lock);
+	std::lock_guard guard(mp->lock);
 	if (!mp->thread.joinable()) {
 		if (int rc = start(mp)) {
 			VRMA_WARN(FI_LOG_CQ, "fi_cq_open: cannot start the data progress thread: %s\n",
@@ -155,7 +156,7 @@ void msg_progress_detach(Domain *dom, Cq *cq) noexcept
 	MsgProgress *mp = dom->progress.get();
 	if (!mp || !cq->progress_key)
 		return;
-	std::lock_guard<std::mutex> guard(mp->lock);
+	std::lock_guard guard(mp->lock);
 	epoll_ctl(mp->epoll_fd.get(), EPOLL_CTL_DEL, cq->channel->fd, nullptr);
 	mp->cqs.erase(cq->progress_key);
 	cq->progress_key = 0;

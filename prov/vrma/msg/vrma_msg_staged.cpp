@@ -29,6 +29,7 @@ constexpr size_t kHeaderLen = sizeof(wire::MsgHeader);
 // for the next attempt: a shrinking queue only slows the peer down.
 void repost(Ep *ep, uint8_t *buf)
 {
+	VRMA_ASSERT_HELD(ep->rx_lock);
 	StagedRx &st = *ep->staged;
 	ibv_sge sge{reinterpret_cast<uintptr_t>(buf), static_cast<uint32_t>(wire::kStageBytes),
 		    st.stage.mr->lkey};
@@ -49,6 +50,7 @@ void repost(Ep *ep, uint8_t *buf)
 // Gives back buffers an earlier repost failed for (rx lock held).
 void repost_unposted(Ep *ep)
 {
+	VRMA_ASSERT_HELD(ep->rx_lock);
 	StagingBuffers &b = ep->staged->stage;
 	while (!b.unposted.empty()) {
 		const size_t before = b.unposted.size();
@@ -133,6 +135,7 @@ void confirm(Ep *ep, const ConfirmDue &d)
 Outcome advance(Ep *ep, Completion &c, fi_cq_err_entry &e, Cntr *&cntr, bool &report,
 		ConfirmDue &conf)
 {
+	VRMA_ASSERT_HELD(ep->rx_lock);
 	StagedRx &st = *ep->staged;
 	while (!st.arrivals.empty()) {
 		const StagedArrival a = st.arrivals.front();
@@ -234,7 +237,7 @@ try {
 int staged_ep_post(Ep *ep) noexcept
 {
 	StagingBuffers &b = ep->staged->stage;
-	std::lock_guard<std::mutex> guard(ep->rx_lock);
+	std::lock_guard guard(ep->rx_lock);
 	for (size_t i = 0; i < b.count; i++)
 		repost(ep, b.buffers.get() + i * wire::kStageBytes);
 	// A credited queue may start with none posted: they follow credits.
@@ -246,7 +249,7 @@ int staged_ep_post(Ep *ep) noexcept
 
 void staged_repost_unposted(Ep *ep) noexcept
 {
-	std::lock_guard<std::mutex> guard(ep->rx_lock);
+	std::lock_guard guard(ep->rx_lock);
 	repost_unposted(ep);
 }
 
@@ -269,7 +272,7 @@ try {
 	r.cntr = cntr;
 	bool refused = false;
 	{
-		std::lock_guard<std::mutex> guard(ep->rx_lock);
+		std::lock_guard guard(ep->rx_lock);
 		if (!ep->conn.qp) [[unlikely]] {
 			VRMA_WARN(FI_LOG_EP_DATA, "receive posted before fi_enable\n");
 			return -FI_EOPBADSTATE;
@@ -309,15 +312,16 @@ try {
 Outcome staged_rx_completion(Ep *ep, Cq *cq, const ibv_wc &wc, void *buf, Completion &c,
 			     fi_cq_err_entry &e) noexcept
 try {
+	VRMA_ASSERT_HELD(cq->lock);
 	StagedRx &st = *ep->staged;
 	if (wc.status != IBV_WC_SUCCESS) {
 		if (wc.status != IBV_WC_WR_FLUSH_ERR)
 			ep_connection_failed(ep);
 		// The queue is flushed: every receive waiting in vrma's queue
-		// ends now, as the device's own would (lock order: CQ, then rx).
+		// ends now, as the device's own would.
 		std::deque<StagedRecv> failed;
 		{
-			std::lock_guard<std::mutex> guard(ep->rx_lock);
+			std::lock_guard guard(ep->rx_lock);
 			if (st.cancelled)
 				return Outcome::None;
 			st.cancelled = true;
@@ -355,7 +359,7 @@ try {
 		// one of our commits or confirmed messages: the buffer goes
 		// straight back.
 		{
-			std::lock_guard<std::mutex> guard(ep->rx_lock);
+			std::lock_guard guard(ep->rx_lock);
 			repost(ep, piece);
 		}
 		if (wc.opcode != IBV_WC_RECV_RDMA_WITH_IMM) {
@@ -377,7 +381,7 @@ try {
 	Outcome o = Outcome::None;
 	bool control = false;
 	{
-		std::lock_guard<std::mutex> guard(ep->rx_lock);
+		std::lock_guard guard(ep->rx_lock);
 		if (st.stream_left == 0) {
 			uint64_t total;
 			bool has_data;
@@ -402,7 +406,7 @@ try {
 			pmem_control_message(ep, piece, wc.byte_len);
 		else
 			VRMA_WARN(FI_LOG_EP_DATA, "staged receive: a commit or event message for an endpoint without FI_RMA_PMEM/FI_RMA_EVENT dropped\n");
-		std::lock_guard<std::mutex> guard(ep->rx_lock);
+		std::lock_guard guard(ep->rx_lock);
 		repost(ep, piece);
 		return Outcome::None;
 	}
@@ -424,7 +428,7 @@ ssize_t staged_cancel(Ep *ep, void *context) noexcept
 	CqPending p;
 	Cntr *cntr = nullptr;
 	{
-		std::lock_guard<std::mutex> guard(ep->rx_lock);
+		std::lock_guard guard(ep->rx_lock);
 		auto it = std::find_if(st.posted.begin(), st.posted.end(),
 				       [&](const StagedRecv &r) { return r.context == context; });
 		if (it == st.posted.end())
@@ -441,7 +445,7 @@ ssize_t staged_cancel(Ep *ep, void *context) noexcept
 
 size_t staged_rx_left(Ep *ep) noexcept
 {
-	std::lock_guard<std::mutex> guard(ep->rx_lock);
+	std::lock_guard guard(ep->rx_lock);
 	const size_t used = ep->staged->posted.size();
 	return used >= ep->rx_depth ? 0 : ep->rx_depth - used;
 }

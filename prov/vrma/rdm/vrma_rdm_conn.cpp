@@ -928,6 +928,13 @@ void rdm_conn_established(RdmPeer *peer, Conn *c) noexcept
 	c->state.store(EpState::Connected, std::memory_order_release);
 }
 
+#ifdef VRMA_LOCK_CHECKS
+bool rdm_conn_held_here(const Conn *conn) noexcept
+{
+	return conn->peer->ep->lock.held_here();
+}
+#endif
+
 void rdm_more_flush(RdmEp *ep) noexcept
 {
 	RdmPeer *held = ep->more_peer.exchange(nullptr, std::memory_order_relaxed);

@@ -782,7 +782,7 @@ void rdm_progress_reap(RdmEp *ep) noexcept
 
 int RdmHooks::attach(RdmEp *ep, int epoll_fd, int wait_fd, const char *what) noexcept
 try {
-	std::lock_guard<std::mutex> guard(lock_);
+	std::lock_guard guard(lock_);
 	if (wait_fd >= 0 && epoll_fd >= 0) {
 		epoll_event ev{};
 		ev.events = EPOLLIN;
@@ -804,7 +804,7 @@ try {
 
 void RdmHooks::detach(RdmEp *ep, int epoll_fd, int wait_fd) noexcept
 {
-	std::lock_guard<std::mutex> guard(lock_);
+	std::lock_guard guard(lock_);
 	std::erase(eps_, ep);
 	n_.store(eps_.size());
 	republish();
@@ -828,14 +828,14 @@ void RdmHooks::progress() noexcept
 	readers_.fetch_sub(1, std::memory_order_release);
 	if (single)
 		return;
-	std::lock_guard<std::mutex> guard(lock_);
+	std::lock_guard guard(lock_);
 	for (RdmEp *ep : eps_)
 		rdm_progress(ep);
 }
 
 int RdmHooks::trywait() noexcept
 {
-	std::lock_guard<std::mutex> guard(lock_);
+	std::lock_guard guard(lock_);
 	for (RdmEp *ep : eps_)
 		if (int rc = rdm_trywait(ep))
 			return rc;
