@@ -29,3 +29,4 @@ Suite *rx_budget_suite();
 Suite *tx_share_suite();
 Suite *peer_limit_suite();
 Suite *free_list_suite();
+Suite *capacity_suite();

@@ -287,13 +287,6 @@ constexpr fi_ops_ep ep_ops = {
 	.tx_size_left = ep_tx_size_left,
 };
 
-size_t clamp(size_t want, size_t fallback, int device_max)
-{
-	size_t v = want ? want : fallback;
-	size_t max = static_cast<size_t>(device_max > 0 ? device_max : 1);
-	return v > max ? max : v;
-}
-
 } // namespace
 
 const fi_ops_atomic atomic_nosys = {
@@ -658,7 +651,7 @@ try {
 	ep->conn.scratch_mr = std::move(p.scratch_mr);
 	if (attr.cap.max_inline_data < ep->conn.inline_size)
 		ep->conn.inline_size = attr.cap.max_inline_data;
-	ep->conn.signal_period = std::min<uint64_t>(ep->conn.tx_depth / 2, kSignalPeriod);
+	ep->conn.signal_period = signal_period_for(ep->conn.tx_depth);
 	int attach_rc = 0;
 	for_each_counter(ep, [&](Cntr *c, Cq *cq) {
 		if (int rc = cntr_attach_cq(c, cq))
@@ -694,15 +687,15 @@ try {
 		return -FI_ENOMEM;
 	ep->info->handle = nullptr;
 	const ibv_device_attr &d = dom->dev_attr;
-	ep->conn.tx_depth = clamp(info->tx_attr ? info->tx_attr->size : 0, params.tx_size, d.max_qp_wr - 1);
+	ep->conn.tx_depth = clamp_to_device(info->tx_attr ? info->tx_attr->size : 0, params.tx_size, d.max_qp_wr - 1);
 	ep->conn.tx_cap = tx_capacity_for(ep->conn.tx_depth, d.max_qp_wr);
-	ep->rx_depth = clamp(info->rx_attr ? info->rx_attr->size : 0, params.rx_size, d.max_qp_wr);
+	ep->rx_depth = clamp_to_device(info->rx_attr ? info->rx_attr->size : 0, params.rx_size, d.max_qp_wr);
 	ep->conn.tx_one_limit = ep->conn.tx_depth;
 	ep->rx_post_limit = ep->rx_depth;
 	const int max_sge = std::min(d.max_sge, static_cast<int>(kMaxSge));
 	// One send scatter entry stays free for a staged message's header.
-	ep->conn.tx_iov_limit = clamp(info->tx_attr ? info->tx_attr->iov_limit : 0, params.iov_limit, max_sge - 1);
-	ep->rx_iov_limit = clamp(info->rx_attr ? info->rx_attr->iov_limit : 0, params.iov_limit, max_sge);
+	ep->conn.tx_iov_limit = clamp_to_device(info->tx_attr ? info->tx_attr->iov_limit : 0, params.iov_limit, max_sge - 1);
+	ep->rx_iov_limit = clamp_to_device(info->rx_attr ? info->rx_attr->iov_limit : 0, params.iov_limit, max_sge);
 	ep->conn.inline_size = static_cast<size_t>(dom->inline_size);
 	ep->conn.inject_size = std::max(ep->conn.inline_size, params.inject_size);
 	if (info->tx_attr && info->tx_attr->inject_size && info->tx_attr->inject_size < ep->conn.inject_size)
