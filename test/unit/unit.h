@@ -30,3 +30,4 @@ Suite *tx_share_suite();
 Suite *peer_limit_suite();
 Suite *free_list_suite();
 Suite *capacity_suite();
+Suite *cq_credits_suite();
