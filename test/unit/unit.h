@@ -31,3 +31,4 @@ Suite *peer_limit_suite();
 Suite *free_list_suite();
 Suite *capacity_suite();
 Suite *cq_credits_suite();
+Suite *dc_chain_suite();

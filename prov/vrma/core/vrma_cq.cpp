@@ -83,7 +83,7 @@ inline Outcome tx_success(Cntr *cntr, bool report, const Completion &done, Compl
 	return Outcome::Success;
 }
 
-// A delivery-complete write whose read-back was shared (TxSlot::kDcDeferred),
+// A delivery-complete write whose read-back was shared (DcMark::Deferred),
 // retired by a later completion (cq's lock held): proven by a successful
 // read, else failed with that completion's status. Queued ahead of what
 // the completion itself turns into.
@@ -115,8 +115,8 @@ inline Outcome tx_success(Cntr *cntr, bool report, const Completion &done, Compl
 	}
 }
 
-// handle_wc for a send request that failed or is marked (TxSlot::commit:
-// a pmem commit, or a delivery write sharing a read-back).
+// handle_wc for a send request that failed or is marked (TxSlot::commit, a
+// pmem commit; TxSlot::dc, a delivery write sharing a read-back).
 [[gnu::noinline]] Outcome tx_wc_marked(Cq *cq, Ep *ep, TxSlot *s, const ibv_wc &wc, Completion &c,
 				       fi_cq_err_entry &e)
 {
@@ -127,13 +127,14 @@ inline Outcome tx_success(Cntr *cntr, bool report, const Completion &done, Compl
 	const bool op_done = seq == s->op_end;
 	const uint64_t op_end = s->op_end;
 	const uint32_t commit = s->commit;
+	const DcMark mark = s->dc;
 	Cntr *cntr = s->cntr;
 	const bool closing = ep->conn.closing.load(std::memory_order_relaxed);
 	// A read's success proves the writes before it (RC executes it after
 	// them); anything else leaves the deferred writes it retires unproven.
 	const bool proven = wc.status == IBV_WC_SUCCESS && wc.opcode == IBV_WC_RDMA_READ;
 	const size_t retired = ep->conn.tx.retire_through(seq, [&](TxSlot &t, uint64_t ts) {
-		if (t.commit == TxSlot::kDcDeferred && ts == t.op_end && ts != seq && !closing)
+		if (dc::completes_deferred(t.dc, ts == t.op_end, ts == seq, closing))
 			complete_deferred(cq, ep, t, wc, proven);
 	});
 	if (ep->conn.tx_credits) [[unlikely]]
@@ -148,9 +149,9 @@ inline Outcome tx_success(Cntr *cntr, bool report, const Completion &done, Compl
 		ep->conn.failed_op_end = op_end;
 		if (wc.status != IBV_WC_WR_FLUSH_ERR)
 			ep_connection_failed(ep);
-		if (commit == TxSlot::kDcCloser)
+		if (!dc::reports(mark))
 			return Outcome::None; // vrma's read: the walk failed what it proves
-		if (TxSlot::pmem_commit(commit) && !pmem_claim_commit(ep, commit))
+		if (commit && !pmem_claim_commit(ep, commit))
 			return Outcome::None; // answered before the error
 		count_completion(cntr, false);
 		// Errors go to the transmit CQ, if the endpoint has one.
@@ -161,7 +162,7 @@ inline Outcome tx_success(Cntr *cntr, bool report, const Completion &done, Compl
 	}
 	// An intermediate request signaled to reclaim slots: not the end.
 	// vrma's read has no completion; a pmem commit's is the target's answer.
-	if (!op_done || commit == TxSlot::kDcCloser || TxSlot::pmem_commit(commit))
+	if (!op_done || !dc::reports(mark) || commit)
 		return Outcome::None;
 	return tx_success(cntr, report, done, c);
 }
@@ -177,7 +178,7 @@ Outcome handle_wc(Cq *cq, const ibv_wc &wc, Completion &c, fi_cq_err_entry &e)
 	Ep *ep = h->conn->ep;
 	if (h->kind == SlotKind::Tx) {
 		auto *s = static_cast<TxSlot *>(h);
-		if ((s->commit | static_cast<uint32_t>(wc.status)) != 0) [[unlikely]]
+		if ((s->commit | static_cast<uint32_t>(s->dc) | static_cast<uint32_t>(wc.status)) != 0) [[unlikely]]
 			return tx_wc_marked(cq, ep, s, wc, c, e);
 		// Read the slot before retiring it: the poster may reuse it after.
 		const Completion done{s->context, s->comp_flags, s->len, nullptr, 0};

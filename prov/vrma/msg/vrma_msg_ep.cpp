@@ -363,9 +363,9 @@ void msg_report_unposted(Conn *conn, const ibv_send_wr *first, int err) noexcept
 	const int fi_err = -errno_to_fi(err, ErrPath::Post);
 	for (const ibv_send_wr *w = first; w; w = w->next) {
 		auto *s = reinterpret_cast<TxSlot *>(w->wr_id);
-		if (s->seq != s->op_end || s->commit == TxSlot::kDcCloser)
+		if (s->seq != s->op_end || !dc::reports(s->dc))
 			continue; // one report per operation, at its last request
-		if (TxSlot::pmem_commit(s->commit) && !pmem_claim_commit(ep, s->commit))
+		if (s->commit && !pmem_claim_commit(ep, s->commit))
 			continue;
 		count_completion(s->cntr, false);
 		if (!ep->tx_cq)
