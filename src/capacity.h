@@ -71,6 +71,31 @@ constexpr size_t wr_bytes_limit(uint32_t port_max_msg_sz, size_t max_wr_size) no
 	return std::max(max_wr_size, std::min(kMinWrBytes, port));
 }
 
+// The largest operation of a MSG endpoint, `wr_bytes` being one work
+// request's (wr_bytes_limit): with messages, one work request's worth (a
+// receive takes one send); RMA alone splits, up to kMaxSplitWr of them.
+// Staged receives carry at most wire::kStagedMsgMax.
+constexpr size_t msg_max_msg_size(size_t wr_bytes, bool messages, bool staged) noexcept
+{
+	const size_t size = messages ? wr_bytes : wr_bytes * kMaxSplitWr;
+	return staged ? std::min(size, wire::kStagedMsgMax) : size;
+}
+
+// Bytes an inject carries on a MSG endpoint: the inline size or
+// FI_VRMA_INJECT_SIZE (`configured`), whichever is larger, narrowed to
+// what the application asked (0: nothing asked); never more than one work
+// request carries (an inject never splits: bounce buffers count on it) nor
+// than a staged piece holds beside its header.
+constexpr size_t msg_inject_size(size_t inline_size, size_t configured, size_t asked,
+				 size_t wr_bytes) noexcept
+{
+	size_t size = std::max(inline_size, configured);
+	if (asked && asked < size)
+		size = asked;
+	size = std::min(size, wr_bytes);
+	return std::min(size, wire::kStageBytes - sizeof(wire::MsgHeader));
+}
+
 // Conn::signal_period of a send queue tx_depth deep: kSignalPeriod, or
 // half the queue when that is less, so that a full queue always holds a
 // signaled request to reclaim it by. 0 (a depth below 2): every request is
@@ -80,12 +105,12 @@ constexpr uint64_t signal_period_for(size_t tx_depth) noexcept
 	return std::min<uint64_t>(tx_depth / 2, kSignalPeriod);
 }
 
-// Staging buffers a staged MSG endpoint posts: one per receive slot, at
-// most FI_VRMA_STAGE_BUFFERS (`configured`) and at most `credited_max`
-// (kCreditedOwnRx when the receive queue is credited, else SIZE_MAX).
-constexpr size_t staging_buffers_for(size_t rx_depth, size_t configured, size_t credited_max = SIZE_MAX) noexcept
+// Staging buffers a staged MSG endpoint keeps: one per receive slot, at
+// most FI_VRMA_STAGE_BUFFERS (`configured`); a credited receive queue posts
+// fewer (own_rx_limit, cq_credits.h).
+constexpr size_t staging_buffers_for(size_t rx_depth, size_t configured) noexcept
 {
-	return std::min(std::min(rx_depth, configured), credited_max);
+	return std::min(rx_depth, configured);
 }
 
 // RDM send buffers an endpoint registers: FI_VRMA_RDM_TX_BUFFERS, below

@@ -29,6 +29,12 @@ namespace vrma {
 // (staging buffers, provider_rx receives): they hold their credits as long
 // as they wait for data, so a few endpoints must not take the whole pool.
 inline constexpr size_t kCreditedOwnRx = 8;
+// Of `wanted` own receives, those a receive queue posts: all when its ring
+// is reserved, kCreditedOwnRx at most when it is credited.
+constexpr size_t own_rx_limit(size_t wanted, bool credited) noexcept
+{
+	return credited ? std::min(wanted, kCreditedOwnRx) : wanted;
+}
 
 // Entries whole reservations leave to the credit pool at least, as a
 // fraction of the CQ's largest size (1/8): the pool is otherwise what the

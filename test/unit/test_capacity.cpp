@@ -2,8 +2,9 @@
 // stop at the device's maximum (1 when it reports none); a send queue holds
 // the longest operation (82 requests) unless the device cannot; a work
 // request carries the port's max_msg_sz, narrowed by FI_VRMA_MAX_WR_SIZE to
-// no less than 4096 bytes; the signal period is half a shallow queue; and
-// the staging, RDM buffer and RDM CQ sizes.
+// no less than 4096 bytes; a MSG endpoint's largest operation and inject;
+// the signal period is half a shallow queue; and the staging, RDM buffer
+// and RDM CQ sizes.
 #include "unit.h"
 #include "capacity.h"
 
@@ -49,26 +50,25 @@ END_TEST
 
 START_TEST(test_tx_capacity)
 {
-	// Shallower than the longest operation: raised to 82 requests.
-	ck_assert_uint_eq(tx_capacity_for(0, 16384), 82);
-	ck_assert_uint_eq(tx_capacity_for(1, 16384), 82);
-	ck_assert_uint_eq(tx_capacity_for(81, 16384), 82);
-	ck_assert_uint_eq(tx_capacity_for(82, 16384), 82);
-	ck_assert_uint_eq(tx_capacity_for(384, 16384), 384);
-	// Never lowered, even beyond the device (the caller clamped it).
-	ck_assert_uint_eq(tx_capacity_for(20000, 16384), 20000);
-	// A device too small for 82: as far as it allows (max_qp_wr - 1),
-	// never below what was asked.
-	ck_assert_uint_eq(tx_capacity_for(10, 50), 49);
-	ck_assert_uint_eq(tx_capacity_for(60, 50), 60);
-	ck_assert_uint_eq(tx_capacity_for(10, 83), 82);
-	ck_assert_uint_eq(tx_capacity_for(10, 84), 82);
-	// A device with max_qp_wr 0, 1 or negative: what was asked, at least 1.
-	ck_assert_uint_eq(tx_capacity_for(0, 0), 1);
-	ck_assert_uint_eq(tx_capacity_for(0, 1), 1);
-	ck_assert_uint_eq(tx_capacity_for(5, 1), 5);
-	ck_assert_uint_eq(tx_capacity_for(5, -1), 5);
-	ck_assert_uint_eq(tx_capacity_for(0, 2), 1);
+	const struct {
+		size_t asked;
+		int max_qp_wr;
+		size_t capacity;
+	} cases[] = {
+		// Shallower than the longest operation: raised to 82 requests.
+		{0, 16384, 82}, {1, 16384, 82}, {81, 16384, 82}, {82, 16384, 82}, {384, 16384, 384},
+		// Never lowered, even beyond the device (the caller clamped it).
+		{20000, 16384, 20000},
+		// A device too small for 82: as far as it allows (max_qp_wr - 1),
+		// never below what was asked.
+		{10, 50, 49}, {60, 50, 60}, {10, 83, 82}, {10, 84, 82},
+		// max_qp_wr 0, 1, 2 or negative: what was asked, at least 1.
+		{0, 0, 1}, {0, 1, 1}, {5, 1, 5}, {5, -1, 5}, {0, 2, 1},
+	};
+	for (const auto &c : cases)
+		if (tx_capacity_for(c.asked, c.max_qp_wr) != c.capacity)
+			ck_abort_msg("tx_capacity_for(%zu, %d) = %zu, not %zu", c.asked, c.max_qp_wr,
+				     tx_capacity_for(c.asked, c.max_qp_wr), c.capacity);
 }
 END_TEST
 
@@ -98,6 +98,33 @@ START_TEST(test_wr_bytes)
 }
 END_TEST
 
+START_TEST(test_msg_sizes)
+{
+	constexpr size_t kGiB = size_t(1) << 30;
+	// With messages: one work request's bytes; RMA alone: 64 of them.
+	ck_assert_uint_eq(msg_max_msg_size(kGiB, true, false), kGiB);
+	ck_assert_uint_eq(msg_max_msg_size(kGiB, false, false), 64 * kGiB);
+	ck_assert_uint_eq(msg_max_msg_size(4096, false, false), 262144);
+	// Staged receives: 64 pieces of 64 KiB.
+	ck_assert_uint_eq(msg_max_msg_size(kGiB, true, true), 4194304);
+	ck_assert_uint_eq(msg_max_msg_size(4096, true, true), 4096);
+	ck_assert_uint_eq(msg_max_msg_size(65536, false, true), 4194304);
+	ck_assert_uint_eq(msg_max_msg_size(0, false, false), 0);
+
+	// Inject: the larger of the inline size and FI_VRMA_INJECT_SIZE ...
+	ck_assert_uint_eq(msg_inject_size(220, 4096, 0, kGiB), 4096);
+	ck_assert_uint_eq(msg_inject_size(8192, 4096, 0, kGiB), 8192);
+	// ... narrowed to what was asked, never widened by it ...
+	ck_assert_uint_eq(msg_inject_size(220, 4096, 64, kGiB), 64);
+	ck_assert_uint_eq(msg_inject_size(220, 4096, 100000, kGiB), 4096);
+	// ... at most one work request ...
+	ck_assert_uint_eq(msg_inject_size(220, 4096, 0, 2048), 2048);
+	// ... and a 64 KiB staged piece less its 16-byte header.
+	ck_assert_uint_eq(msg_inject_size(220, 1 << 20, 0, kGiB), 65520);
+	ck_assert_uint_eq(msg_inject_size(0, 0, 0, kGiB), 0);
+}
+END_TEST
+
 START_TEST(test_signal_period)
 {
 	ck_assert_uint_eq(signal_period_for(0), 0);
@@ -113,13 +140,12 @@ END_TEST
 
 START_TEST(test_staging_and_rdm_sizes)
 {
-	// Staging buffers: the receive depth, FI_VRMA_STAGE_BUFFERS, and 8
-	// on a credited receive queue.
+	// Staging buffers: the receive depth, at most FI_VRMA_STAGE_BUFFERS.
 	ck_assert_uint_eq(staging_buffers_for(384, 65), 65);
 	ck_assert_uint_eq(staging_buffers_for(10, 65), 10);
-	ck_assert_uint_eq(staging_buffers_for(384, 65, 8), 8);
-	ck_assert_uint_eq(staging_buffers_for(4, 65, 8), 4);
+	ck_assert_uint_eq(staging_buffers_for(65, 65), 65);
 	ck_assert_uint_eq(staging_buffers_for(0, 65), 0);
+	ck_assert_uint_eq(staging_buffers_for(384, 1), 1);
 
 	// RDM send buffers: an index below kAuxHeldBuffer (0xffffff).
 	ck_assert_uint_eq(rdm_tx_buffer_count(256), 256);
@@ -166,6 +192,7 @@ Suite *capacity_suite()
 	tcase_add_test(tc, test_clamp_to_device);
 	tcase_add_test(tc, test_tx_capacity);
 	tcase_add_test(tc, test_wr_bytes);
+	tcase_add_test(tc, test_msg_sizes);
 	tcase_add_test(tc, test_signal_period);
 	tcase_add_test(tc, test_staging_and_rdm_sizes);
 	suite_add_tcase(s, tc);

@@ -33,6 +33,14 @@ struct FakeDevice {
 	}
 };
 
+// The CQ's size, the entries reserved, the credits free.
+void expect(const CqCredits &c, size_t cqe, size_t reserved, ptrdiff_t free)
+{
+	ck_assert_uint_eq(c.cqe(), cqe);
+	ck_assert_uint_eq(c.reserved(), reserved);
+	ck_assert_int_eq(c.free(), free);
+}
+
 START_TEST(test_entries_limit)
 {
 	ck_assert_uint_eq(vrma::cq_entries_limit(32767, 0), 32767);
@@ -45,6 +53,20 @@ START_TEST(test_entries_limit)
 }
 END_TEST
 
+START_TEST(test_own_rx_limit)
+{
+	// A reserved receive queue posts all its own receives, a credited one
+	// 8 at most.
+	ck_assert_uint_eq(vrma::own_rx_limit(384, false), 384);
+	ck_assert_uint_eq(vrma::own_rx_limit(384, true), 8);
+	ck_assert_uint_eq(vrma::own_rx_limit(65, true), 8);
+	ck_assert_uint_eq(vrma::own_rx_limit(8, true), 8);
+	ck_assert_uint_eq(vrma::own_rx_limit(3, true), 3);
+	ck_assert_uint_eq(vrma::own_rx_limit(0, true), 0);
+	ck_assert_uint_eq(vrma::own_rx_limit(0, false), 0);
+}
+END_TEST
+
 START_TEST(test_reserve_grows_by_what_is_missing)
 {
 	FakeDevice dev{32767};
@@ -53,17 +75,13 @@ START_TEST(test_reserve_grows_by_what_is_missing)
 	// Fits the pool: no resize.
 	ck_assert(c.reserve(769, dev.max, dev) == Reserve::Done);
 	ck_assert(dev.asked.empty());
-	ck_assert_uint_eq(c.reserved(), 769);
-	ck_assert_int_eq(c.free(), 255);
-	ck_assert_uint_eq(c.cqe(), 1024);
+	expect(c, 1024, 769, 255);
 	// 255 free, 769 wanted: grown to 1024 + 769 - 255 = 1538.
 	ck_assert_uint_eq(c.grow_target(769), 1538);
 	ck_assert(c.reserve(769, dev.max, dev) == Reserve::Done);
 	ck_assert_uint_eq(dev.asked.size(), 1);
 	ck_assert_uint_eq(dev.asked[0], 1538);
-	ck_assert_uint_eq(c.cqe(), 1538);
-	ck_assert_int_eq(c.free(), 0);
-	ck_assert_uint_eq(c.reserved(), 1538);
+	expect(c, 1538, 1538, 0);
 	ck_assert(c.in_use());
 	// Given back: the pool has them again, the CQ keeps its size.
 	c.unreserve(769);
@@ -137,10 +155,7 @@ START_TEST(test_resize_refused_or_useless)
 	ck_assert(c.reserve(200, dev.max, dev) == Reserve::NotGrown);
 	ck_assert_uint_eq(dev.asked.size(), 1);
 	ck_assert_uint_eq(dev.asked[0], 200);
-	// Nothing taken or reserved.
-	ck_assert_int_eq(c.free(), 100);
-	ck_assert_uint_eq(c.reserved(), 0);
-	ck_assert_uint_eq(c.cqe(), 100);
+	expect(c, 100, 0, 100); // nothing taken or reserved
 	// A resize that succeeds without growing: refused, no loop.
 	auto same = [&](size_t) { return c.cqe(); };
 	ck_assert(c.reserve(200, 32767, same) == Reserve::NotGrown);
@@ -254,6 +269,7 @@ Suite *cq_credits_suite()
 	Suite *s = suite_create("cq_credits");
 	TCase *tc = tcase_create("cq_credits");
 	tcase_add_test(tc, test_entries_limit);
+	tcase_add_test(tc, test_own_rx_limit);
 	tcase_add_test(tc, test_reserve_grows_by_what_is_missing);
 	tcase_add_test(tc, test_reserve_stops_at_seven_eighths);
 	tcase_add_test(tc, test_tiny_device);

@@ -592,8 +592,7 @@ try {
 		return errno_to_fi(err);
 	}
 	if (ep->staged) {
-		if (int rc = staged_ep_prepare(ep, p.stage,
-					       p.recv_reserved.credited() ? kCreditedOwnRx : SIZE_MAX))
+		if (int rc = staged_ep_prepare(ep, p.stage, p.recv_reserved.credited()))
 			return rc;
 	}
 	size_ring(p.tx, send_wrs, &ep->conn, SlotKind::Tx);
@@ -626,7 +625,7 @@ try {
 			return rc;
 	}
 	if (ep->provider_rx) {
-		const size_t own = ep->rx_credits ? std::min(ep->rx_depth, kCreditedOwnRx) : ep->rx_depth;
+		const size_t own = own_rx_limit(ep->rx_depth, ep->rx_credits != nullptr);
 		for (size_t i = 0; i < own; i++)
 			if (int rc = ep_post_provider_rx(ep)) {
 				if (rc == -FI_EAGAIN && ep->rx_credits) {
@@ -697,21 +696,14 @@ try {
 	ep->conn.tx_iov_limit = clamp_to_device(info->tx_attr ? info->tx_attr->iov_limit : 0, params.iov_limit, max_sge - 1);
 	ep->rx_iov_limit = clamp_to_device(info->rx_attr ? info->rx_attr->iov_limit : 0, params.iov_limit, max_sge);
 	ep->conn.inline_size = static_cast<size_t>(dom->inline_size);
-	ep->conn.inject_size = std::max(ep->conn.inline_size, params.inject_size);
-	if (info->tx_attr && info->tx_attr->inject_size && info->tx_attr->inject_size < ep->conn.inject_size)
-		ep->conn.inject_size = info->tx_attr->inject_size;
-	// An inject is one work request per remote segment (bounce buffers
-	// count on it): never more than one work request carries.
-	ep->conn.inject_size = std::min(ep->conn.inject_size, dom->max_wr_bytes);
-	// A staged message's header and an injected payload fit one piece.
-	ep->conn.inject_size = std::min(ep->conn.inject_size, wire::kStageBytes - sizeof(wire::MsgHeader));
+	ep->conn.inject_size = msg_inject_size(ep->conn.inline_size, params.inject_size,
+					       info->tx_attr ? info->tx_attr->inject_size : 0, dom->max_wr_bytes);
 	ep->conn.inline_size = std::min(ep->conn.inline_size, ep->conn.inject_size);
 	ep->conn.bounce_stride = ep->conn.inject_size + sizeof(wire::MsgHeader);
 	// Sends cannot be split (a receive takes one); RMA can.
 	ep->conn.max_wr_bytes = dom->max_wr_bytes;
-	ep->conn.max_msg_size = dom->max_wr_bytes;
-	if (!(info->caps & (FI_MSG | FI_SEND | FI_RECV)))
-		ep->conn.max_msg_size *= kMaxSplitWr;
+	ep->conn.max_msg_size =
+		msg_max_msg_size(dom->max_wr_bytes, (info->caps & (FI_MSG | FI_SEND | FI_RECV)) != 0, false);
 	if (info->ep_attr && info->ep_attr->max_msg_size &&
 	    info->ep_attr->max_msg_size < ep->conn.max_msg_size)
 		ep->conn.max_msg_size = info->ep_attr->max_msg_size;
