@@ -29,3 +29,6 @@ Suite *rx_budget_suite();
 Suite *tx_share_suite();
 Suite *peer_limit_suite();
 Suite *free_list_suite();
+Suite *capacity_suite();
+Suite *cq_credits_suite();
+Suite *dc_chain_suite();

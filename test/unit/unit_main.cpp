@@ -26,6 +26,9 @@ int main()
 	srunner_add_suite(sr, tx_share_suite());
 	srunner_add_suite(sr, peer_limit_suite());
 	srunner_add_suite(sr, free_list_suite());
+	srunner_add_suite(sr, capacity_suite());
+	srunner_add_suite(sr, cq_credits_suite());
+	srunner_add_suite(sr, dc_chain_suite());
 	srunner_run_all(sr, CK_NORMAL);
 	const int failed = srunner_ntests_failed(sr);
 	srunner_free(sr);

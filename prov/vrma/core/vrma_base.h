@@ -45,6 +45,7 @@
 #include <rdma/rdma_cma.h>
 
 #include "av_table.h"
+#include "capacity.h"
 #include "fast_mutex.h"
 #include "intrusive_fifo.h"
 #include "ring_queue.h"
@@ -172,45 +173,6 @@ inline constexpr int kMrMode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED |
 // Modes vrma can take up when the application offers them.
 inline constexpr uint64_t kOptionalModes = FI_RX_CQ_DATA;
 inline constexpr size_t kCqDataSize = 4; // 32-bit immediate data
-// Scatter/gather entries are built on the stack: at most this many.
-inline constexpr size_t kMaxSge = 32;
-// Remote segments of one RMA operation (rma_iov_limit).
-inline constexpr size_t kMaxRmaIov = 16;
-// RMA segments longer than one work request carries are split: endpoints
-// without messages offer max_msg_size = this many work requests' worth.
-inline constexpr size_t kMaxSplitWr = 64;
-// Work requests of one operation: one per remote segment and per split,
-// plus the read that makes a write delivery-complete or a commit request,
-// plus the event message for a peer with FI_RMA_EVENT.
-inline constexpr size_t kMaxOpWr = kMaxRmaIov + kMaxSplitWr + 2;
-static_assert(wire::kMaxStagePieces <= kMaxOpWr, "a staged message is one operation");
-// The requests a send queue holds: tx_depth as asked, but never less than
-// the longest operation needs (kMaxOpWr, as far as the device allows). A
-// smaller queue would refuse operations that max_msg_size admits.
-inline size_t tx_capacity_for(size_t asked, int max_qp_wr) noexcept
-{
-	const size_t device = max_qp_wr > 1 ? static_cast<size_t>(max_qp_wr) - 1 : 1;
-	return std::min(std::max(asked, kMaxOpWr), std::max(asked, device));
-}
-// Most staging buffers an endpoint with staged receives keeps posted (the
-// default of FI_VRMA_STAGE_BUFFERS): a largest message fits without waiting
-// for the application. With fewer, the sender's pieces wait in RNR retries
-// until the application's receives free buffers; nothing is lost.
-inline constexpr size_t kStageBuffers = wire::kMaxStagePieces;
-// Smallest FI_VRMA_MAX_WR_SIZE honoured.
-inline constexpr size_t kMinWrBytes = 4096;
-// Work requests of an injected operation: inject_size is capped at one work
-// request's bytes, so an inject never splits (bounce buffers count on it).
-inline constexpr size_t kMaxInjectOpWr = kMaxRmaIov + 2;
-
-// Bytes vrma puts in one work request on a port with this max_msg_sz.
-inline size_t wr_bytes_limit(uint32_t port_max_msg_sz) noexcept
-{
-	const size_t port = port_max_msg_sz ? port_max_msg_sz : kMinWrBytes;
-	if (!params.max_wr_size || params.max_wr_size >= port)
-		return port;
-	return std::max(params.max_wr_size, std::min(kMinWrBytes, port));
-}
 // Whether an endpoint with these caps receives messages / may be the target
 // of remote writes (a class bit without direction bits means both).
 inline bool receives_messages(uint64_t caps) noexcept
@@ -243,9 +205,6 @@ inline bool uses_staged_rx(uint64_t caps, uint64_t mode, uint64_t tx_op_flags = 
 		(accepts_remote_writes(caps) && !(mode & FI_RX_CQ_DATA)));
 }
 
-// At least one send request in this many is signaled (fewer completions to
-// poll, yet slots and bounce buffers always come back; see post_send_chain).
-inline constexpr uint64_t kSignalPeriod = 16;
 static_assert(kMaxRmaIov <= wire::kMaxCommitRanges, "a commit message covers every remote segment");
 // FI_COMMIT_COMPLETE operations of one endpoint awaiting the target's answer.
 inline constexpr size_t kMaxCommits = 64;

@@ -3,6 +3,7 @@
 // data path core (vrma_post.h) works on a Conn.
 #pragma once
 
+#include "dc_chain.h"
 #include "vrma_cq.h"
 
 namespace vrma {
@@ -28,6 +29,10 @@ struct TxSlot : SlotHeader {
 	size_t len = 0;
 	Cntr *cntr = nullptr;    // counts the completion (success or error)
 	bool report = false;     // a successful completion goes to the CQ
+	// Its part in a delivery-complete read-back shared by several writes
+	// (MSG endpoints; src/dc_chain.h). Set after fill() by dc_mark and
+	// close_deferred_locked (vrma_post.h).
+	DcMark dc = DcMark::None;
 	// FI_COMMIT_COMPLETE through the target: id + 1 of the pending commit
 	// the target's answer completes (0: none). Errors of the operation's
 	// requests claim it.
@@ -35,16 +40,6 @@ struct TxSlot : SlotHeader {
 	// The owner's own mark (RDM: what the request is, and the send buffer
 	// it holds, kAuxHeldBuffer); MSG endpoints leave it 0.
 	uint32_t aux = 0;
-
-	// TxSlot::commit marks of delivery-complete writes sharing one
-	// read-back (MSG endpoints; pmem commit ids are 24 bits):
-	// kDcDeferred, a write whose proof is a later read (its read-back
-	// dropped); kDcProof, a write whose own read-back also proves the
-	// deferred writes before it; kDcCloser, vrma's read that does only
-	// that (no completion of its own).
-	static constexpr uint32_t kDcDeferred = UINT32_MAX, kDcProof = UINT32_MAX - 1,
-				  kDcCloser = UINT32_MAX - 2;
-	static bool pmem_commit(uint32_t c) noexcept { return c && c < kDcCloser; }
 
 	void fill(uint64_t seq_, uint64_t op_end_, void *context_, uint64_t comp_flags_, size_t len_,
 		  bool report_, Cntr *cntr_, uint32_t commit_, uint32_t aux_ = 0) noexcept
@@ -56,10 +51,13 @@ struct TxSlot : SlotHeader {
 		comp_flags = comp_flags_;
 		len = len_;
 		report = report_;
+		dc = DcMark::None;
 		cntr = cntr_;
 		commit = commit_;
 	}
 };
+// The mark lives in the padding after `report`: a slot stays 80 bytes.
+static_assert(sizeof(TxSlot) <= 80, "TxSlot grew");
 struct RxSlot : SlotHeader {
 	void *context = nullptr;
 	void *buf = nullptr;
@@ -197,9 +195,9 @@ struct Conn {
 	// which then takes the long way.
 	std::atomic<bool> more_held{false};
 	// Delivery-complete writes wait in the held chain with their
-	// read-backs dropped (kDcDeferred) and no read is queued behind them
-	// yet (tx lock; close_deferred, vrma_post.h). Whatever is posted next
-	// queues one first, or carries it (kDcProof).
+	// read-backs dropped (DcMark::Deferred) and no read is queued behind
+	// them yet (tx lock; close_deferred, vrma_post.h). Whatever is posted
+	// next queues one first, or carries it (DcMark::Proof).
 	bool dc_open = false;
 	// Provider messages that ride with an operation, one buffer per send
 	// slot, allocated at first use (copy_to_slot_buffer): RMA event

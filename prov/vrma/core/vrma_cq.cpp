@@ -83,7 +83,7 @@ inline Outcome tx_success(Cntr *cntr, bool report, const Completion &done, Compl
 	return Outcome::Success;
 }
 
-// A delivery-complete write whose read-back was shared (TxSlot::kDcDeferred),
+// A delivery-complete write whose read-back was shared (DcMark::Deferred),
 // retired by a later completion (cq's lock held): proven by a successful
 // read, else failed with that completion's status. Queued ahead of what
 // the completion itself turns into.
@@ -116,8 +116,8 @@ inline Outcome tx_success(Cntr *cntr, bool report, const Completion &done, Compl
 	}
 }
 
-// handle_wc for a send request that failed or is marked (TxSlot::commit:
-// a pmem commit, or a delivery write sharing a read-back).
+// handle_wc for a send request that failed or is marked (TxSlot::commit, a
+// pmem commit; TxSlot::dc, a delivery write sharing a read-back).
 [[gnu::noinline]] Outcome tx_wc_marked(Cq *cq, Ep *ep, TxSlot *s, const ibv_wc &wc, Completion &c,
 				       fi_cq_err_entry &e)
 {
@@ -129,13 +129,14 @@ inline Outcome tx_success(Cntr *cntr, bool report, const Completion &done, Compl
 	const bool op_done = seq == s->op_end;
 	const uint64_t op_end = s->op_end;
 	const uint32_t commit = s->commit;
+	const DcMark mark = s->dc;
 	Cntr *cntr = s->cntr;
 	const bool closing = ep->conn.closing.load(std::memory_order_relaxed);
 	// A read's success proves the writes before it (RC executes it after
 	// them); anything else leaves the deferred writes it retires unproven.
 	const bool proven = wc.status == IBV_WC_SUCCESS && wc.opcode == IBV_WC_RDMA_READ;
 	const size_t retired = ep->conn.tx.retire_through(seq, [&](TxSlot &t, uint64_t ts) {
-		if (t.commit == TxSlot::kDcDeferred && ts == t.op_end && ts != seq && !closing)
+		if (dc::completes_deferred(t.dc, ts == t.op_end, ts == seq, closing))
 			complete_deferred(cq, ep, t, wc, proven);
 	});
 	if (ep->conn.tx_credits) [[unlikely]]
@@ -150,9 +151,9 @@ inline Outcome tx_success(Cntr *cntr, bool report, const Completion &done, Compl
 		ep->conn.failed_op_end = op_end;
 		if (wc.status != IBV_WC_WR_FLUSH_ERR)
 			ep_connection_failed(ep);
-		if (commit == TxSlot::kDcCloser)
+		if (!dc::reports(mark))
 			return Outcome::None; // vrma's read: the walk failed what it proves
-		if (TxSlot::pmem_commit(commit) && !pmem_claim_commit(ep, commit))
+		if (commit && !pmem_claim_commit(ep, commit))
 			return Outcome::None; // answered before the error
 		count_completion(cntr, false);
 		// Errors go to the transmit CQ, if the endpoint has one.
@@ -163,7 +164,7 @@ inline Outcome tx_success(Cntr *cntr, bool report, const Completion &done, Compl
 	}
 	// An intermediate request signaled to reclaim slots: not the end.
 	// vrma's read has no completion; a pmem commit's is the target's answer.
-	if (!op_done || commit == TxSlot::kDcCloser || TxSlot::pmem_commit(commit))
+	if (!op_done || !dc::reports(mark) || commit)
 		return Outcome::None;
 	return tx_success(cntr, report, done, c);
 }
@@ -180,7 +181,7 @@ Outcome handle_wc(Cq *cq, const ibv_wc &wc, Completion &c, fi_cq_err_entry &e)
 	Ep *ep = h->conn->ep;
 	if (h->kind == SlotKind::Tx) {
 		auto *s = static_cast<TxSlot *>(h);
-		if ((s->commit | static_cast<uint32_t>(wc.status)) != 0) [[unlikely]]
+		if ((s->commit | static_cast<uint32_t>(s->dc) | static_cast<uint32_t>(wc.status)) != 0) [[unlikely]]
 			return tx_wc_marked(cq, ep, s, wc, c, e);
 		// Read the slot before retiring it: the poster may reuse it after.
 		const Completion done{s->context, s->comp_flags, s->len, nullptr, 0};
@@ -254,8 +255,7 @@ Outcome handle_wc(Cq *cq, const ibv_wc &wc, Completion &c, fi_cq_err_entry &e)
 // (lock held).
 bool device_cq_used(const Cq *cq)
 {
-	return cq->reserved.load(std::memory_order_relaxed) != 0 ||
-	       cq->credited.load(std::memory_order_relaxed) != 0;
+	return cq->credits.in_use();
 }
 
 // Polls up to `max` work completions into the pending queue (lock held).
@@ -681,96 +681,71 @@ void cq_progress(Cq *cq) noexcept
 
 namespace {
 
-// Grows the device CQ to `want` entries (lock held); the new entries join
-// the credit pool. false when the device refuses.
-bool cq_grow(Cq *cq, size_t want)
+// Resizes the device CQ to `want` entries (lock held): its new number of
+// entries, which the caller adds to the credit pool (CqCredits::grown), or
+// 0 when the device refuses.
+size_t cq_grow(Cq *cq, size_t want) noexcept
 {
 	VRMA_ASSERT_HELD(cq->lock);
 	if (int rc = ibv_resize_cq(cq->cq.get(), static_cast<int>(want))) {
 		VRMA_WARN(FI_LOG_CQ, "ibv_resize_cq(%zu): %s\n", want, strerror(rc));
-		return false;
+		return 0;
 	}
 	const size_t now = static_cast<size_t>(cq->cq->cqe);
-	if (now > cq->cqe)
-		cq_credit_give(cq, now - cq->cqe);
-	cq->cqe = now;
-	VRMA_INFO(FI_LOG_CQ, "CQ grown to %zu entries\n", cq->cqe);
-	return true;
+	VRMA_INFO(FI_LOG_CQ, "CQ grown to %zu entries\n", now);
+	return now;
 }
 
-size_t max_cq_entries(const Cq *cq)
+size_t max_cq_entries(const Cq *cq) noexcept
 {
-	const size_t dev = static_cast<size_t>(cq->domain->dev_attr.max_cqe);
-	return params.max_cqe && params.max_cqe < dev ? params.max_cqe : dev;
+	return cq_entries_limit(static_cast<size_t>(cq->domain->dev_attr.max_cqe), params.max_cqe);
 }
-
-// Entries whole reservations leave to the credit pool at least: the pool is
-// otherwise what the last reservation that fitted left over, which can be
-// nothing (64 pairs of default endpoints on rxe's 32767 entries: 42
-// reservations of 769 left 43 credits for 86 queues).
-constexpr size_t kPoolShare = 8; // 1/8 of the CQ's largest size
 
 } // namespace
 
 int cq_reserve(Cq *cq, size_t entries) noexcept
 {
 	std::lock_guard guard(cq->lock);
-	// Once queues share the pool (the CQ could not grow), later ones share
-	// it too: a reservation taken from it could leave them no credit.
-	if (cq->credited.load(std::memory_order_relaxed))
-		return -FI_ENOSPC;
 	const size_t max = max_cq_entries(cq);
-	const size_t need = cq->reserved.load(std::memory_order_relaxed) + entries;
-	if (need > max - max / kPoolShare) {
+	const auto grow = [cq](size_t want) noexcept { return cq_grow(cq, want); };
+	switch (cq->credits.reserve(entries, max, grow)) {
+	case CqCredits::Reserve::Done:
+		return 0;
+	case CqCredits::Reserve::TooLarge:
 		VRMA_INFO(FI_LOG_CQ, "CQ would need %zu entries; the device allows %zu, %zu of them kept for credits\n",
-			  need, max, max / kPoolShare);
+			  cq->credits.reserved() + entries, max, max / kCqPoolShare);
 		return -FI_ENOSPC;
+	case CqCredits::Reserve::Shared:
+	case CqCredits::Reserve::NotGrown:
+		break;
 	}
-	// The entries come out of the pool (all of it while no queue is
-	// credited), growing the CQ when it has too few.
-	while (!cq_credit_take(cq, entries)) {
-		const ptrdiff_t free = cq->credits.load(std::memory_order_relaxed);
-		const size_t want = cq->cqe + entries - static_cast<size_t>(std::max<ptrdiff_t>(free, 0));
-		const size_t before = cq->cqe;
-		if (!cq_grow(cq, want) || cq->cqe <= before)
-			return -FI_ENOSPC;
-	}
-	cq->reserved.fetch_add(entries, std::memory_order_relaxed);
-	return 0;
+	return -FI_ENOSPC;
 }
 
 void cq_unreserve(Cq *cq, size_t entries) noexcept
 {
 	std::lock_guard guard(cq->lock);
-	const size_t r = cq->reserved.load(std::memory_order_relaxed);
-	entries = std::min(entries, r);
-	cq->reserved.store(r - entries, std::memory_order_relaxed);
-	cq_credit_give(cq, entries);
+	cq->credits.unreserve(entries);
 }
 
 int cq_credit_attach(Cq *cq, size_t floor) noexcept
 {
 	std::lock_guard guard(cq->lock);
-	// As large a pool as the device allows: every credited queue shares it.
-	const size_t max = max_cq_entries(cq);
-	if (cq->cqe < max)
-		(void)cq_grow(cq, max);
-	if (!cq_credit_take(cq, floor)) {
-		VRMA_WARN(FI_LOG_CQ, "CQ of %zu entries: not even %zu free for another queue\n", cq->cqe,
+	const auto grow = [cq](size_t want) noexcept { return cq_grow(cq, want); };
+	if (!cq->credits.attach(floor, max_cq_entries(cq), grow)) {
+		VRMA_WARN(FI_LOG_CQ, "CQ of %zu entries: not even %zu free for another queue\n", cq->credits.cqe(),
 			  floor);
 		return -FI_ENOSPC;
 	}
-	cq->credited.fetch_add(1, std::memory_order_relaxed);
-	VRMA_INFO(FI_LOG_CQ, "queue bound with credits (%zd free of %zu entries)\n",
-		  cq->credits.load(std::memory_order_relaxed), cq->cqe);
+	VRMA_INFO(FI_LOG_CQ, "queue bound with credits (%zd free of %zu entries)\n", cq->credits.free(),
+		  cq->credits.cqe());
 	return 0;
 }
 
 void cq_credit_detach(Cq *cq, size_t spare) noexcept
 {
 	std::lock_guard guard(cq->lock);
-	cq_credit_give(cq, spare);
-	cq->credited.fetch_sub(1, std::memory_order_relaxed);
+	cq->credits.detach(spare);
 }
 
 bool cq_drain_endpoint(Cq *cq, Ep *ep, bool tx_side, int timeout_ms) noexcept
@@ -823,9 +798,8 @@ try {
 			  static_cast<unsigned long long>(attr->flags));
 		return -FI_EBADFLAGS;
 	}
-	size_t max = static_cast<size_t>(dom->dev_attr.max_cqe);
-	if (params.max_cqe && params.max_cqe < max)
-		max = params.max_cqe; // FI_VRMA_MAX_CQE: tests of the credited queues
+	// FI_VRMA_MAX_CQE: tests of the credited queues.
+	const size_t max = cq_entries_limit(static_cast<size_t>(dom->dev_attr.max_cqe), params.max_cqe);
 	size_t size = attr->size ? attr->size : params.cq_size;
 	if (size > max) {
 		VRMA_INFO(FI_LOG_CQ, "CQ size %zu clamped to the device's %zu\n", size, max);
@@ -866,8 +840,7 @@ try {
 		VRMA_WARN(FI_LOG_CQ, "ibv_create_cq(%zu): %s\n", size, strerror(err));
 		return errno_to_fi(err);
 	}
-	cq->cqe = static_cast<size_t>(cq->cq->cqe);
-	cq->credits.store(static_cast<ptrdiff_t>(cq->cqe), std::memory_order_relaxed);
+	cq->credits.open(static_cast<size_t>(cq->cq->cqe));
 	if (cq->channel)
 		ibv_req_notify_cq(cq->cq.get(), 0);
 	cq->fid.fclass = FI_CLASS_CQ;

@@ -3,6 +3,7 @@
 // rules both endpoint kinds share.
 #pragma once
 
+#include "cq_credits.h"
 #include "vrma_domain.h"
 
 namespace vrma {
@@ -85,20 +86,12 @@ struct Cq final : fid_cq {
 	// pending.size(), readable without the lock: a reader's direct delivery
 	// (CqSink) must not overtake an entry queued before it.
 	std::atomic<size_t> queued{0};
-	size_t cqe = 0;      // entries the ibv CQ holds
-	// Entries promised to bound queues; written under `lock`, read without
-	// it by a reader deciding whether the device queue matters.
-	std::atomic<size_t> reserved{0};
-	// The rest of the device queue, cqe - reserved - credits held: the
-	// pool the credited queues (cq_reserve_or_credit) take one credit from
-	// per posted request and give it back when its slot retires. Taken
-	// and given without `lock` (cq_credit_take/give) by posters and
-	// pollers of every endpoint on the CQ; cq_reserve takes from it under
-	// `lock`. Never negative: a queue holds no more requests than credits,
-	// so even a flush of every queue cannot overrun the device CQ.
-	std::atomic<ptrdiff_t> credits{0};
-	// Credited queues bound (under `lock`): the device queue is used.
-	std::atomic<size_t> credited{0};
+	// The device queue's entries: reserved by bound queues, or the pool
+	// the credited queues (cq_reserve_or_credit) take one credit from per
+	// posted request and give back when its slot retires. Taken and given
+	// without `lock` (cq_credit_take/give) by posters and pollers of every
+	// endpoint on the CQ; everything else under `lock`.
+	CqCredits credits;
 	std::atomic<int> refs{0};
 	// A reader may sleep on the wait object (fi_trywait succeeded): entries
 	// queued by cq_push must signal it. Set and read under `lock`.
@@ -148,22 +141,12 @@ void cq_credit_detach(Cq *cq, size_t spare) noexcept;
 // One credit per request: false, nothing taken, when fewer than n are free.
 [[gnu::always_inline]] inline bool cq_credit_take(Cq *cq, size_t n) noexcept
 {
-	ptrdiff_t f = cq->credits.load(std::memory_order_relaxed);
-	do {
-		if (f < static_cast<ptrdiff_t>(n))
-			return false;
-	} while (!cq->credits.compare_exchange_weak(f, f - static_cast<ptrdiff_t>(n),
-						     std::memory_order_relaxed));
-	return true;
+	return cq->credits.take(n);
 }
 inline void cq_credit_give(Cq *cq, size_t n) noexcept
 {
-	cq->credits.fetch_add(static_cast<ptrdiff_t>(n), std::memory_order_relaxed);
+	cq->credits.give(n);
 }
-// vrma's own receives a credited receive queue keeps posted at most
-// (staging buffers, provider_rx receives): they hold their credits as long
-// as they wait for data, so a few endpoints must not take the whole pool.
-inline constexpr size_t kCreditedOwnRx = 8;
 // Entries reserved in a CQ (cq_reserve), given back on destruction unless
 // release()d to the queue that uses them.
 class CqReservation {

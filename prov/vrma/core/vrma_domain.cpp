@@ -229,7 +229,7 @@ try {
 		  dom->cap_flush_persistent ? "yes" : "no", dom->cap_atomic_write ? "yes" : "no");
 	ibv_port_attr port{};
 	if (ibv_query_port(ctx, 1, &port) == 0)
-		dom->max_wr_bytes = wr_bytes_limit(port.max_msg_sz);
+		dom->max_wr_bytes = wr_bytes_limit(port.max_msg_sz, params.max_wr_size);
 	dom->info.reset(fi_dupinfo(info));
 	if (!dom->info)
 		return -FI_ENOMEM;

@@ -208,7 +208,7 @@ fi_info *build_cap_info(const Port &p, const PortAddr &a, int inline_size)
 	tx.msg_order = kMsgOrder;
 	tx.comp_order = FI_ORDER_STRICT | FI_ORDER_DATA;
 	tx.inject_size = std::min(std::max(static_cast<size_t>(inline_size), params.inject_size),
-				  wr_bytes_limit(p.attr.max_msg_sz));
+				  wr_bytes_limit(p.attr.max_msg_sz, params.max_wr_size));
 	tx.size = static_cast<size_t>(d.max_qp_wr);
 	// One scatter entry stays free for the header of a staged message.
 	tx.iov_limit = std::min(static_cast<size_t>(d.max_sge), kMaxSge) - 1;
@@ -231,7 +231,7 @@ fi_info *build_cap_info(const Port &p, const PortAddr &a, int inline_size)
 	ep.protocol_version = 1;
 	// RMA-only endpoints split; with messages it is one work request's
 	// worth (set once the capabilities are known).
-	ep.max_msg_size = wr_bytes_limit(p.attr.max_msg_sz) * kMaxSplitWr;
+	ep.max_msg_size = msg_max_msg_size(wr_bytes_limit(p.attr.max_msg_sz, params.max_wr_size), false, false);
 	ep.msg_prefix_size = 0;
 	ep.max_order_raw_size = p.attr.max_msg_sz;
 	ep.max_order_war_size = 0;
@@ -785,12 +785,11 @@ FiInfoPtr msg_info(uint32_t api, const Port &p, const fi_info &cap, const fi_inf
 		out->tx_attr->comp_order &= ~FI_ORDER_STRICT;
 	}
 	if (out->caps & (FI_MSG | FI_SEND | FI_RECV)) {
-		size_t limit = wr_bytes_limit(p.attr.max_msg_sz);
 		// Staged receives carry at most kStagedMsgMax; taking on
 		// FI_RX_CQ_DATA lifts that.
 		const bool staged = uses_staged_rx(out->caps, out->mode, out->tx_attr->op_flags);
-		if (staged)
-			limit = std::min(limit, wire::kStagedMsgMax);
+		const size_t limit =
+			msg_max_msg_size(wr_bytes_limit(p.attr.max_msg_sz, params.max_wr_size), true, staged);
 		if (hints && hints->ep_attr && hints->ep_attr->max_msg_size > limit) {
 			VRMA_INFO(FI_LOG_CORE, "max_msg_size %zu: messages are at most %zu bytes%s\n",
 				  hints->ep_attr->max_msg_size, limit, staged ? " without FI_RX_CQ_DATA" : "");

@@ -426,21 +426,12 @@ inline bool ensure_more(Conn *conn) noexcept
 	return true;
 }
 
-// Delivery-complete writes sharing one read-back (issue 13 §5). A write
-// with FI_MORE drops its read-back and waits in the held chain, unsignaled
-// (kDcDeferred, Conn::dc_open); the next operation queues a zero-length
-// read behind them (close_deferred) or, itself such a write, carries its
-// own (kDcProof). The read is signaled; its completion's retire walk
-// completes the deferred writes (vrma_cq.cpp), its error fails them.
-// Hazards: a signaled request between the writes and their read would
-// retire their slots before delivery is proven, so no periodic signal may
-// fall on them: a write is deferred only while its requests stay within
-// the signal period of the last signaled one, and only while the ring and
-// the chain keep room for the read (nothing else can reclaim them). The
-// writes never leave the chain before a read's slot follows them in the
-// ring: every post of the chain (FI_MORE's end, a full chain or ring, the
-// connection's end seen by a poster) closes first; ep_cancel_held posts
-// them into the error state, where each flushes on its own.
+// Delivery-complete writes sharing one read-back: the plan and its hazards
+// are src/dc_chain.h's; the posting is here. The writes never leave the
+// chain before a read's slot follows them in the ring: every post of the
+// chain (FI_MORE's end, a full chain or ring, the connection's end seen by
+// a poster) closes first; ep_cancel_held posts them into the error state,
+// where each flushes on its own.
 
 // Queues the read that proves the deferred writes (tx lock and more_lock
 // held): signaled, no completion of its own. Its ring slot and chain entry
@@ -455,7 +446,8 @@ inline bool ensure_more(Conn *conn) noexcept
 		return; // the connection ended: ep_cancel_held posted them
 	const uint64_t seq = conn->tx.head();
 	TxSlot &s = conn->tx.next();
-	s.fill(seq, seq, nullptr, 0, 0, false, nullptr, TxSlot::kDcCloser);
+	s.fill(seq, seq, nullptr, 0, 0, false, nullptr, 0);
+	s.dc = DcMark::Closer;
 	ibv_send_wr rd{};
 	rd.wr_id = reinterpret_cast<uintptr_t>(&s);
 	rd.opcode = IBV_WR_RDMA_READ;
@@ -478,32 +470,28 @@ inline bool ensure_more(Conn *conn) noexcept
 }
 
 // How an operation takes part in sharing (tx lock held; dc_open or
-// op.dc_share): kDcDeferred (drop the read-back), kDcProof (its read-back
-// proves the writes waiting), 0 (as alone; what waited got its read).
-[[gnu::noinline]] inline uint32_t dc_plan(Conn *conn, const ibv_send_wr *wrs, size_t n,
-					  const TxOp &op) noexcept
+// op.dc_share): Deferred (drop the read-back), Proof (its read-back proves
+// the writes waiting), None (as alone; what waited got its read, queued
+// here).
+[[gnu::noinline]] inline DcMark dc_plan(Conn *conn, const ibv_send_wr *wrs, size_t n,
+					const TxOp &op) noexcept
 {
 	VRMA_ASSERT_HELD(tx_lock_of(conn));
-	// Not on a credited queue: the closing read would post without a
-	// credit of its own.
-	if (op.dc_share && op.more && n >= 2 && !conn->tx_credits && ensure_more(conn)) {
-		// The writes, then room for the read that proves them.
-		const uint64_t last_write = conn->tx.head() + n - 2;
-		bool fits = conn->tx.outstanding() + n <= conn->tx_depth &&
-			    last_write - conn->last_signaled < conn->signal_period;
-		if (fits) {
+	const dc::Op dop{op.dc_share, op.more, n};
+	if (dc::may_defer(dop, conn->tx_credits != nullptr) && ensure_more(conn)) {
+		const dc::Queue q{conn->tx.head(), conn->tx.outstanding(), conn->tx_depth,
+				  conn->last_signaled, conn->signal_period};
+		if (dc::window_fits(dop, q)) {
+			// The writes, then room in the chain for the read.
 			std::lock_guard<FastMutex> guard(conn->more_lock);
-			fits = chain_fits(*conn->more, wrs, n - 1, 1);
+			if (chain_fits(*conn->more, wrs, n - 1, 1))
+				return DcMark::Deferred;
 		}
-		if (fits)
-			return TxSlot::kDcDeferred;
 	}
-	if (!conn->dc_open)
-		return 0;
-	if (op.dc_share && n <= MoreChain::kMaxWr)
-		return TxSlot::kDcProof;
-	close_deferred(conn);
-	return 0;
+	const dc::Plan plan = dc::plan_undeferred(dop, conn->dc_open, MoreChain::kMaxWr);
+	if (plan.close_first)
+		close_deferred(conn);
+	return plan.mark;
 }
 
 // After the slots of an operation that takes part in sharing were filled
@@ -511,23 +499,22 @@ inline bool ensure_more(Conn *conn) noexcept
 // only its read). A deferred write's dropped read (wrs[n]) says where the
 // closing read goes; it is held next, and opens the deferral.
 [[gnu::noinline]] inline void dc_mark(Conn *conn, ibv_send_wr *wrs, size_t n, uint64_t first,
-				      uint32_t dc, uint64_t prev_signaled) noexcept
+				      DcMark mark, uint64_t prev_signaled) noexcept
 {
 	VRMA_ASSERT_HELD(tx_lock_of(conn));
 	for (size_t i = 0; i < n; i++) {
-		conn->tx.at(first + i).commit = dc;
+		conn->tx.at(first + i).dc = mark;
 		wrs[i].send_flags &= ~static_cast<unsigned>(IBV_SEND_SIGNALED);
 	}
-	if (dc == TxSlot::kDcDeferred) {
-		conn->last_signaled = prev_signaled;
+	const dc::Signals sig = dc::signals_for(mark, first, n, prev_signaled);
+	if (sig.signal_last)
+		wrs[n - 1].send_flags |= IBV_SEND_SIGNALED;
+	conn->last_signaled = sig.last_signaled;
+	conn->dc_open = sig.open;
+	if (mark == DcMark::Deferred) {
 		conn->more->dc_addr = wrs[n].wr.rdma.remote_addr;
 		conn->more->dc_rkey = wrs[n].wr.rdma.rkey;
-		conn->dc_open = true;
-		return;
 	}
-	wrs[n - 1].send_flags |= IBV_SEND_SIGNALED;
-	conn->last_signaled = first + n - 1;
-	conn->dc_open = false;
 }
 
 inline ssize_t post_send_chain_locked(Conn *conn, ibv_send_wr *wrs, size_t n, const TxOp &op) noexcept
@@ -557,10 +544,10 @@ inline ssize_t post_send_chain_locked(Conn *conn, ibv_send_wr *wrs, size_t n, co
 		VRMA_WARN(FI_LOG_EP_DATA, "transmit on an endpoint that is not connected\n");
 		return -FI_ENOTCONN;
 	}
-	uint32_t dc = 0;
+	DcMark dc = DcMark::None;
 	if (conn->dc_open | op.dc_share) [[unlikely]] {
 		dc = dc_plan(conn, wrs, n, op);
-		if (dc == TxSlot::kDcDeferred)
+		if (dc == DcMark::Deferred)
 			n--; // the read-back, last, is dropped
 	}
 	if (conn->tx.outstanding() + n > conn->tx_depth) [[unlikely]] {
@@ -631,9 +618,10 @@ inline ssize_t post_send_chain_locked(Conn *conn, ibv_send_wr *wrs, size_t n, co
 		conn->tx.push();
 	}
 	if (op.dc_share) [[unlikely]] {
-		if (dc)
+		// A shared write never carries a pmem commit (TxSlot::commit).
+		if (dc != DcMark::None)
 			dc_mark(conn, wrs, n, first, dc, prev_signaled);
-		if (dc != TxSlot::kDcDeferred)
+		if (dc != DcMark::Deferred)
 			conn->domain->read_backs.fetch_add(1, std::memory_order_relaxed);
 	}
 	// FI_MORE: hold the doorbell (inline payloads are copied into the

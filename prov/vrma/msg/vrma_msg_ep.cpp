@@ -287,13 +287,6 @@ constexpr fi_ops_ep ep_ops = {
 	.tx_size_left = ep_tx_size_left,
 };
 
-size_t clamp(size_t want, size_t fallback, int device_max)
-{
-	size_t v = want ? want : fallback;
-	size_t max = static_cast<size_t>(device_max > 0 ? device_max : 1);
-	return v > max ? max : v;
-}
-
 } // namespace
 
 const fi_ops_atomic atomic_nosys = {
@@ -372,9 +365,9 @@ void msg_report_unposted(Conn *conn, const ibv_send_wr *first, int err) noexcept
 	const int fi_err = -errno_to_fi(err, ErrPath::Post);
 	for (const ibv_send_wr *w = first; w; w = w->next) {
 		auto *s = reinterpret_cast<TxSlot *>(w->wr_id);
-		if (s->seq != s->op_end || s->commit == TxSlot::kDcCloser)
+		if (s->seq != s->op_end || !dc::reports(s->dc))
 			continue; // one report per operation, at its last request
-		if (TxSlot::pmem_commit(s->commit) && !pmem_claim_commit(ep, s->commit))
+		if (s->commit && !pmem_claim_commit(ep, s->commit))
 			continue;
 		count_completion(s->cntr, false);
 		if (!ep->tx_cq)
@@ -601,8 +594,7 @@ try {
 		return errno_to_fi(err);
 	}
 	if (ep->rx_mode == RxMode::Staged) {
-		if (int rc = staged_ep_prepare(ep, p.stage,
-					       p.recv_reserved.credited() ? kCreditedOwnRx : SIZE_MAX))
+		if (int rc = staged_ep_prepare(ep, p.stage, p.recv_reserved.credited()))
 			return rc;
 	}
 	size_ring(p.tx, send_wrs, &ep->conn, SlotKind::Tx);
@@ -635,7 +627,7 @@ try {
 			return rc;
 	}
 	if (ep->rx_mode == RxMode::ZeroLength || ep->rx_mode == RxMode::Service) {
-		const size_t own = ep->rx_credits ? std::min(ep->rx_depth, kCreditedOwnRx) : ep->rx_depth;
+		const size_t own = own_rx_limit(ep->rx_depth, ep->rx_credits != nullptr);
 		for (size_t i = 0; i < own; i++)
 			if (int rc = ep_post_own_rx(ep)) {
 				if (rc == -FI_EAGAIN && ep->rx_credits) {
@@ -660,7 +652,7 @@ try {
 	ep->conn.scratch_mr = std::move(p.scratch_mr);
 	if (attr.cap.max_inline_data < ep->conn.inline_size)
 		ep->conn.inline_size = attr.cap.max_inline_data;
-	ep->conn.signal_period = std::min<uint64_t>(ep->conn.tx_depth / 2, kSignalPeriod);
+	ep->conn.signal_period = signal_period_for(ep->conn.tx_depth);
 	int attach_rc = 0;
 	for_each_counter(ep, [&](Cntr *c, Cq *cq) {
 		if (int rc = cntr_attach_cq(c, cq))
@@ -699,31 +691,24 @@ try {
 		return -FI_ENOMEM;
 	ep->info->handle = nullptr;
 	const ibv_device_attr &d = dom->dev_attr;
-	ep->conn.tx_depth = clamp(info->tx_attr ? info->tx_attr->size : 0, params.tx_size, d.max_qp_wr - 1);
+	ep->conn.tx_depth = clamp_to_device(info->tx_attr ? info->tx_attr->size : 0, params.tx_size, d.max_qp_wr - 1);
 	ep->conn.tx_cap = tx_capacity_for(ep->conn.tx_depth, d.max_qp_wr);
-	ep->rx_depth = clamp(info->rx_attr ? info->rx_attr->size : 0, params.rx_size, d.max_qp_wr);
+	ep->rx_depth = clamp_to_device(info->rx_attr ? info->rx_attr->size : 0, params.rx_size, d.max_qp_wr);
 	ep->conn.tx_one_limit = ep->conn.tx_depth;
 	ep->rx_post_limit = ep->rx_depth;
 	const int max_sge = std::min(d.max_sge, static_cast<int>(kMaxSge));
 	// One send scatter entry stays free for a staged message's header.
-	ep->conn.tx_iov_limit = clamp(info->tx_attr ? info->tx_attr->iov_limit : 0, params.iov_limit, max_sge - 1);
-	ep->rx_iov_limit = clamp(info->rx_attr ? info->rx_attr->iov_limit : 0, params.iov_limit, max_sge);
+	ep->conn.tx_iov_limit = clamp_to_device(info->tx_attr ? info->tx_attr->iov_limit : 0, params.iov_limit, max_sge - 1);
+	ep->rx_iov_limit = clamp_to_device(info->rx_attr ? info->rx_attr->iov_limit : 0, params.iov_limit, max_sge);
 	ep->conn.inline_size = static_cast<size_t>(dom->inline_size);
-	ep->conn.inject_size = std::max(ep->conn.inline_size, params.inject_size);
-	if (info->tx_attr && info->tx_attr->inject_size && info->tx_attr->inject_size < ep->conn.inject_size)
-		ep->conn.inject_size = info->tx_attr->inject_size;
-	// An inject is one work request per remote segment (bounce buffers
-	// count on it): never more than one work request carries.
-	ep->conn.inject_size = std::min(ep->conn.inject_size, dom->max_wr_bytes);
-	// A staged message's header and an injected payload fit one piece.
-	ep->conn.inject_size = std::min(ep->conn.inject_size, wire::kStageBytes - sizeof(wire::MsgHeader));
+	ep->conn.inject_size = msg_inject_size(ep->conn.inline_size, params.inject_size,
+					       info->tx_attr ? info->tx_attr->inject_size : 0, dom->max_wr_bytes);
 	ep->conn.inline_size = std::min(ep->conn.inline_size, ep->conn.inject_size);
 	ep->conn.bounce_stride = ep->conn.inject_size + sizeof(wire::MsgHeader);
 	// Sends cannot be split (a receive takes one); RMA can.
 	ep->conn.max_wr_bytes = dom->max_wr_bytes;
-	ep->conn.max_msg_size = dom->max_wr_bytes;
-	if (!(info->caps & (FI_MSG | FI_SEND | FI_RECV)))
-		ep->conn.max_msg_size *= kMaxSplitWr;
+	ep->conn.max_msg_size =
+		msg_max_msg_size(dom->max_wr_bytes, (info->caps & (FI_MSG | FI_SEND | FI_RECV)) != 0, false);
 	if (info->ep_attr && info->ep_attr->max_msg_size &&
 	    info->ep_attr->max_msg_size < ep->conn.max_msg_size)
 		ep->conn.max_msg_size = info->ep_attr->max_msg_size;

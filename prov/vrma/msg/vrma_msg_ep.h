@@ -387,7 +387,8 @@ void pmem_abort_commit(Ep *ep, uint32_t commit) noexcept;
 size_t staged_buffer_count(const Ep *ep) noexcept;
 // fi_enable: allocates and registers the staging buffers into `out`; 0 or
 // a negative FI_E* code (-FI_ENOMEM when the registration is refused).
-int staged_ep_prepare(Ep *ep, StagingBuffers &out, size_t max_buffers) noexcept;
+// `credited`: the receive queue is credited (own_rx_limit).
+int staged_ep_prepare(Ep *ep, StagingBuffers &out, bool credited) noexcept;
 // fi_enable, the endpoint holding its QP and staging buffers: posts every
 // staging buffer; -FI_ENOMEM when none could be posted.
 int staged_ep_post(Ep *ep) noexcept;

@@ -206,13 +206,13 @@ CqPending cancelled(const StagedRecv &r)
 
 size_t staged_buffer_count(const Ep *ep) noexcept
 {
-	return std::min(ep->rx_depth, params.stage_buffers);
+	return staging_buffers_for(ep->rx_depth, params.stage_buffers);
 }
 
-int staged_ep_prepare(Ep *ep, StagingBuffers &out, size_t max_buffers) noexcept
+int staged_ep_prepare(Ep *ep, StagingBuffers &out, bool credited) noexcept
 try {
 	StagingBuffers b;
-	b.count = std::min(staged_buffer_count(ep), max_buffers);
+	b.count = own_rx_limit(staged_buffer_count(ep), credited);
 	const size_t bytes = b.count * wire::kStageBytes;
 	b.buffers.reset(new (std::nothrow) uint8_t[bytes]);
 	if (!b.buffers) {

@@ -86,7 +86,7 @@ int create_qp(RdmEp *ep, Conn &c)
 	c.qp = c.id->qp;
 	if (attr.cap.max_inline_data < c.inline_size)
 		c.inline_size = attr.cap.max_inline_data;
-	c.signal_period = std::min<uint64_t>(c.tx_depth / 2, kSignalPeriod);
+	c.signal_period = signal_period_for(c.tx_depth);
 	try {
 		c.reset_tx(c.tx_depth + 1);
 		ep->by_qp.add(c.qp->qp_num, c.peer);

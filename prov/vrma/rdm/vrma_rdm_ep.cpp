@@ -467,7 +467,7 @@ try {
 			  std::max({ep->eager_size, rdm::kRndvMsgMax, rdm::kCommitRequestMax}) + 63) &
 			 ~size_t(63);
 	ep->rx_count = std::min<size_t>(rdm_params.rx_buffers, static_cast<size_t>(dom->dev_attr.max_srq_wr));
-	const size_t tx_count = std::min<size_t>(rdm_params.tx_buffers, 0xfffffe);
+	const size_t tx_count = rdm_tx_buffer_count(rdm_params.tx_buffers);
 	ep->rx_bufs.reset(new uint8_t[ep->rx_count * ep->buf_stride]);
 	ep->tx_bufs.reset(new uint8_t[tx_count * ep->buf_stride]);
 	ep->rx_mr.reset(ibv_reg_mr(pd, ep->rx_bufs.get(), ep->rx_count * ep->buf_stride,
@@ -495,8 +495,7 @@ try {
 	}
 	ep->channel.reset(cc);
 	set_nonblock(cc->fd);
-	const size_t max_cqe = static_cast<size_t>(dom->dev_attr.max_cqe);
-	ep->cqe = std::min<size_t>(max_cqe, std::max<size_t>(4 * ep->rx_count, 16384));
+	ep->cqe = rdm_cq_entries(ep->rx_count, static_cast<size_t>(dom->dev_attr.max_cqe));
 	ep->cq.reset(ibv_create_cq(dom->ctx, static_cast<int>(ep->cqe), ep, cc, 0));
 	if (!ep->cq) {
 		const int err = errno;
@@ -504,7 +503,7 @@ try {
 		return errno_to_fi(err);
 	}
 	ep->cqe = static_cast<size_t>(ep->cq->cqe);
-	if (ep->cqe <= ep->rx_count + ep->peer_tx_depth + 1) {
+	if (!rdm_cq_serves(ep->cqe, ep->rx_count, ep->peer_tx_depth)) {
 		VRMA_WARN(FI_LOG_EP_CTRL, "RDM: a CQ of %zu entries cannot serve %zu receive buffers\n",
 			  ep->cqe, ep->rx_count);
 		return -FI_ENOSPC;
@@ -947,9 +946,7 @@ try {
 	if (info->tx_attr && info->tx_attr->inject_size && info->tx_attr->inject_size < ep->inject_size)
 		ep->inject_size = info->tx_attr->inject_size;
 	// Internal queues: as deep as the longest operation, whatever was set.
-	ep->peer_tx_depth = tx_capacity_for(std::min<size_t>(rdm_params.peer_tx_size,
-							     static_cast<size_t>(dom->dev_attr.max_qp_wr - 1)),
-					    dom->dev_attr.max_qp_wr);
+	ep->peer_tx_depth = rdm_peer_tx_depth(rdm_params.peer_tx_size, dom->dev_attr.max_qp_wr);
 	ep->min_multi_recv = ep->eager_size;
 	// A peer's messages (or requests) already under way: at most its send
 	// queue (in flight when the Pause arrived, or unanswered) and what it
