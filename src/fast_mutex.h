@@ -16,6 +16,10 @@
 // held_here() says whether the calling thread does; functions whose
 // contract is "lock held" assert it (VRMA_ASSERT_HELD). Without the checks
 // nothing is recorded and the assertion compiles to nothing.
+// Hazard: the checks change the mutexes' layout, and the unit tests are
+// built with them while src/libvrma-util follows configure: no type or
+// interface of that library may hold or take these mutexes (MemMonitor
+// takes its caller's lock as a LockRef).
 //
 // CheckedMutex, below: a std::mutex with the same lock checks, for the
 // locks that may be contended or held long (CQ, EQ, transmit and receive

@@ -130,7 +130,7 @@ MemMonitor::MemMonitor() noexcept
 
 MemMonitor::~MemMonitor() { close(); }
 
-int MemMonitor::open(CheckedMutex *cache_lock, Invalidate invalidate) noexcept
+int MemMonitor::open(LockRef cache_lock, Invalidate invalidate) noexcept
 {
 	if (!cache_lock || !invalidate)
 		return -EINVAL;
@@ -185,7 +185,7 @@ int MemMonitor::open(CheckedMutex *cache_lock, Invalidate invalidate) noexcept
 		}
 		stop_fd_.reset();
 		invalidate_ = nullptr;
-		cache_lock_ = nullptr;
+		cache_lock_ = {};
 		return rc;
 	}
 	pthread_setname_np(thread_.native_handle(), "vrma-memmon");
@@ -222,7 +222,7 @@ void MemMonitor::close() noexcept
 	stop_fd_.reset();
 	monitor_tid_.store(0);
 	invalidate_ = nullptr;
-	cache_lock_ = nullptr;
+	cache_lock_ = {};
 }
 
 void MemMonitor::run() noexcept
@@ -234,7 +234,7 @@ void MemMonitor::run() noexcept
 		if (poll(fds, 2, -1) < 0) {
 			if (errno == EINTR)
 				continue;
-			std::lock_guard g(*cache_lock_);
+			std::lock_guard g(cache_lock_);
 			fail();
 			return;
 		}
@@ -244,7 +244,7 @@ void MemMonitor::run() noexcept
 			continue;
 		// The lock before the read, held until every invalidation of what
 		// was read is done: see the ordering hazard in the header.
-		std::lock_guard g(*cache_lock_);
+		std::lock_guard g(cache_lock_);
 		if ((fds[0].revents & (POLLERR | POLLHUP | POLLNVAL)) || !drain()) {
 			if (!failed_.load())
 				fail();

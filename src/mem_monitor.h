@@ -88,8 +88,6 @@
 #include <thread>
 #include <vector>
 
-#include "fast_mutex.h"
-
 struct uffd_msg;
 
 namespace vrma {
@@ -125,6 +123,31 @@ struct MemMonitorStats {
 	bool failed = false;
 };
 
+// The caller's cache lock as the monitor takes it: any Lockable, locked
+// through code instantiated in the caller's translation unit. The lock's
+// layout is the caller's business (a provider built with VRMA_LOCK_CHECKS
+// records holders in its mutexes; this library is built without and never
+// touches their members).
+class LockRef {
+public:
+	LockRef() noexcept = default;
+	LockRef(std::nullptr_t) noexcept {}
+	template <typename M>
+	LockRef(M *m) noexcept
+		: m_(m), lock_([](void *p) noexcept { static_cast<M *>(p)->lock(); }),
+		  unlock_([](void *p) noexcept { static_cast<M *>(p)->unlock(); })
+	{
+	}
+	explicit operator bool() const noexcept { return m_ != nullptr; }
+	void lock() const noexcept { lock_(m_); }
+	void unlock() const noexcept { unlock_(m_); }
+
+private:
+	void *m_ = nullptr;
+	void (*lock_)(void *) noexcept = nullptr;
+	void (*unlock_)(void *) noexcept = nullptr;
+};
+
 // open() and close() from one thread at a time; watch(), unwatch(),
 // stats() and active() from any thread, concurrently.
 class MemMonitor {
@@ -147,7 +170,7 @@ public:
 	// -ENOSYS without userfaultfd, -EINVAL for a kernel without the events
 	// or null arguments, -EALREADY when open. On failure nothing is left
 	// open and the caller must not cache.
-	int open(CheckedMutex *cache_lock, Invalidate invalidate) noexcept;
+	int open(LockRef cache_lock, Invalidate invalidate) noexcept;
 	bool active() const noexcept { return active_.load(std::memory_order_acquire); }
 
 	// Watches the pages of [addr, addr+len) (len 0 is 1 byte), counting
@@ -237,7 +260,7 @@ private:
 	void unregister_all() noexcept;
 
 	size_t page_;
-	CheckedMutex *cache_lock_ = nullptr;
+	LockRef cache_lock_;
 	Invalidate invalidate_;
 	Fd uffd_;
 	Fd stop_fd_;

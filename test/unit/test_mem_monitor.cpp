@@ -11,6 +11,7 @@
 // Needs a full userfaultfd (root, CAP_SYS_PTRACE, vm.unprivileged_userfaultfd
 // or /dev/userfaultfd): without it each test prints one "skipped" line.
 #include "unit.h"
+#include "fast_mutex.h"
 #include "mem_monitor.h"
 #include "reg_cache.h"
 
