@@ -97,7 +97,8 @@ public:
 	// entries (credited queues aside).
 	bool reservation_fits(size_t entries, size_t max) const noexcept
 	{
-		return reserved() + entries <= max - max / kCqPoolShare;
+		const size_t limit = max - max / kCqPoolShare;
+		return entries <= limit && reserved() <= limit - entries; // no overflow
 	}
 	// The size to grow the device queue to so that `entries` are free.
 	size_t grow_target(size_t entries) const noexcept

@@ -112,6 +112,11 @@ START_TEST(test_reserve_stops_at_seven_eighths)
 	// A smaller one still fits: 28453 + 219 = 28672.
 	ck_assert(c.reserve(219, dev.max, dev) == Reserve::Done);
 	ck_assert(c.reserve(1, dev.max, dev) == Reserve::TooLarge);
+	// Sizes that would wrap the sum are refused, not wrapped into a fit.
+	ck_assert(!c.reservation_fits(SIZE_MAX, 32767));
+	ck_assert(!c.reservation_fits(SIZE_MAX - 28672 + 1, 32767));
+	ck_assert(c.reserve(SIZE_MAX, dev.max, dev) == Reserve::TooLarge);
+	ck_assert_uint_eq(c.reserved(), 28672);
 	// The credited queues get the rest once the CQ is grown whole.
 	ck_assert(c.attach(1, dev.max, dev));
 	ck_assert_uint_eq(c.cqe(), 32767);

@@ -207,8 +207,9 @@ fi_info *build_cap_info(const Port &p, const PortAddr &a, int inline_size)
 	tx.op_flags = kTxOpFlags;
 	tx.msg_order = kMsgOrder;
 	tx.comp_order = FI_ORDER_STRICT | FI_ORDER_DATA;
-	tx.inject_size = std::min(std::max(static_cast<size_t>(inline_size), params.inject_size),
-				  wr_bytes_limit(p.attr.max_msg_sz, params.max_wr_size));
+	// What an endpoint grants (fi_endpoint computes it the same way).
+	tx.inject_size = msg_inject_size(static_cast<size_t>(inline_size), params.inject_size, 0,
+					 wr_bytes_limit(p.attr.max_msg_sz, params.max_wr_size));
 	tx.size = static_cast<size_t>(d.max_qp_wr);
 	// One scatter entry stays free for the header of a staged message.
 	tx.iov_limit = std::min(static_cast<size_t>(d.max_sge), kMaxSge) - 1;
