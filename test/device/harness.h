@@ -118,6 +118,17 @@ inline fi_msg_rma msg_rma(const iovec *iov, void **desc, size_t iov_count, const
 	return msg;
 }
 
+// An fi_msg over the caller's arrays (data 0).
+inline fi_msg msg_of(const iovec *iov, void **desc, size_t iov_count, void *context = nullptr)
+{
+	fi_msg msg{};
+	msg.msg_iov = iov;
+	msg.desc = desc;
+	msg.iov_count = iov_count;
+	msg.context = context;
+	return msg;
+}
+
 // One local buffer to one remote segment: an fi_msg_rma owning its parts.
 struct OneRma {
 	iovec iov;

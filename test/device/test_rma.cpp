@@ -644,10 +644,7 @@ START_TEST(cq_data_without_application_receives)
 	iovec iov{remote.buf.data(), 8};
 	void *desc = remote.desc();
 	ck_assert_int_eq(fi_recvv(p.server.ep, &iov, &desc, 1, 0, nullptr), -FI_EOPNOTSUPP);
-	fi_msg msg{};
-	msg.msg_iov = &iov;
-	msg.desc = &desc;
-	msg.iov_count = 1;
+	fi_msg msg = msg_of(&iov, &desc, 1);
 	ck_assert_int_eq(fi_recvmsg(p.server.ep, &msg, 0), -FI_EOPNOTSUPP);
 	ck_assert_int_eq(fi_recvmsg(p.server.ep, &msg, FI_FENCE), -FI_EBADFLAGS);
 	ck_assert_int_eq(fi_recvmsg(p.server.ep, nullptr, 0), -FI_EINVAL);

@@ -278,11 +278,7 @@ START_TEST(staged_truncation_and_cancel)
 	std::fill(dst.buf.begin(), dst.buf.end(), 0xEE);
 	iovec iov{dst.buf.data(), 64};
 	void *desc = dst.desc();
-	fi_msg msg{};
-	msg.msg_iov = &iov;
-	msg.desc = &desc;
-	msg.iov_count = 1;
-	msg.context = &r1;
+	fi_msg msg = msg_of(&iov, &desc, 1, &r1);
 	ck_assert_int_eq(fi_recvmsg(p.server.ep, nullptr, 0), -FI_EINVAL);
 	ck_assert_int_eq(fi_recvmsg(p.server.ep, &msg, FI_FENCE), -FI_EBADFLAGS);
 	ck_assert_int_eq(fi_recvmsg(p.server.ep, &msg, FI_COMPLETION), 0);
