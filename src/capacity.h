@@ -138,8 +138,9 @@ constexpr bool rdm_cq_serves(size_t cqe, size_t rx_count, size_t peer_tx_depth) 
 
 // Send queue depth of each RDM connection: FI_VRMA_RDM_PEER_TX_SIZE, below
 // max_qp_wr, raised to the longest operation (tx_capacity_for).
-// Hazard: max_qp_wr <= 0 wraps max_qp_wr - 1 to SIZE_MAX, so the
-// configured size is used as is; kept as it was.
+// Hazard: a device reporting max_qp_wr <= 0 wraps max_qp_wr - 1 to
+// SIZE_MAX: the configured size is used as is (a MSG endpoint's queues on
+// such a device are 1 deep, clamp_to_device).
 constexpr size_t rdm_peer_tx_depth(size_t configured, int max_qp_wr) noexcept
 {
 	return tx_capacity_for(std::min<size_t>(configured, static_cast<size_t>(max_qp_wr - 1)), max_qp_wr);

@@ -26,8 +26,9 @@
 namespace vrma {
 
 // vrma's own receives a credited receive queue keeps posted at most
-// (staging buffers, zero-length or service receives): they hold their credits as long
-// as they wait for data, so a few endpoints must not take the whole pool.
+// (staging buffers, zero-length or service receives): they hold their
+// credits as long as they wait for data, so a few endpoints must not take
+// the whole pool.
 inline constexpr size_t kCreditedOwnRx = 8;
 // Of `wanted` own receives, those a receive queue posts: all when its ring
 // is reserved, kCreditedOwnRx at most when it is credited.

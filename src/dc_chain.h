@@ -1,4 +1,4 @@
-// Delivery-complete writes sharing one read-back (issue 13 §5): the plan
+// Delivery-complete writes sharing one read-back: the plan
 // of which writes drop their read-back, which request proves them, and
 // when vrma queues a read of its own. Pure decisions, no provider types,
 // unit-tested (test/unit/test_dc_chain.cpp); the provider (vrma_post.h

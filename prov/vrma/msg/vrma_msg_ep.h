@@ -303,7 +303,8 @@ int ep_enable(Ep *ep) noexcept;
 // RxMode::Service (a commit message buffer).
 int ep_post_own_rx(Ep *ep) noexcept;
 // Posts vrma's own receives left unposted for want of credits (staging
-// buffers, zero-length or service receives) while credits last; takes the rx lock.
+// buffers, zero-length or service receives) while credits last; takes the
+// rx lock.
 void ep_repost_own_rx(Ep *ep) noexcept;
 // Moves the QP to the error state so that outstanding requests flush.
 void ep_set_error(Ep *ep) noexcept;
