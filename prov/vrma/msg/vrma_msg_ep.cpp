@@ -707,11 +707,6 @@ try {
 	ep->conn.bounce_stride = ep->conn.inject_size + sizeof(wire::MsgHeader);
 	// Sends cannot be split (a receive takes one); RMA can.
 	ep->conn.max_wr_bytes = dom->max_wr_bytes;
-	ep->conn.max_msg_size =
-		msg_max_msg_size(dom->max_wr_bytes, (info->caps & (FI_MSG | FI_SEND | FI_RECV)) != 0, false);
-	if (info->ep_attr && info->ep_attr->max_msg_size &&
-	    info->ep_attr->max_msg_size < ep->conn.max_msg_size)
-		ep->conn.max_msg_size = info->ep_attr->max_msg_size;
 	ep->tx_op_flags = info->tx_attr ? info->tx_attr->op_flags & kTxOpFlags : 0;
 	ep->sends_messages = (info->caps & FI_MSG) &&
 			     ((info->caps & FI_SEND) || !(info->caps & (FI_SEND | FI_RECV)));
@@ -719,10 +714,14 @@ try {
 	const uint64_t rx_mode_bits = (info->mode | (info->rx_attr ? info->rx_attr->mode : 0)) & FI_RX_CQ_DATA;
 	ep->rx_mode = msg_rx_mode(info->caps, rx_mode_bits, ep->tx_op_flags);
 	ep->rx_cq_data_mode = ep->rx_mode == RxMode::AppBuffers && rx_mode_bits;
-	if (ep->rx_mode == RxMode::Staged) {
+	if (ep->rx_mode == RxMode::Staged)
 		ep->staged = std::make_unique<StagedRx>();
-		ep->conn.max_msg_size = std::min(ep->conn.max_msg_size, wire::kStagedMsgMax);
-	}
+	ep->conn.max_msg_size = msg_max_msg_size(dom->max_wr_bytes,
+						 (info->caps & (FI_MSG | FI_SEND | FI_RECV)) != 0,
+						 ep->rx_mode == RxMode::Staged);
+	if (info->ep_attr && info->ep_attr->max_msg_size &&
+	    info->ep_attr->max_msg_size < ep->conn.max_msg_size)
+		ep->conn.max_msg_size = info->ep_attr->max_msg_size;
 	ep->rma_pmem = info->caps & FI_RMA_PMEM;
 	ep->rma_events = info->caps & FI_RMA_EVENT;
 	// Commit and event messages, and answers to commits and confirmed
