@@ -753,6 +753,21 @@ inline void encode_header(uint8_t *buf, const RdmHeader &h) noexcept
 	le::put64(buf + 24, h.length);
 }
 
+// The fields that differ between an application's eager messages, written
+// into a header that encode_header filled once with the rest at their
+// values for such a message (version, status 0, msg_id 0): the send fast
+// path's prebuilt header (Conn::one_hdr). Afterwards buf holds what
+// encode_header writes for {type, flags, 0, 0, tag, cq_data, length}.
+inline void patch_eager_header(uint8_t *buf, MsgType type, uint8_t flags, uint64_t tag,
+			       uint64_t cq_data, uint64_t length) noexcept
+{
+	buf[0] = static_cast<uint8_t>(type);
+	buf[2] = flags;
+	le::put64(buf + 8, tag);
+	le::put64(buf + 16, cq_data);
+	le::put64(buf + 24, length);
+}
+
 // Rendezvous body, after the header of an Rndv* request:
 //
 //   0  u8   count: 1..kMaxRndvSegments

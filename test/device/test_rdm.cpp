@@ -764,6 +764,37 @@ START_TEST(rdm_selective_completion)
 	}
 	// Exactly those two.
 	expect_none(a, 300, "sends without FI_COMPLETION");
+
+	// FI_COMPLETION made a default on the enabled endpoint: fi_send and
+	// fi_tsend (the calls that take the defaults) complete from then on;
+	// back to 0, they do not.
+	for (uint64_t dflt : {uint64_t(FI_COMPLETION), uint64_t(0)}) {
+		uint64_t flags = FI_TRANSMIT | dflt;
+		ck_assert_int_eq(fi_control(&a.ep->fid, FI_SETOPSFLAG, &flags), 0);
+		const std::vector<uint8_t> msg = pattern(48, dflt ? 70 : 71);
+		RecvBuf r0(48), r1(48);
+		fi_context c[2], rc[2];
+		ck_assert_int_eq(fi_recv(b.ep, r0.data(), r0.len, nullptr, FI_ADDR_UNSPEC, &rc[0]), 0);
+		ck_assert_int_eq(fi_trecv(b.ep, r1.data(), r1.len, nullptr, FI_ADDR_UNSPEC, 9, 0, &rc[1]), 0);
+		ck_assert_int_eq(post_retry([&] {
+			return fi_send(a.ep, msg.data(), msg.size(), nullptr, a.addr_of(b), &c[0]);
+		}), 0);
+		ck_assert_int_eq(post_retry([&] {
+			return fi_tsend(a.ep, msg.data(), msg.size(), nullptr, a.addr_of(b), 9, &c[1]);
+		}), 0);
+		Tracker rb, sa;
+		rb.expect(&rc[0], 1, kRecvMsg, "receive after FI_SETOPSFLAG");
+		rb.expect(&rc[1], 1, FI_RECV | FI_TAGGED, "tagged receive after FI_SETOPSFLAG");
+		rb.wait(b);
+		r0.check(48, dflt ? 70 : 71, "send after FI_SETOPSFLAG");
+		r1.check(48, dflt ? 70 : 71, "tagged send after FI_SETOPSFLAG");
+		if (dflt) {
+			sa.expect(&c[0], 1, kSendMsg, "fi_send with FI_COMPLETION a default");
+			sa.expect(&c[1], 1, FI_SEND | FI_TAGGED, "fi_tsend with FI_COMPLETION a default");
+			sa.wait(a);
+		}
+		expect_none(a, 200, "sends after FI_SETOPSFLAG");
+	}
 }
 END_TEST
 

@@ -112,6 +112,112 @@ START_TEST(inject_write_and_writedata)
 }
 END_TEST
 
+// The calls without a flags argument (fi_write, fi_read, fi_writedata,
+// fi_inject_write, fi_inject_writedata) follow the default transmit flags
+// as they are at the call, also when FI_SETOPSFLAG changes them after the
+// connection is up: with selective completion, a write completes only while
+// FI_COMPLETION is a default; with FI_DELIVERY_COMPLETE a default, a write
+// still lands and completes once. Both threading levels: an endpoint whose
+// calls the application serializes posts without the transmit lock.
+START_TEST(default_flags_changed_while_connected)
+{
+	for (fi_threading threading : {FI_THREAD_DOMAIN, FI_THREAD_SAFE}) {
+		fi_info *h = base_hints();
+		h->domain_attr->threading = threading;
+		Env env(h);
+		fi_freeinfo(h);
+		PairOptions opt;
+		opt.bind_flags = FI_SELECTIVE_COMPLETION;
+		Pair p(env, opt);
+		Region local(env, 4096, FI_WRITE | FI_READ);
+		Region remote(env, 4096, FI_REMOTE_READ | FI_REMOTE_WRITE);
+		Region rx(env, 64, FI_RECV);
+		int rctx[2];
+		ck_assert_int_eq(fi_recv(p.server.ep, rx.buf.data(), 64, rx.desc(), 0, &rctx[0]), 0);
+		ck_assert_int_eq(fi_recv(p.server.ep, rx.buf.data(), 64, rx.desc(), 0, &rctx[1]), 0);
+		// Reads back `len` bytes at `off` with a completion asked for
+		// (RC order: it sees every earlier write) and checks them.
+		auto read_back = [&](size_t off, size_t len, uint8_t seed) {
+			OneRma r(local.buf.data() + 2048, len, local.desc(), remote.addr() + off,
+				 remote.key(), &rctx);
+			ck_assert_int_eq(fi_readmsg(p.client.ep, &r.msg, FI_COMPLETION), 0);
+			expect_completion(p.client.cq, &rctx, FI_RMA | FI_READ);
+			for (size_t i = 0; i < len; i++)
+				ck_assert_msg(local.buf[2048 + i] == static_cast<uint8_t>(seed + i),
+					      "threading %d: byte %zu at %zu", threading, i, off);
+		};
+		auto set_tx_flags = [&](uint64_t f) {
+			uint64_t flags = FI_TRANSMIT | f;
+			ck_assert_int_eq(fi_control(&p.client.ep->fid, FI_SETOPSFLAG, &flags), 0);
+		};
+		for (size_t i = 0; i < 1024; i++)
+			local.buf[i] = static_cast<uint8_t>(7 + i);
+		int ctx[6];
+		// Default flags 0: no completion for these.
+		ck_assert_int_eq(fi_write(p.client.ep, local.buf.data(), 16, local.desc(), 0,
+					  remote.addr(), remote.key(), &ctx[0]), 0);
+		ck_assert_int_eq(fi_write(p.client.ep, local.buf.data(), 1024, local.desc(), 0,
+					  remote.addr() + 1024, remote.key(), &ctx[1]), 0);
+		read_back(0, 16, 7);
+		read_back(1024, 1024, 7);
+		expect_no_completion(p.client.cq, 50);
+
+		set_tx_flags(FI_COMPLETION);
+		ck_assert_int_eq(fi_write(p.client.ep, local.buf.data() + 1, 16, local.desc(), 0,
+					  remote.addr() + 100, remote.key(), &ctx[2]), 0);
+		expect_completion(p.client.cq, &ctx[2], FI_RMA | FI_WRITE);
+		read_back(100, 16, 8);
+		ck_assert_int_eq(fi_read(p.client.ep, local.buf.data() + 3000, 16, local.desc(), 0,
+					 remote.addr() + 100, remote.key(), &ctx[3]), 0);
+		expect_completion(p.client.cq, &ctx[3], FI_RMA | FI_READ);
+		ck_assert_int_eq(memcmp(local.buf.data() + 3000, local.buf.data() + 1, 16), 0);
+		ck_assert_int_eq(fi_writedata(p.client.ep, local.buf.data() + 2, 16, local.desc(), 0x51,
+					      0, remote.addr() + 200, remote.key(), &ctx[4]), 0);
+		expect_completion(p.client.cq, &ctx[4], FI_RMA | FI_WRITE);
+		fi_cq_data_entry e = expect_completion(p.server.cq, &rctx[0],
+						       FI_RMA | FI_REMOTE_WRITE | FI_REMOTE_CQ_DATA);
+		ck_assert_uint_eq(e.data, 0x51);
+		read_back(200, 16, 9);
+
+		// Injects complete never, whatever the defaults.
+		uint64_t v = 0x1122334455667788ULL;
+		ck_assert_int_eq(fi_inject_write(p.client.ep, &v, 8, 0, remote.addr() + 300,
+						 remote.key()), 0);
+		ck_assert_int_eq(fi_inject_writedata(p.client.ep, &v, 8, 0x52, 0,
+						     remote.addr() + 308, remote.key()), 0);
+		e = expect_completion(p.server.cq, &rctx[1], FI_RMA | FI_REMOTE_WRITE | FI_REMOTE_CQ_DATA);
+		ck_assert_uint_eq(e.data, 0x52);
+		uint64_t got[2];
+		OneRma r(got, sizeof got, nullptr, remote.addr() + 300, remote.key(), &rctx);
+		ck_assert_int_eq(fi_readmsg(p.client.ep, &r.msg, FI_COMPLETION | FI_INJECT), -FI_EINVAL);
+		ck_assert_int_eq(fi_read(p.client.ep, local.buf.data() + 3100, 16, local.desc(), 0,
+					 remote.addr() + 300, remote.key(), &ctx[3]), 0);
+		expect_completion(p.client.cq, &ctx[3], FI_RMA | FI_READ);
+		memcpy(got, local.buf.data() + 3100, sizeof got);
+		ck_assert_uint_eq(got[0], v);
+		ck_assert_uint_eq(got[1], v);
+
+		// Delivery complete as a default: the write takes the long way
+		// and completes once, after its data is at the target.
+		set_tx_flags(FI_COMPLETION | FI_DELIVERY_COMPLETE);
+		ck_assert_int_eq(fi_write(p.client.ep, local.buf.data() + 3, 16, local.desc(), 0,
+					  remote.addr() + 400, remote.key(), &ctx[5]), 0);
+		expect_completion(p.client.cq, &ctx[5], FI_RMA | FI_WRITE);
+		ck_assert_msg(memcmp(remote.buf.data() + 400, local.buf.data() + 3, 16) == 0,
+			      "threading %d: delivery-complete write not at the target", threading);
+		expect_no_completion(p.client.cq, 50);
+
+		// Back to 0: silent again.
+		set_tx_flags(0);
+		ck_assert_int_eq(fi_write(p.client.ep, local.buf.data() + 4, 16, local.desc(), 0,
+					  remote.addr() + 500, remote.key(), &ctx[0]), 0);
+		read_back(500, 16, 11);
+		expect_no_completion(p.client.cq, 50);
+		expect_no_completion(p.server.cq, 50);
+	}
+}
+END_TEST
+
 // Remote CQ data wider than cq_data_size (4 bytes) is refused by every call
 // that carries it, and nothing reaches the target: the one valid write
 // after them takes the first posted receive with its data intact.
@@ -928,6 +1034,7 @@ Suite *rma_suite()
 	tcase_add_test(tc, more_held_cancelled_when_the_peer_goes);
 	tcase_add_test(tc, more_held_cancelled_when_a_request_fails);
 	tcase_add_test(tc, more_held_discarded_by_close);
+	tcase_add_test(tc, default_flags_changed_while_connected);
 	suite_add_tcase(s, tc);
 	return s;
 }

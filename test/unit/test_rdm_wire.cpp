@@ -418,6 +418,48 @@ START_TEST(header_round_trip)
 }
 END_TEST
 
+// The send fast path's prebuilt header, patched per message, is the header
+// encode_header writes for that message, whatever the messages before it
+// left in the buffer.
+START_TEST(patched_eager_header_equals_encoded)
+{
+	struct Msg {
+		MsgType type;
+		uint8_t flags;
+		uint64_t tag, cq_data, length;
+	} msgs[] = {
+		{MsgType::EagerTagged, kFlagLastPiece, 0xfedcba9876543210ULL, 0, 8},
+		{MsgType::Eager, kFlagLastPiece | kFlagCqData, 0, 0xa1b2c3d4ULL, 0},
+		{MsgType::EagerTagged, kFlagLastPiece, 0, 0, 65536},
+		{MsgType::Eager, kFlagLastPiece, 0, 0, 1},
+	};
+	uint8_t patched[kRdmHeaderBytes];
+	encode_header(patched, RdmHeader{});
+	for (const Msg &m : msgs) {
+		patch_eager_header(patched, m.type, m.flags, m.tag, m.cq_data, m.length);
+		RdmHeader h;
+		h.type = m.type;
+		h.flags = m.flags;
+		h.tag = m.tag;
+		h.cq_data = m.cq_data;
+		h.length = m.length;
+		uint8_t encoded[kRdmHeaderBytes];
+		encode_header(encoded, h);
+		ck_assert_mem_eq(patched, encoded, kRdmHeaderBytes);
+		// As it arrives: the header, then the payload.
+		std::vector<uint8_t> msg(patched, patched + kRdmHeaderBytes);
+		msg.resize(kRdmHeaderBytes + m.length, 0x33);
+		RdmHeader out;
+		ck_assert(decode_header(msg.data(), msg.size(), out));
+		ck_assert(out.type == m.type);
+		ck_assert_uint_eq(out.tag, m.tag);
+		ck_assert_uint_eq(out.cq_data, m.cq_data);
+		ck_assert_uint_eq(out.length, m.length);
+		ck_assert_uint_eq(out.msg_id, 0);
+	}
+}
+END_TEST
+
 START_TEST(malformed_headers_refused)
 {
 	uint8_t buf[kRdmHeaderBytes + 16];
@@ -1703,6 +1745,7 @@ Suite *rdm_wire_suite()
 	tcase_add_test(tc, flow_message);
 	tcase_add_test(tc, crossing_connections_keep_exactly_one);
 	tcase_add_test(tc, header_round_trip);
+	tcase_add_test(tc, patched_eager_header_equals_encoded);
 	tcase_add_test(tc, malformed_headers_refused);
 	tcase_add_test(tc, rndv_request_round_trip);
 	tcase_add_test(tc, malformed_rndv_requests_refused);

@@ -173,6 +173,19 @@ struct Conn {
 	// RDM: why the connection was failed, when its flushed requests should
 	// say so rather than FI_ECANCELED (FI_ETIMEDOUT: the drain watch); 0.
 	int fail_err = 0;
+	// The prebuilt request of the one-request fast paths (post_fast, tx
+	// lock held): next and sg_list are set once, a post patches the rest.
+	// Never handed to the long way, which links and copies requests
+	// (post_fast_unready builds its own). A post with a header (RDM eager
+	// sends) sends one_hdr as one_sge[0], set up with the connection, and
+	// its payload as one_sge[1] (the connection then sets one_wr's opcode
+	// once, and posts no other kind); one without sends one_sge[0]. Inline
+	// data only: the device has copied the header when ibv_post_send
+	// returns.
+	static constexpr size_t kOneHdrMax = 32;
+	ibv_send_wr one_wr{};
+	ibv_sge one_sge[2]{};
+	alignas(8) uint8_t one_hdr[kOneHdrMax]{};
 	// Reclaims finished send requests when the ring, its credits or its
 	// buffers are short (slow path, tx lock held): polls the CQ the send
 	// queue completes into (MSG: the bound send CQ; RDM: rdm_tx_reclaim).
@@ -214,6 +227,10 @@ struct Conn {
 	static constexpr size_t kBounceCount = 64;
 	size_t bounce_stride = 0; // inject_size and room for a header
 	SlotBuffers bounce;
+
+	Conn() noexcept { one_wr.sg_list = one_sge; }
+	Conn(const Conn &) = delete;
+	Conn &operator=(const Conn &) = delete;
 
 	// Points every slot of a freshly sized ring at this connection.
 	void reset_tx(size_t depth) // throws std::bad_alloc

@@ -32,6 +32,14 @@ struct EpBase : fid_ep {
 	Cntr *cntr_remote_write = nullptr;
 	uint64_t tx_op_flags = 0;
 	uint64_t rx_op_flags = 0;
+	// What a transmit call without a flags argument may take for granted
+	// about tx_op_flags (the one-request fast paths): they ask for nothing
+	// beyond what the fast path does (fast_plain), and a success is
+	// reported (fast_report). Set by ep_set_fast_tx when the endpoint is
+	// enabled and by FI_SETOPSFLAG; the application's thread writes and
+	// reads them, as it does tx_op_flags.
+	bool fast_plain = false;
+	bool fast_report = false;
 
 	// Whether an operation with these flags gets a completion entry.
 	bool tx_reports(uint64_t flags) const noexcept
@@ -43,6 +51,14 @@ struct EpBase : fid_ep {
 		return rx_cq && (!rx_selective || (flags & FI_COMPLETION));
 	}
 };
+
+// EpBase::fast_plain and fast_report from tx_op_flags; `plain`: the flags
+// the endpoint kind's fast path honours by itself.
+inline void ep_set_fast_tx(EpBase *ep, uint64_t plain) noexcept
+{
+	ep->fast_plain = !(ep->tx_op_flags & ~plain);
+	ep->fast_report = ep->tx_reports(ep->tx_op_flags);
+}
 
 // fi_ep_bind of a CQ (vrma_cq.cpp): FI_TRANSMIT and/or FI_RECV, optionally
 // FI_SELECTIVE_COMPLETION; the CQ of the endpoint's domain; one per

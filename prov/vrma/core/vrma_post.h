@@ -317,6 +317,39 @@ inline constexpr uint64_t kOneWrOpFlags = FI_COMPLETION | FI_INJECT | FI_INJECT_
 	return desc && len && !static_cast<const MrDesc *>(desc)->covers(buf, len);
 }
 
+// MrDesc::covers with a branch per compare, for the fast paths that take
+// the long way on any failure (rma_fast, send_fast): fewer instructions
+// than combining the three results.
+[[gnu::always_inline]] inline bool desc_holds(const MrDesc *d, const void *buf, size_t len) noexcept
+{
+	const uintptr_t a = reinterpret_cast<uintptr_t>(buf);
+	const uintptr_t e = d->end.load(std::memory_order_relaxed);
+	if (a < d->start.load(std::memory_order_relaxed) || a > e) [[unlikely]]
+		return false;
+	return len <= e - a;
+}
+
+// How the one buffer of a fast-path call goes (rma_fast, send_fast): as
+// inline data (a desc given must still hold it: build_sges refuses it the
+// long way), by its desc's key, or the long way: `slow` (the caller's own
+// reasons), an empty buffer, a desc that does not hold it, none for a
+// buffer beyond inline data, more than `max` bytes, an inject beyond
+// inline data. (A callable for the long way would put the caller's
+// arguments on the stack.)
+enum class FastBuf : uint8_t { Slow, Inline, Keyed };
+[[gnu::always_inline]] inline FastBuf fast_buf(bool slow, bool copied, bool inject,
+					       const MrDesc *d, const void *buf, size_t len,
+					       size_t max) noexcept
+{
+	if (slow) [[unlikely]]
+		return FastBuf::Slow;
+	if (copied && len)
+		return (d ? desc_holds(d, buf, len) : buf != nullptr) ? FastBuf::Inline : FastBuf::Slow;
+	if (!inject && len && d && len <= max && desc_holds(d, buf, len)) [[likely]]
+		return FastBuf::Keyed;
+	return FastBuf::Slow;
+}
+
 // The one work request of a fast-path operation (rma_one, send_one): `sge`
 // covers buf/len with desc's key (inline data needs none); the caller
 // checked the desc (desc_misses). Only the fields
@@ -393,6 +426,126 @@ inline constexpr uint64_t kOneWrOpFlags = FI_COMPLETION | FI_INJECT | FI_INJECT_
 	}
 	return 0;
 }
+
+// The arguments of the fast-path post (post_fast): what a call patches
+// into the connection's prebuilt request and its slot. Scalars rather than
+// a struct: a struct whose address the locked variant takes is built on
+// the stack on the serialized path too.
+#define VRMA_FAST_POST_PARAMS                                                                     \
+	Conn *conn, uintptr_t buf, uint32_t len, uint32_t lkey, unsigned send_flags,               \
+		uint64_t addr, uint32_t rkey, uint32_t imm_be, void *context, bool report,         \
+		Cntr *cntr, uint64_t comp_flags, uint32_t aux
+#define VRMA_FAST_POST_ARGS                                                                       \
+	conn, buf, len, lkey, send_flags, addr, rkey, imm_be, context, report, cntr, comp_flags,   \
+		aux
+
+// post_fast's long way (tx lock held): the request built on the stack, as
+// the general path takes it (with the header, Conn::one_sge[0], first).
+[[gnu::noinline, gnu::cold]] inline ssize_t post_fast_unready(ibv_wr_opcode opcode, bool hdr,
+							      VRMA_FAST_POST_PARAMS) noexcept
+{
+	ibv_sge sge[2] = {conn->one_sge[0], {buf, len, lkey}};
+	ibv_send_wr wr{};
+	wr.sg_list = hdr ? sge : sge + 1;
+	wr.num_sge = hdr + (len != 0);
+	wr.opcode = opcode;
+	wr.send_flags = send_flags;
+	wr.imm_data = imm_be;
+	wr.wr.rdma.remote_addr = addr;
+	wr.wr.rdma.rkey = rkey;
+	return post_one_slow(conn, wr, context, comp_flags, len, report, cntr, false, aux);
+}
+
+// The device refused post_fast's request (tx lock held): its slot and
+// signal mark are taken back.
+[[gnu::noinline, gnu::cold]] inline ssize_t post_fast_failed(Conn *conn, uint64_t prev_signaled,
+							     int rc) noexcept
+{
+	conn->tx.unpush();
+	conn->last_signaled = prev_signaled;
+	return post_failed(rc, "ibv_post_send");
+}
+
+// post_fast with the send queue serialized (tx lock held or not needed).
+// imm_be is read only for the opcodes that carry an immediate, addr and
+// rkey only for RDMA opcodes. Hdr: Conn::one_hdr goes first (len may then
+// be 0), on a connection whose one_wr is an IBV_WR_SEND of inline data
+// (opcode and the payload's lkey 0 set up with it: RDM). Connected: the caller saw the connection connected under the
+// lock that serializes it (an RDM endpoint's), so it still is.
+template <ibv_wr_opcode Op, bool Hdr = false, bool Connected = false>
+[[gnu::always_inline]] inline ssize_t post_fast_held(VRMA_FAST_POST_PARAMS) noexcept
+{
+	constexpr bool imm = Op == IBV_WR_RDMA_WRITE_WITH_IMM || Op == IBV_WR_SEND_WITH_IMM;
+	static_assert(!Hdr || Op == IBV_WR_SEND, "a header post is the connection's prebuilt send");
+	VRMA_ASSERT_HELD(tx_lock_of(conn));
+	const uint64_t seq = conn->tx.head();
+	if ((!Connected && conn->state.load(std::memory_order_acquire) != EpState::Connected) ||
+	    seq - conn->tx.tail() >= conn->tx_one_limit ||
+	    conn->more_held.load(std::memory_order_relaxed)) [[unlikely]]
+		return post_fast_unready(Op, Hdr, VRMA_FAST_POST_ARGS);
+	TxSlot &s = conn->tx.at(seq);
+	s.fill(seq, seq, context, comp_flags, len, report, cntr, 0, aux);
+	const uint64_t prev_signaled = conn->last_signaled;
+	if (report || cntr || (aux & kAuxHeldBuffer) ||
+	    seq - prev_signaled >= conn->signal_period) {
+		send_flags |= IBV_SEND_SIGNALED;
+		conn->last_signaled = seq;
+	}
+	ibv_send_wr &wr = conn->one_wr;
+	if constexpr (Hdr) {
+		// The connection's own kind of request: opcode and key set up
+		// with it (inline payload, no key).
+		conn->one_sge[1].addr = buf;
+		conn->one_sge[1].length = len;
+		wr.num_sge = 1 + (len != 0);
+	} else {
+		conn->one_sge[0] = {buf, len, lkey};
+		wr.num_sge = 1;
+		wr.opcode = Op;
+	}
+	wr.wr_id = reinterpret_cast<uintptr_t>(&s);
+	wr.send_flags = send_flags;
+	if constexpr (imm)
+		wr.imm_data = imm_be;
+	if constexpr (Op != IBV_WR_SEND && Op != IBV_WR_SEND_WITH_IMM) {
+		wr.wr.rdma.remote_addr = addr;
+		wr.wr.rdma.rkey = rkey;
+	}
+	conn->tx.publish(seq);
+	device_will_post(&wr);
+	ibv_send_wr *bad;
+	if (int rc = ibv_post_send(conn->qp, &wr, &bad)) [[unlikely]]
+		return post_fast_failed(conn, prev_signaled, rc);
+	return 0;
+}
+
+// post_fast under the connection's tx lock, out of line: the lock's calls
+// would cost the serialized path its registers.
+template <ibv_wr_opcode Op>
+[[gnu::noinline]] inline ssize_t post_fast_locked(VRMA_FAST_POST_PARAMS) noexcept
+{
+	TxGuard guard(conn);
+	return post_fast_held<Op>(VRMA_FAST_POST_ARGS);
+}
+
+// The one-request fast path's post: the connection's prebuilt request
+// (Conn::one_wr) patched with this operation's fields, one slot, one
+// doorbell. The caller checked everything about the arguments (they fit
+// one request, the key and desc are good, the peer needs nothing more);
+// this checks the connection (connected, room in the ring, nothing held by
+// FI_MORE, not credited) and sends anything else the long way. len is not
+// 0 (one sge); send_flags is IBV_SEND_INLINE or 0. An RDM connection,
+// serialized by its endpoint's lock, calls post_fast_held.
+template <ibv_wr_opcode Op>
+[[gnu::always_inline]] inline ssize_t post_fast(VRMA_FAST_POST_PARAMS) noexcept
+{
+	if (!conn->tx_serialized)
+		return post_fast_locked<Op>(VRMA_FAST_POST_ARGS);
+	return post_fast_held<Op>(VRMA_FAST_POST_ARGS);
+}
+
+#undef VRMA_FAST_POST_ARGS
+#undef VRMA_FAST_POST_PARAMS
 
 // A credited send queue (Conn::tx_credits) takes one credit per request
 // from its CQ's pool (tx lock held): -FI_EAGAIN when the pool has fewer,

@@ -221,6 +221,7 @@ int ep_control(fid *f, int command, void *arg) noexcept
 				return -FI_EBADFLAGS;
 			}
 			ep->tx_op_flags = f2;
+			msg_set_fast_tx(ep);
 		} else {
 			uint64_t f2 = flags & ~FI_RECV;
 			if (f2 & ~kRxOpFlags) {
@@ -238,13 +239,16 @@ int ep_control(fid *f, int command, void *arg) noexcept
 	}
 }
 
-ssize_t ep_cancel(fid_t f, void *context) noexcept
+// fi_cancel: posted verbs receives cannot be withdrawn one by one; a
+// staged endpoint's wait in vrma's queue and can (ep_ops_for).
+ssize_t ep_cancel(fid_t, void *) noexcept
 {
-	Ep *ep = from_fid<Ep>(f);
-	if (ep->rx_mode == RxMode::Staged)
-		return staged_cancel(ep, context); // vrma's queue: can be withdrawn
-	// Posted verbs receives cannot be withdrawn one by one.
 	return -FI_ENOENT;
+}
+
+ssize_t staged_ep_cancel(fid_t f, void *context) noexcept
+{
+	return staged_cancel(from_fid<Ep>(f), context);
 }
 
 ssize_t ep_rx_size_left(fid_ep *f) noexcept
@@ -252,9 +256,15 @@ ssize_t ep_rx_size_left(fid_ep *f) noexcept
 	Ep *ep = static_cast<Ep *>(f);
 	if (!ep->conn.qp)
 		return -FI_EOPBADSTATE;
-	if (ep->rx_mode == RxMode::Staged)
-		return static_cast<ssize_t>(staged_rx_left(ep));
 	return static_cast<ssize_t>(ep->rx_depth - ep->rx.outstanding());
+}
+
+ssize_t staged_ep_rx_size_left(fid_ep *f) noexcept
+{
+	Ep *ep = static_cast<Ep *>(f);
+	if (!ep->conn.qp)
+		return -FI_EOPBADSTATE;
+	return static_cast<ssize_t>(staged_rx_left(ep));
 }
 
 ssize_t ep_tx_size_left(fid_ep *f) noexcept
@@ -276,16 +286,23 @@ constexpr fi_ops ep_fi_ops = {
 	.ops_set = fid_no_ops_set,
 };
 
-constexpr fi_ops_ep ep_ops = {
-	.size = sizeof(fi_ops_ep),
-	.cancel = ep_cancel,
-	.getopt = ep_getopt,
-	.setopt = ep_setopt,
-	.tx_ctx = VRMA_NOSYS(fi_ops_ep, tx_ctx),
-	.rx_ctx = VRMA_NOSYS(fi_ops_ep, rx_ctx),
-	.rx_size_left = ep_rx_size_left,
-	.tx_size_left = ep_tx_size_left,
-};
+// One table per receive side: the device's receive queue, or a staged
+// endpoint's queue (RxMode::Staged), chosen at fi_endpoint.
+template <auto Cancel, auto RxSizeLeft> constexpr fi_ops_ep ep_ops_with() noexcept
+{
+	return {
+		.size = sizeof(fi_ops_ep),
+		.cancel = Cancel,
+		.getopt = ep_getopt,
+		.setopt = ep_setopt,
+		.tx_ctx = VRMA_NOSYS(fi_ops_ep, tx_ctx),
+		.rx_ctx = VRMA_NOSYS(fi_ops_ep, rx_ctx),
+		.rx_size_left = RxSizeLeft,
+		.tx_size_left = ep_tx_size_left,
+	};
+}
+constexpr fi_ops_ep ep_ops = ep_ops_with<ep_cancel, ep_rx_size_left>();
+constexpr fi_ops_ep staged_ep_ops = ep_ops_with<staged_ep_cancel, staged_ep_rx_size_left>();
 
 } // namespace
 
@@ -653,6 +670,7 @@ try {
 	if (attr.cap.max_inline_data < ep->conn.inline_size)
 		ep->conn.inline_size = attr.cap.max_inline_data;
 	ep->conn.signal_period = signal_period_for(ep->conn.tx_depth);
+	msg_set_fast_tx(ep);
 	int attach_rc = 0;
 	for_each_counter(ep, [&](Cntr *c, Cq *cq) {
 		if (int rc = cntr_attach_cq(c, cq))
@@ -819,7 +837,7 @@ try {
 	ep->fid.fclass = FI_CLASS_EP;
 	ep->fid.context = context;
 	ep->fid.ops = const_cast<fi_ops *>(&ep_fi_ops);
-	ep->ops = const_cast<fi_ops_ep *>(&ep_ops);
+	ep->ops = const_cast<fi_ops_ep *>(ep->rx_mode == RxMode::Staged ? &staged_ep_ops : &ep_ops);
 	ep->cm = const_cast<fi_ops_cm *>(&ep_cm_ops);
 	ep->msg = const_cast<fi_ops_msg *>(msg_ops_for(ep->rx_mode));
 	ep->rma = const_cast<fi_ops_rma *>(&rma_ops);

@@ -227,6 +227,13 @@ struct Ep final : EpBase {
 	SlotRing<RxSlot> rx;
 };
 
+// EpBase::fast_plain and fast_report of a MSG endpoint: rma_fast and
+// send_fast post one request for these flags.
+inline void msg_set_fast_tx(Ep *ep) noexcept
+{
+	ep_set_fast_tx(ep, FI_COMPLETION | FI_INJECT_COMPLETE | FI_TRANSMIT_COMPLETE);
+}
+
 // The CQs the QP's queues complete into: the bound one, the other direction's
 // when only one is bound, or the endpoint's own when only counters are.
 // fi_enable asks with the CQ it opened for the endpoint, before the

@@ -193,6 +193,60 @@ ssize_t rma_common(Ep *ep, ibv_wr_opcode opcode, const iovec *iov, void *const *
 			     is_read ? ep->cntr_read : ep->cntr_write, flags & FI_MORE);
 }
 
+// The entry points whose flags are known (the endpoint's defaults, or
+// FI_INJECT): their fast path, rma_fast.
+enum class FastRma { Read, Write, WriteData, Inject, InjectData };
+
+// rma_one for the calls without a flags argument: what the default flags
+// allow was decided when they were set (EpBase::fast_plain, fast_report), so a call checks its
+// arguments and the peer, fills the connection's prebuilt request and posts
+// it (post_fast). Anything else takes rma_one_slow, which decides again
+// from the flags.
+template <FastRma K>
+[[gnu::always_inline]] inline ssize_t rma_fast(Ep *ep, const void *buf, size_t len, void *desc,
+					       uint64_t addr, uint64_t key, uint64_t data,
+					       void *context) noexcept
+{
+	constexpr bool is_read = K == FastRma::Read;
+	constexpr bool inject = K == FastRma::Inject || K == FastRma::InjectData;
+	constexpr bool imm = K == FastRma::WriteData || K == FastRma::InjectData;
+	Conn *conn = &ep->conn;
+	const uint8_t peer = conn->peer_cm_flags.load(std::memory_order_relaxed);
+	const bool copied = !is_read && len <= conn->inline_size; // inline: no key needed
+	const MrDesc *d = static_cast<const MrDesc *>(desc);
+	// One branch per term, each to the long way: cheaper than or-ing
+	// flags where every term is a load and a test.
+	bool slow = (key > UINT32_MAX) || (peer & wire::kCmFlagRmaEvents);
+	if constexpr (imm)
+		slow = slow || (data >> 32) != 0 || !(peer & wire::kCmFlagTakesCqData);
+	if constexpr (!inject)
+		slow = slow || !ep->fast_plain;
+	constexpr ibv_wr_opcode opcode = is_read ? IBV_WR_RDMA_READ
+					 : imm  ? IBV_WR_RDMA_WRITE_WITH_IMM
+						: IBV_WR_RDMA_WRITE;
+	auto post = [&](uint32_t lkey, unsigned send_flags) __attribute__((always_inline)) {
+		return post_fast<opcode>(conn, reinterpret_cast<uintptr_t>(buf),
+					 static_cast<uint32_t>(len), lkey, send_flags, addr,
+					 static_cast<uint32_t>(key), htonl(static_cast<uint32_t>(data)),
+					 inject ? nullptr : context, !inject && ep->fast_report,
+					 is_read ? ep->cntr_read : ep->cntr_write,
+					 FI_RMA | (is_read ? FI_READ : FI_WRITE), 0);
+	};
+	// Two posts, each with its constants; empty operations take the long
+	// way.
+	switch (fast_buf(slow, copied, inject, d, buf, len, conn->max_wr_bytes)) {
+	case FastBuf::Inline:
+		return post(0, IBV_SEND_INLINE);
+	case FastBuf::Keyed:
+		return post(d->key(), 0);
+	case FastBuf::Slow:
+		break;
+	}
+	const uint64_t flags = (inject ? FI_INJECT : ep->tx_op_flags) | (imm ? FI_REMOTE_CQ_DATA : 0);
+	return rma_one_slow(ep, is_read ? IBV_WR_RDMA_READ : IBV_WR_RDMA_WRITE, buf, len, desc, addr,
+			    key, data, flags, context, inject);
+}
+
 // One local buffer and one remote segment that holds it.
 inline bool one_segment(const fi_msg_rma *msg) noexcept
 {
@@ -203,9 +257,7 @@ inline bool one_segment(const fi_msg_rma *msg) noexcept
 ssize_t rma_read(fid_ep *f, void *buf, size_t len, void *desc, fi_addr_t, uint64_t addr,
 		 uint64_t key, void *context) noexcept
 {
-	Ep *ep = static_cast<Ep *>(f);
-	return rma_one(ep, IBV_WR_RDMA_READ, buf, len, desc, addr, key, 0, ep->tx_op_flags, context,
-		       false);
+	return rma_fast<FastRma::Read>(static_cast<Ep *>(f), buf, len, desc, addr, key, 0, context);
 }
 
 ssize_t rma_readv(fid_ep *f, const iovec *iov, void **desc, size_t count, fi_addr_t,
@@ -236,9 +288,7 @@ ssize_t rma_readmsg(fid_ep *f, const fi_msg_rma *msg, uint64_t flags) noexcept
 ssize_t rma_write(fid_ep *f, const void *buf, size_t len, void *desc, fi_addr_t, uint64_t addr,
 		  uint64_t key, void *context) noexcept
 {
-	Ep *ep = static_cast<Ep *>(f);
-	return rma_one(ep, IBV_WR_RDMA_WRITE, buf, len, desc, addr, key, 0, ep->tx_op_flags, context,
-		       false);
+	return rma_fast<FastRma::Write>(static_cast<Ep *>(f), buf, len, desc, addr, key, 0, context);
 }
 
 ssize_t rma_writev(fid_ep *f, const iovec *iov, void **desc, size_t count, fi_addr_t,
@@ -269,23 +319,22 @@ ssize_t rma_writemsg(fid_ep *f, const fi_msg_rma *msg, uint64_t flags) noexcept
 ssize_t rma_inject(fid_ep *f, const void *buf, size_t len, fi_addr_t, uint64_t addr,
 		   uint64_t key) noexcept
 {
-	return rma_one(static_cast<Ep *>(f), IBV_WR_RDMA_WRITE, buf, len, nullptr, addr, key, 0,
-		       FI_INJECT, nullptr, true);
+	return rma_fast<FastRma::Inject>(static_cast<Ep *>(f), buf, len, nullptr, addr, key, 0,
+					 nullptr);
 }
 
 ssize_t rma_writedata(fid_ep *f, const void *buf, size_t len, void *desc, uint64_t data,
 		      fi_addr_t, uint64_t addr, uint64_t key, void *context) noexcept
 {
-	Ep *ep = static_cast<Ep *>(f);
-	return rma_one(ep, IBV_WR_RDMA_WRITE, buf, len, desc, addr, key, data,
-		       ep->tx_op_flags | FI_REMOTE_CQ_DATA, context, false);
+	return rma_fast<FastRma::WriteData>(static_cast<Ep *>(f), buf, len, desc, addr, key, data,
+					    context);
 }
 
 ssize_t rma_injectdata(fid_ep *f, const void *buf, size_t len, uint64_t data, fi_addr_t,
 		       uint64_t addr, uint64_t key) noexcept
 {
-	return rma_one(static_cast<Ep *>(f), IBV_WR_RDMA_WRITE, buf, len, nullptr, addr, key, data,
-		       FI_INJECT | FI_REMOTE_CQ_DATA, nullptr, true);
+	return rma_fast<FastRma::InjectData>(static_cast<Ep *>(f), buf, len, nullptr, addr, key,
+					     data, nullptr);
 }
 
 } // namespace

@@ -242,6 +242,47 @@ ssize_t send_common(Ep *ep, const iovec *iov, void *const *desc, size_t count, u
 			     !inject_call && ep->tx_reports(flags), ep->cntr_send, flags & FI_MORE);
 }
 
+// The send calls without a flags argument, as rma_fast for RMA: what the
+// default flags allow was decided when they were set (EpBase::fast_plain,
+// fast_report); a call checks its arguments and the peer's mode and posts
+// the connection's prebuilt request (post_fast). Anything else takes
+// send_one_slow.
+enum class FastSend { Send, SendData, Inject, InjectData };
+
+template <FastSend K>
+[[gnu::always_inline]] inline ssize_t send_fast(Ep *ep, const void *buf, size_t len, void *desc,
+						 uint64_t data, void *context) noexcept
+{
+	constexpr bool inject = K == FastSend::Inject || K == FastSend::InjectData;
+	constexpr bool imm = K == FastSend::SendData || K == FastSend::InjectData;
+	Conn *conn = &ep->conn;
+	const bool copied = len <= conn->inline_size; // inline: no key needed
+	const MrDesc *d = static_cast<const MrDesc *>(desc);
+	bool slow = ep->peer_rx.load(std::memory_order_relaxed) != PeerRx::AppBuffers;
+	if constexpr (imm)
+		slow = slow || (data >> 32) != 0;
+	if constexpr (!inject)
+		slow = slow || !ep->fast_plain;
+	auto post = [&](uint32_t lkey, unsigned send_flags) __attribute__((always_inline)) {
+		return post_fast<imm ? IBV_WR_SEND_WITH_IMM : IBV_WR_SEND>(
+			conn, reinterpret_cast<uintptr_t>(buf), static_cast<uint32_t>(len), lkey,
+			send_flags, 0, 0, htonl(static_cast<uint32_t>(data)),
+			inject ? nullptr : context, !inject && ep->fast_report, ep->cntr_send,
+			FI_SEND | FI_MSG, 0);
+	};
+	// As in rma_fast; empty messages take the long way.
+	switch (fast_buf(slow, copied, inject, d, buf, len, conn->max_msg_size)) {
+	case FastBuf::Inline:
+		return post(0, IBV_SEND_INLINE);
+	case FastBuf::Keyed:
+		return post(d->key(), 0);
+	case FastBuf::Slow:
+		break;
+	}
+	const uint64_t flags = (inject ? FI_INJECT : ep->tx_op_flags) | (imm ? FI_REMOTE_CQ_DATA : 0);
+	return send_one_slow(ep, buf, len, desc, data, flags, context, inject);
+}
+
 // A receive on an endpoint that receives no messages (RxMode::ZeroLength,
 // RxMode::Service): its receive queue is vrma's.
 ssize_t recv_refused(Ep *, const iovec *, void *const *, size_t, uint64_t flags, void *) noexcept
@@ -360,8 +401,7 @@ template <RecvPath Path> ssize_t msg_recvmsg(fid_ep *f, const fi_msg *msg, uint6
 ssize_t msg_send(fid_ep *f, const void *buf, size_t len, void *desc, fi_addr_t,
 		 void *context) noexcept
 {
-	Ep *ep = static_cast<Ep *>(f);
-	return send_one(ep, buf, len, desc, 0, ep->tx_op_flags, context, false);
+	return send_fast<FastSend::Send>(static_cast<Ep *>(f), buf, len, desc, 0, context);
 }
 
 ssize_t msg_sendv(fid_ep *f, const iovec *iov, void **desc, size_t count, fi_addr_t,
@@ -387,21 +427,19 @@ ssize_t msg_sendmsg(fid_ep *f, const fi_msg *msg, uint64_t flags) noexcept
 
 ssize_t msg_inject(fid_ep *f, const void *buf, size_t len, fi_addr_t) noexcept
 {
-	return send_one(static_cast<Ep *>(f), buf, len, nullptr, 0, FI_INJECT, nullptr, true);
+	return send_fast<FastSend::Inject>(static_cast<Ep *>(f), buf, len, nullptr, 0, nullptr);
 }
 
 ssize_t msg_senddata(fid_ep *f, const void *buf, size_t len, void *desc, uint64_t data,
 		     fi_addr_t, void *context) noexcept
 {
-	Ep *ep = static_cast<Ep *>(f);
-	return send_one(ep, buf, len, desc, data, ep->tx_op_flags | FI_REMOTE_CQ_DATA, context,
-			false);
+	return send_fast<FastSend::SendData>(static_cast<Ep *>(f), buf, len, desc, data, context);
 }
 
 ssize_t msg_injectdata(fid_ep *f, const void *buf, size_t len, uint64_t data, fi_addr_t) noexcept
 {
-	return send_one(static_cast<Ep *>(f), buf, len, nullptr, data, FI_INJECT | FI_REMOTE_CQ_DATA,
-			nullptr, true);
+	return send_fast<FastSend::InjectData>(static_cast<Ep *>(f), buf, len, nullptr, data,
+					       nullptr);
 }
 
 } // namespace

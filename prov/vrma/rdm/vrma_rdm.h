@@ -72,6 +72,11 @@ namespace vrma {
 
 struct RdmPeer;
 
+// The flags the eager send fast path honours by itself (rdm_msg's
+// send_fast); EpBase::fast_plain says whether tx_op_flags are among them.
+inline constexpr uint64_t kRdmFastTxFlags = FI_COMPLETION | FI_INJECT | FI_INJECT_COMPLETE |
+					    FI_TRANSMIT_COMPLETE | FI_REMOTE_CQ_DATA;
+
 // The send buffer an RDM request holds (index + 1; 0: none).
 inline uint32_t rdm_aux_buf(uint32_t aux) noexcept { return aux & kAuxHeldBuffer; }
 // The opcodes a successful completion of a request of that kind may carry
@@ -225,7 +230,18 @@ struct RdmMsg : UnexpectedMsg {
 	MatchKind kind = MatchKind::kMsg;
 	fi_addr_t src = FI_ADDR_NOTAVAIL;
 	rdm::RdmHeader hdr;
-	std::unique_ptr<uint8_t[]> payload; // eager: hdr.length bytes
+	// An eager message's hdr.length bytes: in `small` up to kSmallPayload,
+	// else in `payload` (payload_bytes() says where). small is neither
+	// zeroed nor copied (FreeList resets by assignment): only the bytes the
+	// message wrote are read.
+	static constexpr size_t kSmallPayload = 128;
+	struct SmallPayload {
+		SmallPayload() noexcept {}
+		SmallPayload &operator=(const SmallPayload &) noexcept { return *this; }
+		uint8_t b[kSmallPayload];
+	} small;
+	std::unique_ptr<uint8_t[]> payload;
+	uint8_t *payload_bytes() noexcept { return payload ? payload.get() : small.b; }
 	bool rndv = false;
 	rdm::RndvSegment segs[rdm::kMaxRndvSegments];
 	size_t nsegs = 0;
@@ -241,6 +257,8 @@ struct RdmMsg : UnexpectedMsg {
 	// (unexpected_gone).
 	size_t cost = 0;
 };
+// fi_vrma.7 (Limits) states what an unexpected message costs.
+static_assert(sizeof(RdmMsg) <= 384, "an unexpected message's bookkeeping grew");
 
 // A rendezvous receive in progress: RDMA READs into the receive buffer.
 struct RdmRxOp {
@@ -429,7 +447,12 @@ struct RdmEp final : EpBase {
 	// Their room (kRecvPoolMax, kAtomicPoolMax each) is reserved at open.
 	static constexpr size_t kRecvPoolMax = 256;
 	static constexpr size_t kAtomicPoolMax = 64;
+	// Unexpected messages likewise (rdm_new_msg, rdm_free_msg): a matched
+	// one is freed inside the receive call that takes it. A receiver that
+	// lags holds many at once: 1024 kept (384 KiB at most).
+	static constexpr size_t kMsgPoolMax = 1024;
 	FreeList<RdmRecv> recv_pool;
+	FreeList<RdmMsg> msg_pool;
 	FreeList<RdmAtomicOp> atomic_pool;
 	NodeCache<RdmAtomicMap> atomic_nodes;
 	std::unordered_map<rdm::RdmAddr, std::unique_ptr<RdmPeer>, rdm::RdmAddrHash> peers;
@@ -1043,6 +1066,12 @@ ssize_t rdm_recv(RdmEp *ep, const iovec *iov, size_t count, fi_addr_t src, uint6
 // both).
 RdmRecv *rdm_get_recv(RdmEp *ep) noexcept;
 void rdm_put_recv(RdmEp *ep, RdmRecv *r) noexcept;
+// An unexpected message from the endpoint's pool (or the heap), with room
+// for an eager payload of len bytes (payload_bytes()); nullptr when out of
+// memory. rdm_free_msg ends one (unlinked), its large payload freed at once
+// (lock held for both).
+RdmMsg *rdm_new_msg(RdmEp *ep, size_t len) noexcept;
+void rdm_free_msg(RdmEp *ep, RdmMsg *m) noexcept;
 extern const fi_ops_tagged rdm_tagged_ops;
 // A completion of the internal CQ (lock held).
 void rdm_handle_wc(RdmEp *ep, const ibv_wc &wc) noexcept;

@@ -534,6 +534,7 @@ try {
 	if (int rc = start_listener(ep))
 		return rc;
 
+	ep_set_fast_tx(ep, kRdmFastTxFlags);
 	ep->enabled = true;
 	if (ep->auto_progress) {
 		ibv_req_notify_cq(ep->cq.get(), 0);
@@ -588,6 +589,8 @@ int rdm_ep_control(fid *f, int command, void *arg) noexcept
 			return -FI_EBADFLAGS;
 		}
 		(tx ? ep->tx_op_flags : ep->rx_op_flags) = f2;
+		if (tx)
+			ep_set_fast_tx(ep, kRdmFastTxFlags);
 		return 0;
 	}
 	default:
@@ -959,6 +962,7 @@ try {
 	ep->peer_limit = peers::Limit::of(rdm_max_peers());
 	ep->recv_pool.reserve(RdmEp::kRecvPoolMax);
 	ep->atomic_pool.reserve(RdmEp::kAtomicPoolMax);
+	ep->msg_pool.reserve(RdmEp::kMsgPoolMax);
 	ep->atomic_nodes.reserve(RdmEp::kAtomicPoolMax);
 	ep->fid.fclass = FI_CLASS_EP;
 	ep->fid.context = context;

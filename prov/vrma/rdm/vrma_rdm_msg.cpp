@@ -361,22 +361,32 @@ ssize_t rdm_send(RdmEp *ep, const iovec *iov, size_t count, fi_addr_t dest, uint
 					       inject_call));
 }
 
+// rdm_send of one buffer, out of send_fast's inlined path.
+[[gnu::noinline]] ssize_t rdm_send_one(RdmEp *ep, const void *buf, size_t len, fi_addr_t dest,
+				       uint64_t tag, uint64_t data, uint64_t flags, void *context,
+				       bool tagged, bool inject_call)
+{
+	const iovec iov{const_cast<void *>(buf), len};
+	return rdm_send(ep, &iov, 1, dest, tag, data, flags, context, tagged, inject_call);
+}
+
 // The data path's common send, as send_one is for MSG endpoints: one
 // buffer whose header and payload fit inline, to a peer already connected,
-// with no flag but kFastSendFlags and nothing waiting in the backlogs.
+// with no flag but kRdmFastTxFlags and nothing waiting in the backlogs.
 // Anything else, and every refusal, takes rdm_send from the start (nothing
 // was done here then).
-constexpr uint64_t kFastSendFlags = FI_COMPLETION | FI_INJECT | FI_INJECT_COMPLETE |
-				    FI_TRANSMIT_COMPLETE | FI_REMOTE_CQ_DATA;
-
+// Defaults: flags are the endpoint's tx_op_flags (with FI_REMOTE_CQ_DATA
+// for the data calls), whose check was made when they were set
+// (EpBase::fast_plain, fast_report).
+template <bool Defaults = false>
 [[gnu::always_inline]] inline ssize_t send_fast(RdmEp *ep, const void *buf, size_t len,
 						fi_addr_t dest, uint64_t tag, uint64_t data,
 						uint64_t flags, void *context, bool tagged,
 						bool inject_call)
 {
-	const iovec iov{const_cast<void *>(buf), len};
-	if ((flags & ~kFastSendFlags) || len > ep->inject_size || (!buf && len)) [[unlikely]]
-		return rdm_send(ep, &iov, 1, dest, tag, data, flags, context, tagged, inject_call);
+	const bool odd_flags = Defaults ? !ep->fast_plain : (flags & ~kRdmFastTxFlags) != 0;
+	if (odd_flags || len > ep->inject_size || (!buf && len)) [[unlikely]]
+		return rdm_send_one(ep, buf, len, dest, tag, data, flags, context, tagged, inject_call);
 	{
 		std::lock_guard guard(ep->lock);
 		RdmPeer *peer = ep->enabled ? rdm_peer_cached(ep, dest) : nullptr;
@@ -389,22 +399,19 @@ constexpr uint64_t kFastSendFlags = FI_COMPLETION | FI_INJECT | FI_INJECT_COMPLE
 					     ep->answer_backlog.empty() && ep->read_backlog.empty() &&
 					     !peer->tx_paused && rdm_more_clear(ep, peer),
 				     1)) {
-			rdm::RdmHeader h = app_header(tagged, tag, data, flags, len);
-			h.type = tagged ? rdm::MsgType::EagerTagged : rdm::MsgType::Eager;
-			h.flags |= rdm::kFlagLastPiece;
-			uint8_t hb[kHdr];
-			rdm::encode_header(hb, h);
-			ibv_sge sge[2] = {{reinterpret_cast<uintptr_t>(hb), static_cast<uint32_t>(kHdr), 0},
-					  {reinterpret_cast<uintptr_t>(buf), static_cast<uint32_t>(len), 0}};
-			ibv_send_wr wr;
-			init_send_wr(wr, sge);
-			wr.num_sge = len ? 2 : 1;
-			wr.send_flags = IBV_SEND_INLINE;
-			const bool report = !inject_call && ep->tx_reports(flags);
-			const ssize_t rc = post_send_one(conn, wr, context,
-							 FI_SEND | (tagged ? FI_TAGGED : FI_MSG), len,
-							 report, ep->cntr_send, false,
-							 rdm_aux(RdmTx::App, 0));
+			// The connection's prebuilt header and request, patched
+			// (Conn::one_hdr: inline, copied by the post).
+			const bool cq_data = flags & FI_REMOTE_CQ_DATA;
+			rdm::patch_eager_header(conn->one_hdr,
+						tagged ? rdm::MsgType::EagerTagged : rdm::MsgType::Eager,
+						rdm::kFlagLastPiece | (cq_data ? rdm::kFlagCqData : 0),
+						tagged ? tag : 0, cq_data ? data : 0, len);
+			const ssize_t rc = post_fast_held<IBV_WR_SEND, true, true>(
+				conn, reinterpret_cast<uintptr_t>(buf), static_cast<uint32_t>(len), 0,
+				IBV_SEND_INLINE, 0, 0, 0, context,
+				!inject_call && (Defaults ? ep->fast_report : ep->tx_reports(flags)),
+				ep->cntr_send, FI_SEND | (tagged ? FI_TAGGED : FI_MSG),
+				rdm_aux(RdmTx::App, 0));
 			if (!rc) [[likely]]
 				ep->tx_wrs++; // its slot's retirement takes it back
 			else if (ep->more_peer.load(std::memory_order_relaxed))
@@ -412,7 +419,7 @@ constexpr uint64_t kFastSendFlags = FI_COMPLETION | FI_INJECT | FI_INJECT_COMPLE
 			return rc;
 		}
 	}
-	return rdm_send(ep, &iov, 1, dest, tag, data, flags, context, tagged, inject_call);
+	return rdm_send_one(ep, buf, len, dest, tag, data, flags, context, tagged, inject_call);
 }
 
 } // namespace
@@ -443,7 +450,8 @@ ssize_t m_recvmsg(fid_ep *f, const fi_msg *msg, uint64_t flags) noexcept
 ssize_t m_send(fid_ep *f, const void *buf, size_t len, void *, fi_addr_t dest,
 	       void *context) noexcept
 {
-	return send_fast(rdm(f), buf, len, dest, 0, 0, rdm(f)->tx_op_flags, context, false, false);
+	return send_fast<true>(rdm(f), buf, len, dest, 0, 0, rdm(f)->tx_op_flags, context, false,
+			       false);
 }
 ssize_t m_sendv(fid_ep *f, const iovec *iov, void **, size_t count, fi_addr_t dest,
 		void *context) noexcept
@@ -464,7 +472,7 @@ ssize_t m_inject(fid_ep *f, const void *buf, size_t len, fi_addr_t dest) noexcep
 ssize_t m_senddata(fid_ep *f, const void *buf, size_t len, void *, uint64_t data, fi_addr_t dest,
 		   void *context) noexcept
 {
-	return send_fast(rdm(f), buf, len, dest, 0, data, rdm(f)->tx_op_flags | FI_REMOTE_CQ_DATA,
+	return send_fast<true>(rdm(f), buf, len, dest, 0, data, rdm(f)->tx_op_flags | FI_REMOTE_CQ_DATA,
 			 context, false, false);
 }
 ssize_t m_injectdata(fid_ep *f, const void *buf, size_t len, uint64_t data, fi_addr_t dest) noexcept
@@ -496,7 +504,8 @@ ssize_t t_recvmsg(fid_ep *f, const fi_msg_tagged *msg, uint64_t flags) noexcept
 ssize_t t_send(fid_ep *f, const void *buf, size_t len, void *, fi_addr_t dest, uint64_t tag,
 	       void *context) noexcept
 {
-	return send_fast(rdm(f), buf, len, dest, tag, 0, rdm(f)->tx_op_flags, context, true, false);
+	return send_fast<true>(rdm(f), buf, len, dest, tag, 0, rdm(f)->tx_op_flags, context, true,
+			       false);
 }
 ssize_t t_sendv(fid_ep *f, const iovec *iov, void **, size_t count, fi_addr_t dest, uint64_t tag,
 		void *context) noexcept
@@ -517,7 +526,7 @@ ssize_t t_inject(fid_ep *f, const void *buf, size_t len, fi_addr_t dest, uint64_
 ssize_t t_senddata(fid_ep *f, const void *buf, size_t len, void *, uint64_t data, fi_addr_t dest,
 		   uint64_t tag, void *context) noexcept
 {
-	return send_fast(rdm(f), buf, len, dest, tag, data, rdm(f)->tx_op_flags | FI_REMOTE_CQ_DATA,
+	return send_fast<true>(rdm(f), buf, len, dest, tag, data, rdm(f)->tx_op_flags | FI_REMOTE_CQ_DATA,
 			 context, true, false);
 }
 ssize_t t_injectdata(fid_ep *f, const void *buf, size_t len, uint64_t data, fi_addr_t dest,

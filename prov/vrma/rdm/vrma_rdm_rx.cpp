@@ -357,11 +357,13 @@ bool post_reads(RdmEp *ep, RdmRxOp *op)
 
 // --- back-pressure (rdm_wire.h's Flow, src/rx_budget.h) --------------------
 
-// What an unexpected message holds: its bookkeeping, and an eager
-// message's copied payload (a rendezvous leaves its data at the sender).
+// What an unexpected message holds: its bookkeeping (with room for a small
+// payload), and an eager message's copied payload beyond that room (a
+// rendezvous leaves its data at the sender).
 size_t unexpected_cost(bool rndv, const rdm::RdmHeader &h)
 {
-	return sizeof(RdmMsg) + (rndv ? 0 : static_cast<size_t>(h.length));
+	const bool small = rndv || h.length <= RdmMsg::kSmallPayload;
+	return sizeof(RdmMsg) + (small ? 0 : static_cast<size_t>(h.length));
 }
 
 void send_flow(RdmEp *ep, RdmPeer *peer, rdm::FlowStatus status)
@@ -449,7 +451,7 @@ bool admit_unexpected(RdmEp *ep, RdmPeer *peer, uint32_t qp_num, size_t cost)
 			    !(m->hdr.flags & rdm::kFlagDeliveryComplete)) {
 				(void)ep->matcher.remove(*m);
 				unexpected_gone(ep, m->cost, false);
-				delete m;
+				rdm_free_msg(ep, m);
 			}
 			m = next;
 		}
@@ -499,7 +501,11 @@ bool deliver_unexpected(RdmEp *ep, RdmRecv *r, RdmMsg *m)
 {
 		(void)ep->matcher.remove(*m);
 	unexpected_gone(ep, m->cost, true);
-	std::unique_ptr<RdmMsg> owner(m);
+	struct Owner {
+		RdmEp *ep;
+		RdmMsg *m;
+		~Owner() { rdm_free_msg(ep, m); }
+	} owner{ep, m};
 	if (m->stale) [[unlikely]] {
 		return retire_and_report(ep, r, rdm_rx_flags(r->kind, m->hdr), [&](uint64_t flags) noexcept {
 			rdm_report_rx_error(ep, rdm_error_entry(r->context, flags, nullptr, 0, 0, m->hdr.cq_data,
@@ -508,7 +514,7 @@ bool deliver_unexpected(RdmEp *ep, RdmRecv *r, RdmMsg *m)
 	}
 	if (m->rndv)
 		return start_rndv(ep, r, m->peer, m->hdr, m->segs, m->nsegs, m->src);
-	return place_eager(ep, r, m->peer, m->hdr, m->payload.get(), m->src);
+	return place_eager(ep, r, m->peer, m->hdr, m->payload_bytes(), m->src);
 }
 
 // A discarded message still owes its sender an answer.
@@ -526,7 +532,7 @@ void discard_msg(RdmEp *ep, RdmMsg *m)
 		rdm::encode_delivery_ack(a, m->hdr.msg_id);
 		rdm_send_answer(ep, m->peer, a);
 	}
-	delete m;
+	rdm_free_msg(ep, m);
 }
 
 void report_peek(RdmEp *ep, void *context, MatchKind kind, const RdmMsg *m, uint64_t extra_flags)
@@ -711,12 +717,9 @@ void handle_message(RdmEp *ep, const ibv_wc &wc, const uint8_t *buf)
 		const size_t cost = unexpected_cost(false, h);
 		if (!admit_unexpected(ep, peer, wc.qp_num, cost))
 			return;
-		auto *m = new (std::nothrow) RdmMsg;
-		if (m && h.length)
-			m->payload.reset(new (std::nothrow) uint8_t[h.length]);
-		if (!m || (h.length && !m->payload)) {
+		RdmMsg *m = rdm_new_msg(ep, h.length);
+		if (!m) {
 			VRMA_WARN(FI_LOG_EP_DATA, "RDM: out of memory for an unexpected message: dropped\n");
-			delete m;
 			unexpected_gone(ep, cost, false);
 			return;
 		}
@@ -726,7 +729,7 @@ void handle_message(RdmEp *ep, const ibv_wc &wc, const uint8_t *buf)
 		m->kind = kind;
 		m->src = src;
 		m->hdr = h;
-		copy_bytes(m->payload.get(), payload, h.length);
+		copy_bytes(m->payload_bytes(), payload, h.length);
 		(void)ep->matcher.append_unexpected(kind, *m);
 		return;
 	}
@@ -745,7 +748,7 @@ void handle_message(RdmEp *ep, const ibv_wc &wc, const uint8_t *buf)
 		const size_t cost = unexpected_cost(true, h);
 		if (!admit_unexpected(ep, peer, wc.qp_num, cost))
 			return;
-		auto *m = new (std::nothrow) RdmMsg;
+		RdmMsg *m = rdm_new_msg(ep, 0);
 		if (!m) {
 			VRMA_WARN(FI_LOG_EP_DATA, "RDM: out of memory for an unexpected rendezvous: failing it\n");
 			unexpected_gone(ep, cost, false);
@@ -838,6 +841,27 @@ void handle_message(RdmEp *ep, const ibv_wc &wc, const uint8_t *buf)
 	ep->recv_pool.put(r);
 }
 
+RdmMsg *rdm_new_msg(RdmEp *ep, size_t len) noexcept
+{
+	RdmMsg *m = ep->msg_pool.get();
+	if (m && len > RdmMsg::kSmallPayload) {
+		m->payload.reset(new (std::nothrow) uint8_t[len]);
+		if (!m->payload) {
+			ep->msg_pool.put(m);
+			return nullptr;
+		}
+	}
+	return m;
+}
+
+void rdm_free_msg(RdmEp *ep, RdmMsg *m) noexcept
+{
+	if (!m)
+		return;
+	m->payload.reset();
+	ep->msg_pool.put(m);
+}
+
 void rdm_fail_waiting(RdmPeer *peer, int err) noexcept
 {
 	VRMA_ASSERT_HELD(peer->ep->lock);
@@ -863,7 +887,7 @@ void rdm_fail_waiting(RdmPeer *peer, int err) noexcept
 				} else {
 					(void)ep->matcher.remove(*m);
 					unexpected_gone(ep, m->cost, false);
-					delete m;
+					rdm_free_msg(ep, m);
 				}
 			}
 			m = next;
