@@ -317,18 +317,6 @@ inline constexpr uint64_t kOneWrOpFlags = FI_COMPLETION | FI_INJECT | FI_INJECT_
 	return desc && len && !static_cast<const MrDesc *>(desc)->covers(buf, len);
 }
 
-// MrDesc::covers with a branch per compare, for the fast paths that take
-// the long way on any failure (rma_fast, send_fast): fewer instructions
-// than combining the three results.
-[[gnu::always_inline]] inline bool desc_holds(const MrDesc *d, const void *buf, size_t len) noexcept
-{
-	const uintptr_t a = reinterpret_cast<uintptr_t>(buf);
-	const uintptr_t e = d->end.load(std::memory_order_relaxed);
-	if (a < d->start.load(std::memory_order_relaxed) || a > e) [[unlikely]]
-		return false;
-	return len <= e - a;
-}
-
 // How the one buffer of a fast-path call goes (rma_fast, send_fast): as
 // inline data (a desc given must still hold it: build_sges refuses it the
 // long way), by its desc's key, or the long way: `slow` (the caller's own
@@ -344,8 +332,8 @@ enum class FastBuf : uint8_t { Slow, Inline, Keyed };
 	if (slow) [[unlikely]]
 		return FastBuf::Slow;
 	if (copied && len)
-		return (d ? desc_holds(d, buf, len) : buf != nullptr) ? FastBuf::Inline : FastBuf::Slow;
-	if (!inject && len && d && len <= max && desc_holds(d, buf, len)) [[likely]]
+		return (d ? d->holds(buf, len) : buf != nullptr) ? FastBuf::Inline : FastBuf::Slow;
+	if (!inject && len && d && len <= max && d->holds(buf, len)) [[likely]]
 		return FastBuf::Keyed;
 	return FastBuf::Slow;
 }
@@ -388,6 +376,30 @@ enum class FastBuf : uint8_t { Slow, Inline, Keyed };
 	return post_send_chain_locked(conn, &wr, 1, op);
 }
 
+// Signals a one-request post's request at seq (tx lock held): adds
+// IBV_SEND_SIGNALED to send_flags when its completion is reported or
+// counted, it holds an RDM send buffer, or a signal period has passed since
+// the last signaled one, which it then is.
+[[gnu::always_inline]] inline void tx_signal(Conn *conn, uint64_t seq, bool report, Cntr *cntr,
+					     uint32_t aux, unsigned &send_flags) noexcept
+{
+	if (report || cntr || (aux & kAuxHeldBuffer) ||
+	    seq - conn->last_signaled >= conn->signal_period) {
+		send_flags |= IBV_SEND_SIGNALED;
+		conn->last_signaled = seq;
+	}
+}
+
+// The device refused a one-request post (post_send_one, post_fast; tx
+// lock held): its slot and the signal mark from before it are taken back.
+[[gnu::noinline, gnu::cold]] inline ssize_t post_one_refused(Conn *conn, uint64_t prev_signaled,
+							     int rc) noexcept
+{
+	conn->tx.unpush();
+	conn->last_signaled = prev_signaled;
+	return post_failed(rc, "ibv_post_send");
+}
+
 // One work request that needs nothing of post_send_chain's extras (no
 // bounce buffer, event or header; nothing held back by FI_MORE; room in the
 // queue): the data path's common case, straight to the device, inlined into
@@ -410,20 +422,14 @@ enum class FastBuf : uint8_t { Slow, Inline, Keyed };
 	TxSlot &s = conn->tx.at(seq);
 	s.fill(seq, seq, context, comp_flags, len, report, cntr, 0, aux);
 	const uint64_t prev_signaled = conn->last_signaled;
-	if (report || cntr || (aux & kAuxHeldBuffer) || seq - prev_signaled >= conn->signal_period) {
-		wr.send_flags |= IBV_SEND_SIGNALED;
-		conn->last_signaled = seq;
-	}
+	tx_signal(conn, seq, report, cntr, aux, wr.send_flags);
 	wr.wr_id = reinterpret_cast<uintptr_t>(&s);
 	wr.next = nullptr;
 	conn->tx.publish(seq);
 	ibv_send_wr *bad;
 	device_will_post(&wr);
-	if (int rc = ibv_post_send(conn->qp, &wr, &bad)) [[unlikely]] {
-		conn->tx.unpush();
-		conn->last_signaled = prev_signaled;
-		return post_failed(rc, "ibv_post_send");
-	}
+	if (int rc = ibv_post_send(conn->qp, &wr, &bad)) [[unlikely]]
+		return post_one_refused(conn, prev_signaled, rc);
 	return 0;
 }
 
@@ -456,22 +462,13 @@ enum class FastBuf : uint8_t { Slow, Inline, Keyed };
 	return post_one_slow(conn, wr, context, comp_flags, len, report, cntr, false, aux);
 }
 
-// The device refused post_fast's request (tx lock held): its slot and
-// signal mark are taken back.
-[[gnu::noinline, gnu::cold]] inline ssize_t post_fast_failed(Conn *conn, uint64_t prev_signaled,
-							     int rc) noexcept
-{
-	conn->tx.unpush();
-	conn->last_signaled = prev_signaled;
-	return post_failed(rc, "ibv_post_send");
-}
-
 // post_fast with the send queue serialized (tx lock held or not needed).
 // imm_be is read only for the opcodes that carry an immediate, addr and
 // rkey only for RDMA opcodes. Hdr: Conn::one_hdr goes first (len may then
 // be 0), on a connection whose one_wr is an IBV_WR_SEND of inline data
-// (opcode and the payload's lkey 0 set up with it: RDM). Connected: the caller saw the connection connected under the
-// lock that serializes it (an RDM endpoint's), so it still is.
+// (opcode and the payload's lkey 0 set up with it: RDM). Connected: the
+// caller saw the connection connected under the lock that serializes it
+// (an RDM endpoint's), so it still is.
 template <ibv_wr_opcode Op, bool Hdr = false, bool Connected = false>
 [[gnu::always_inline]] inline ssize_t post_fast_held(VRMA_FAST_POST_PARAMS) noexcept
 {
@@ -486,11 +483,7 @@ template <ibv_wr_opcode Op, bool Hdr = false, bool Connected = false>
 	TxSlot &s = conn->tx.at(seq);
 	s.fill(seq, seq, context, comp_flags, len, report, cntr, 0, aux);
 	const uint64_t prev_signaled = conn->last_signaled;
-	if (report || cntr || (aux & kAuxHeldBuffer) ||
-	    seq - prev_signaled >= conn->signal_period) {
-		send_flags |= IBV_SEND_SIGNALED;
-		conn->last_signaled = seq;
-	}
+	tx_signal(conn, seq, report, cntr, aux, send_flags);
 	ibv_send_wr &wr = conn->one_wr;
 	if constexpr (Hdr) {
 		// The connection's own kind of request: opcode and key set up
@@ -515,7 +508,7 @@ template <ibv_wr_opcode Op, bool Hdr = false, bool Connected = false>
 	device_will_post(&wr);
 	ibv_send_wr *bad;
 	if (int rc = ibv_post_send(conn->qp, &wr, &bad)) [[unlikely]]
-		return post_fast_failed(conn, prev_signaled, rc);
+		return post_one_refused(conn, prev_signaled, rc);
 	return 0;
 }
 

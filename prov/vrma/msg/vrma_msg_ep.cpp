@@ -240,7 +240,7 @@ int ep_control(fid *f, int command, void *arg) noexcept
 }
 
 // fi_cancel: posted verbs receives cannot be withdrawn one by one; a
-// staged endpoint's wait in vrma's queue and can (ep_ops_for).
+// staged endpoint's wait in vrma's queue and can (staged_ep_ops).
 ssize_t ep_cancel(fid_t, void *) noexcept
 {
 	return -FI_ENOENT;

@@ -198,10 +198,10 @@ ssize_t rma_common(Ep *ep, ibv_wr_opcode opcode, const iovec *iov, void *const *
 enum class FastRma { Read, Write, WriteData, Inject, InjectData };
 
 // rma_one for the calls without a flags argument: what the default flags
-// allow was decided when they were set (EpBase::fast_plain, fast_report), so a call checks its
-// arguments and the peer, fills the connection's prebuilt request and posts
-// it (post_fast). Anything else takes rma_one_slow, which decides again
-// from the flags.
+// allow was decided when they were set (EpBase::fast_plain, fast_report),
+// so a call checks its arguments and the peer, fills the connection's
+// prebuilt request and posts it (post_fast). Anything else takes
+// rma_one_slow, which decides again from the flags.
 template <FastRma K>
 [[gnu::always_inline]] inline ssize_t rma_fast(Ep *ep, const void *buf, size_t len, void *desc,
 					       uint64_t addr, uint64_t key, uint64_t data,

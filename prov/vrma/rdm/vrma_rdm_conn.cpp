@@ -66,8 +66,8 @@ std::unique_ptr<Conn> new_conn(RdmPeer *peer)
 	// patches them: post_fast_held with a header).
 	static_assert(rdm::kRdmHeaderBytes <= Conn::kOneHdrMax);
 	rdm::encode_header(c->one_hdr, rdm::RdmHeader{});
-	c->one_sge[0] = {reinterpret_cast<uintptr_t>(c->one_hdr), static_cast<uint32_t>(rdm::kRdmHeaderBytes),
-			 0};
+	c->one_sge[0] = {reinterpret_cast<uintptr_t>(c->one_hdr),
+			 static_cast<uint32_t>(rdm::kRdmHeaderBytes), 0};
 	c->one_wr.opcode = IBV_WR_SEND;
 	return c;
 }

@@ -472,8 +472,8 @@ ssize_t m_inject(fid_ep *f, const void *buf, size_t len, fi_addr_t dest) noexcep
 ssize_t m_senddata(fid_ep *f, const void *buf, size_t len, void *, uint64_t data, fi_addr_t dest,
 		   void *context) noexcept
 {
-	return send_fast<true>(rdm(f), buf, len, dest, 0, data, rdm(f)->tx_op_flags | FI_REMOTE_CQ_DATA,
-			 context, false, false);
+	return send_fast<true>(rdm(f), buf, len, dest, 0, data,
+			       rdm(f)->tx_op_flags | FI_REMOTE_CQ_DATA, context, false, false);
 }
 ssize_t m_injectdata(fid_ep *f, const void *buf, size_t len, uint64_t data, fi_addr_t dest) noexcept
 {
@@ -526,8 +526,8 @@ ssize_t t_inject(fid_ep *f, const void *buf, size_t len, fi_addr_t dest, uint64_
 ssize_t t_senddata(fid_ep *f, const void *buf, size_t len, void *, uint64_t data, fi_addr_t dest,
 		   uint64_t tag, void *context) noexcept
 {
-	return send_fast<true>(rdm(f), buf, len, dest, tag, data, rdm(f)->tx_op_flags | FI_REMOTE_CQ_DATA,
-			 context, true, false);
+	return send_fast<true>(rdm(f), buf, len, dest, tag, data,
+			       rdm(f)->tx_op_flags | FI_REMOTE_CQ_DATA, context, true, false);
 }
 ssize_t t_injectdata(fid_ep *f, const void *buf, size_t len, uint64_t data, fi_addr_t dest,
 		     uint64_t tag) noexcept
