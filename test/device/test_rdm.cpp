@@ -229,6 +229,13 @@ START_TEST(rdm_failed_enable_leaves_nothing)
 					      attempt, rc, fi_strerror(rc < 0 ? -rc : rc));
 				ck_assert_int_eq(fi_tx_size_left(ep), -FI_EOPBADSTATE);
 			}
+			// The data calls refuse too (their fast paths included).
+			uint8_t byte = 0;
+			ck_assert_int_eq(fi_recv(ep, &byte, 1, nullptr, FI_ADDR_UNSPEC, nullptr), -FI_EOPBADSTATE);
+			ck_assert_int_eq(fi_trecv(ep, &byte, 1, nullptr, FI_ADDR_UNSPEC, 0, 0, nullptr),
+					 -FI_EOPBADSTATE);
+			ck_assert_int_eq(fi_tinject(ep, &byte, 1, 0, 0), -FI_EOPBADSTATE);
+			ck_assert_int_eq(fi_send(ep, &byte, 1, nullptr, 0, nullptr), -FI_EOPBADSTATE);
 		}
 		// a's address: in use.
 		ck_assert_int_eq(fi_setname(&ep->fid, &a.name, sizeof a.name), 0);
@@ -892,12 +899,16 @@ END_TEST
 // ---------------------------------------------------------------------------
 // rdm_multi_recv
 
+namespace {
+
 // Two FI_MULTI_RECV buffers of 16 KiB, FI_OPT_MIN_MULTI_RECV 4 KiB, eight
 // messages of 3000 bytes: the first buffer takes messages back to back
 // (increasing, non-overlapping buf) until less than 4 KiB is left, then is
 // released (FI_MULTI_RECV on its last message, or on a completion of its
-// own); the rest go to the second.
-START_TEST(rdm_multi_recv_buffer)
+// own); the rest go to the second. by_default: FI_MULTI_RECV is the
+// endpoint's receive default (FI_SETOPSFLAG) and the buffers are posted by
+// fi_recv, which takes it; else by fi_recvmsg with the flag.
+void multi_recv_buffers(bool by_default)
 {
 	fi_info *h = rdm_hints(kRdmCaps | FI_MULTI_RECV);
 	RdmEnv env(h);
@@ -917,8 +928,15 @@ START_TEST(rdm_multi_recv_buffer)
 	fi_context ca, cb, sctx[N];
 	iovec ia = {A.data(), kBuf}, ib = {B.data(), kBuf};
 	fi_msg ma = make_msg(&ia, 1, FI_ADDR_UNSPEC, &ca), mb = make_msg(&ib, 1, FI_ADDR_UNSPEC, &cb);
-	ck_assert_int_eq(fi_recvmsg(r.ep, &ma, FI_MULTI_RECV), 0);
-	ck_assert_int_eq(fi_recvmsg(r.ep, &mb, FI_MULTI_RECV), 0);
+	if (by_default) {
+		uint64_t flags = FI_RECV | FI_MULTI_RECV;
+		ck_assert_int_eq(fi_control(&r.ep->fid, FI_SETOPSFLAG, &flags), 0);
+		ck_assert_int_eq(fi_recv(r.ep, A.data(), kBuf, nullptr, FI_ADDR_UNSPEC, &ca), 0);
+		ck_assert_int_eq(fi_recv(r.ep, B.data(), kBuf, nullptr, FI_ADDR_UNSPEC, &cb), 0);
+	} else {
+		ck_assert_int_eq(fi_recvmsg(r.ep, &ma, FI_MULTI_RECV), 0);
+		ck_assert_int_eq(fi_recvmsg(r.ep, &mb, FI_MULTI_RECV), 0);
+	}
 	std::vector<uint8_t> src[N];
 	for (int i = 0; i < N; i++) {
 		src[i] = pattern(kMsg, 1000 + i);
@@ -977,6 +995,19 @@ START_TEST(rdm_multi_recv_buffer)
 	ts.wait(s);
 	// B stays posted, not released.
 	expect_none(r, 300, "multi-receive B");
+}
+
+} // namespace
+
+START_TEST(rdm_multi_recv_buffer)
+{
+	multi_recv_buffers(false);
+}
+END_TEST
+
+START_TEST(rdm_multi_recv_default)
+{
+	multi_recv_buffers(true);
 }
 END_TEST
 
@@ -1051,7 +1082,7 @@ Suite *rdm_suite()
 	    {rdm_msg_sizes, rdm_msg_av_table, rdm_sendv_recvv, rdm_sendmsg_recvmsg, rdm_inject, rdm_senddata_injectdata,
 	     rdm_msg_unexpected, rdm_truncation, rdm_cq_order_direct_and_queued, rdm_selective_completion, rdm_counters, rdm_send_to_self});
 	add_rdm_tagged_tcases(s);
-	add("rdm_multi_recv", 60, {rdm_multi_recv_buffer, rdm_multi_recv_rndv_release});
+	add("rdm_multi_recv", 90, {rdm_multi_recv_buffer, rdm_multi_recv_default, rdm_multi_recv_rndv_release});
 	add_rdm_conn_tcases(s);
 	add_rdm_rndv_cache_tcases(s);
 	add_rdm_threads_tcases(s);

@@ -6,6 +6,8 @@
 #include "rdm_harness.h"
 
 #include <atomic>
+#include <cstring>
+#include <dirent.h>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -199,6 +201,77 @@ END_TEST
 // ---------------------------------------------------------------------------
 // rdm_auto
 
+namespace {
+
+// t's receives rctx[first, first + n), read from t's CQ alone: each
+// completed once, with its length, from `from`, its buffer holding the
+// pattern of seed + k (k its index).
+template <typename LenOf>
+void expect_received(RdmNode &t, const RdmNode &from, fi_context *rctx,
+		     const std::unique_ptr<RecvBuf> *dst, int first, int n, LenOf len_of,
+		     uint32_t seed, const char *what)
+{
+	Tracker tt;
+	tt.expect(rctx + first, static_cast<size_t>(n), kRecvMsg, what);
+	tt.wait_alone(t);
+	for (int k = first; k < first + n; k++) {
+		const Completion &c = tt.get(&rctx[k]);
+		ck_assert_uint_eq(c.e.len, len_of(k));
+		ck_assert_uint_eq(c.src, t.addr_of(from));
+		dst[k]->check(len_of(k), seed + static_cast<uint32_t>(k), what);
+	}
+	expect_none(t);
+}
+// in sends src[k] (len_of(k) bytes) to target_of(k) for every k < n, then
+// waits for its n send completions reading its own CQ alone (nothing calls
+// the targets).
+template <typename LenOf, typename TargetOf>
+void send_alone(RdmNode &in, int n, const std::vector<uint8_t> *src, fi_context *sctx,
+		LenOf len_of, TargetOf target_of)
+{
+	for (int k = 0; k < n; k++) {
+		const fi_addr_t to = in.addr_of(target_of(k));
+		ck_assert_int_eq(post_retry([&] { return fi_send(in.ep, src[k].data(), len_of(k), nullptr, to, &sctx[k]); },
+					    &in),
+				 0);
+	}
+	Tracker ti;
+	ti.expect(sctx, static_cast<size_t>(n), kSendMsg, "initiator's sends");
+	ti.wait_alone(in);
+}
+
+constexpr const char *kEngine = "vrma-progress"; // the engine thread's name
+constexpr int kTargets = 4;
+
+// The threads of this process named name (/proc/self/task/*/comm); an
+// empty name counts them all.
+size_t threads_named(const char *name = "")
+{
+	size_t n = 0;
+	DIR *d = opendir("/proc/self/task");
+	ck_assert_ptr_nonnull(d);
+	while (dirent *e = readdir(d)) {
+		if (e->d_name[0] == '.')
+			continue;
+		if (!*name) {
+			n++;
+			continue;
+		}
+		char path[300], comm[32] = {};
+		snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
+		if (FILE *f = fopen(path, "r")) {
+			if (fgets(comm, sizeof comm, f))
+				comm[strcspn(comm, "\n")] = '\0';
+			fclose(f);
+		}
+		n += strcmp(comm, name) == 0;
+	}
+	closedir(d);
+	return n;
+}
+
+} // namespace
+
 // FI_PROGRESS_AUTO: the target, on a domain of its own, posts 50 receives
 // and then is not called at all; the initiator reads only its own CQ. Its
 // sends (some by rendezvous, which needs the target to read) complete, the
@@ -226,13 +299,7 @@ START_TEST(rdm_auto_progress)
 				 0);
 	}
 	// From here on, nothing calls the target until its CQ is read below.
-	for (int k = 0; k < N; k++)
-		ck_assert_int_eq(post_retry([&] { return fi_send(in.ep, src[k].data(), len_of(k), nullptr, in.addr_of(t), &sctx[k]); },
-					    &in),
-				 0);
-	Tracker ti;
-	ti.expect(sctx, N, kSendMsg, "initiator's sends");
-	ti.wait_alone(in);
+	send_alone(in, N, src, sctx, len_of, [&](int) -> RdmNode & { return t; });
 	// The data is in place without a call on the target (memory only).
 	Deadline d(kTimeoutMs);
 	auto landed = [&] {
@@ -249,22 +316,69 @@ START_TEST(rdm_auto_progress)
 		std::this_thread::sleep_for(std::chrono::milliseconds(5));
 	}
 	std::atomic_thread_fence(std::memory_order_acquire);
-	Tracker tt;
-	tt.expect(rctx, N, kRecvMsg, "target's receives");
-	tt.wait_alone(t);
-	for (int k = 0; k < N; k++) {
-		const Completion &c = tt.get(&rctx[k]);
-		ck_assert_uint_eq(c.e.len, len_of(k));
-		ck_assert_uint_eq(c.src, t.addr_of(in));
-		dst[k]->check(len_of(k), 1800 + k, "auto progress");
-	}
-	expect_none(t);
+	expect_received(t, in, rctx, dst, 0, N, len_of, 1800, "auto progress");
 	expect_none(in);
+}
+END_TEST
+
+// One progress engine per domain: an RDM endpoint starts no thread of its
+// own. Two FI_PROGRESS_AUTO domains: the first endpoint of each starts its
+// domain's engine ("vrma-progress"), three more endpoints on the target
+// domain add no thread, and the one engine serves all four targets (not
+// called while the initiator sends each an eager message and a rendezvous
+// one, which the target must read). Domain close stops both engines.
+START_TEST(rdm_auto_one_engine_per_domain)
+{
+	const size_t engines = threads_named(kEngine);
+	fi_info *h = rdm_hints();
+	h->domain_attr->data_progress = FI_PROGRESS_AUTO;
+	{
+		RdmEnv et(h), ei(h);
+		ck_assert_uint_eq(threads_named(kEngine), engines); // nothing attached yet
+		RdmNode in(ei);
+		std::vector<std::unique_ptr<RdmNode>> ts;
+		ts.push_back(std::make_unique<RdmNode>(et));
+		ck_assert_uint_eq(threads_named(kEngine), engines + 2);
+		const size_t all = threads_named();
+		for (int k = 1; k < kTargets; k++)
+			ts.push_back(std::make_unique<RdmNode>(et));
+		ck_assert_msg(threads_named() == all, "%d more endpoints: %zu threads, %zu before",
+			      kTargets - 1, threads_named(), all);
+		connect_all({&in, ts[0].get(), ts[1].get(), ts[2].get(), ts[3].get()});
+		static_assert(kTargets == 4);
+
+		auto len_of = [](int k) { return k % 2 ? 96 * KiB : size_t(700 + k); };
+		constexpr int N = 2 * kTargets;
+		std::vector<uint8_t> src[N];
+		std::unique_ptr<RecvBuf> dst[N];
+		fi_context rctx[N], sctx[N];
+		for (int k = 0; k < N; k++) {
+			RdmNode &t = *ts[k / 2];
+			src[k] = pattern(len_of(k), 2100 + k);
+			dst[k] = std::make_unique<RecvBuf>(len_of(k));
+			ck_assert_int_eq(post_retry([&] { return fi_recv(t.ep, dst[k]->data(), dst[k]->len, nullptr, FI_ADDR_UNSPEC, &rctx[k]); },
+						    &t),
+					 0);
+		}
+		// From here on, nothing calls a target until its CQ is read.
+		send_alone(in, N, src, sctx, len_of, [&](int k) -> RdmNode & { return *ts[k / 2]; });
+		for (int j = 0; j < kTargets; j++)
+			expect_received(*ts[j], in, rctx, dst, 2 * j, 2, len_of, 2100, "one engine");
+		expect_none(in);
+		ck_assert_uint_eq(threads_named(kEngine), engines + 2);
+	}
+	fi_freeinfo(h);
+	// Domain close joined both engines (a joined thread may linger in
+	// /proc for a moment).
+	Deadline d(2000);
+	while (threads_named(kEngine) != engines && !d.expired())
+		std::this_thread::sleep_for(std::chrono::milliseconds(10));
+	ck_assert_uint_eq(threads_named(kEngine), engines);
 }
 END_TEST
 
 void add_rdm_threads_tcases(Suite *s)
 {
 	rdm_add_tcase(s, "rdm_threads", 120, {rdm_threads_tagged});
-	rdm_add_tcase(s, "rdm_auto", 60, {rdm_auto_progress});
+	rdm_add_tcase(s, "rdm_auto", 60, {rdm_auto_progress, rdm_auto_one_engine_per_domain});
 }

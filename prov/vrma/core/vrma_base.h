@@ -229,12 +229,12 @@ struct RdmPeer;
 struct Mr;
 struct Cntr;
 struct PmemService;
-struct MsgProgress;
-// Defined where MsgProgress is (vrma_msg_progress.cpp).
-struct MsgProgressDeleter {
-	void operator()(MsgProgress *mp) const noexcept;
+struct Progress;
+// Defined where Progress is (vrma_progress.cpp).
+struct ProgressDeleter {
+	void operator()(Progress *p) const noexcept;
 };
-using MsgProgressPtr = std::unique_ptr<MsgProgress, MsgProgressDeleter>;
+using ProgressPtr = std::unique_ptr<Progress, ProgressDeleter>;
 // Defined where PmemService is (vrma_msg_pmem.cpp).
 struct PmemServiceDeleter {
 	void operator()(PmemService *svc) const noexcept;

@@ -181,7 +181,8 @@ struct Conn {
 	// its payload as one_sge[1] (the connection then sets one_wr's opcode
 	// once, and posts no other kind); one without sends one_sge[0]. Inline
 	// data only: the device has copied the header when ibv_post_send
-	// returns.
+	// returns. An inline post leaves one_sge[0].lkey as it was: a device
+	// reads no key for inline data (it copies addr and length only).
 	static constexpr size_t kOneHdrMax = 32;
 	ibv_send_wr one_wr{};
 	ibv_sge one_sge[2]{};
@@ -227,6 +228,10 @@ struct Conn {
 	static constexpr size_t kBounceCount = 64;
 	size_t bounce_stride = 0; // inject_size and room for a header
 	SlotBuffers bounce;
+	// ibv_post_send's bad_wr for one_wr (tx lock held): a member, as a
+	// stack slot costs the fast path its frame; last, as the fast path
+	// takes only its address and the device writes it only on failure.
+	ibv_send_wr *one_bad = nullptr;
 
 	Conn() noexcept { one_wr.sg_list = one_sge; }
 	Conn(const Conn &) = delete;

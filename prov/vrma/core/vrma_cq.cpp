@@ -9,6 +9,7 @@
 //  - an endpoint's slots must outlive every completion that names them: an
 //    endpoint is only freed after its rings drained (cq_drain_endpoint).
 #include "vrma_msg_ep.h"
+#include "vrma_progress.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -542,7 +543,7 @@ int cq_close(fid *f) noexcept
 		return -FI_EBUSY;
 	}
 	// The progress thread forgets the CQ before its channel goes.
-	msg_progress_detach(cq->domain, cq);
+	progress_detach(cq->domain, cq->progress_key);
 	{
 		std::lock_guard guard(cq->lock);
 		drain_channel(cq);
@@ -812,7 +813,7 @@ try {
 	cq->format = format;
 	cq->entry_size = format_size(format);
 	cq->wait_obj = wait;
-	progressed = progressed && dom->progress;
+	progressed = progressed && dom->msg_auto_progress;
 	if (wait == FI_WAIT_FD || progressed) {
 		cq->channel.reset(ibv_create_comp_channel(dom->ctx));
 		if (!cq->channel) {
@@ -848,7 +849,8 @@ try {
 	cq->fid.ops = const_cast<fi_ops *>(&cq_fi_ops);
 	cq->ops = const_cast<fi_ops_cq *>(&cq_ops);
 	if (progressed) {
-		if (int rc = msg_progress_attach(dom, cq.get()))
+		auto event = [](void *c) noexcept { cq_progress_event(static_cast<Cq *>(c)); };
+		if (int rc = progress_attach(dom, cq->channel->fd, 0, event, cq.get(), cq->progress_key))
 			return rc;
 	}
 	dom->refs++;

@@ -97,7 +97,7 @@ struct Cq final : fid_cq {
 	// queued by cq_push must signal it. Set and read under `lock`.
 	bool armed = false;
 	RdmHooks rdm; // RDM endpoints whose completions come here
-	// The key of this CQ in its domain's MsgProgress (0: not progressed by
+	// The key of this CQ in its domain's progress engine (0: not progressed by
 	// it). The thread finds CQs by key, never by a pointer it kept.
 	uint64_t progress_key = 0;
 };
@@ -227,19 +227,6 @@ inline void cq_dequeue(Cq *cq) noexcept
 // lock the caller holds.
 void cq_complete(Cq *cq, const Completion &c, fi_addr_t src) noexcept;
 
-// vrma_msg_progress.cpp: the data progress thread of an FI_PROGRESS_AUTO domain
-// (MSG endpoints). One per domain, sleeping on an epoll set of its CQs'
-// completion channels; it handles an event under MsgProgress::lock, so CQ
-// close, which unregisters under that lock, never races it. Never call
-// these with a CQ, endpoint or EQ lock held (lock order: vrma_msg_ep.h).
-// The domain's state (fi_domain of an FI_PROGRESS_AUTO info); no thread yet.
-int msg_progress_create(Domain *dom) noexcept;
-// Registers a CQ with a completion channel (cq_open); starts the thread at
-// the first. 0 or a negative FI_E* code.
-int msg_progress_attach(Domain *dom, Cq *cq) noexcept;
-// Unregisters it (cq_close, before the channel is drained): once this
-// returns the thread no longer touches the CQ.
-void msg_progress_detach(Domain *dom, Cq *cq) noexcept;
 
 // vrma_rdm_ep.cpp: what CQs and counters call.
 // Progress of an RDM endpoint: connection events and completions.

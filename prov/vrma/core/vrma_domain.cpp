@@ -1,6 +1,7 @@
 // The domain: one protection domain on one RDMA device.
 #include "vrma_av.h"
 #include "vrma_cq.h"
+#include "vrma_progress.h"
 #include "vrma_rdm_api.h"
 
 namespace vrma {
@@ -14,8 +15,8 @@ int domain_close(fid *f) noexcept
 		VRMA_WARN(FI_LOG_DOMAIN, "domain still has %d open objects\n", dom->refs.load());
 		return -FI_EBUSY;
 	}
-	// Every CQ is closed: the data progress thread (if any) has nothing
-	// left to watch; stop and join it.
+	// Every CQ and endpoint is closed: the progress thread (if any) has
+	// nothing left to watch; stop and join it.
 	dom->progress.reset();
 	rdm_persist_stop(dom); // every RDM endpoint is closed: it holds no job
 	// Cached registrations go before the protection domain they are in.
@@ -235,13 +236,13 @@ try {
 		return -FI_ENOMEM;
 	if (int rc = domain_auth_key(*info, dom->auth_key))
 		return rc;
-	// FI_PROGRESS_AUTO for MSG endpoints: a thread polls their CQs. RDM
-	// endpoints progress themselves (RdmEp::data_thread).
+	if (int rc = progress_create(dom.get()))
+		return rc;
+	// FI_PROGRESS_AUTO for MSG endpoints: the engine polls their CQs. RDM
+	// endpoints attach their own internal CQ (rdm_enable).
 	const bool rdm = info->ep_attr && info->ep_attr->type == FI_EP_RDM;
-	if (info->domain_attr && info->domain_attr->data_progress == FI_PROGRESS_AUTO && !rdm) {
-		if (int rc = msg_progress_create(dom.get()))
-			return rc;
-	}
+	dom->msg_auto_progress =
+		info->domain_attr && info->domain_attr->data_progress == FI_PROGRESS_AUTO && !rdm;
 	if (domain_scalable_keys(*info)) {
 		if (int rc = domain_open_key_table(dom.get()))
 			return rc;

@@ -173,10 +173,14 @@ struct Domain final : fid_domain {
 	std::atomic<int> mr_cache_state{0};
 	std::unique_ptr<MrCache, MrCacheDeleter> mr_cache;
 	std::atomic<uint64_t> mr_uncached{0}; // registrations for one transfer only
-	// FI_PROGRESS_AUTO data progress of MSG endpoints (vrma_msg_progress.cpp):
-	// set at fi_domain when the info asks for it (not for FI_EP_RDM, whose
-	// endpoints run their own thread); its thread starts with the first CQ.
-	MsgProgressPtr progress;
+	// The progress engine (vrma_progress.h): made at fi_domain, its thread
+	// starts with the first source (an RDM endpoint's enable, or a CQ of
+	// an auto-progress MSG domain).
+	ProgressPtr progress;
+	// FI_PROGRESS_AUTO data progress of MSG endpoints: the engine watches
+	// every CQ's completion channel (not for FI_EP_RDM infos, whose
+	// endpoints attach their own internal CQ).
+	bool msg_auto_progress = false;
 };
 
 struct Mr final : fid_mr {

@@ -287,8 +287,8 @@ fi_info *build_cap_info(const Port &p, const PortAddr &a, int inline_size)
 }
 
 // Data progress of an info after apply_hints: manual unless the hints ask
-// for a kind (automatic costs a thread woken by every completion: the RDM
-// endpoint's own, or the domain's for MSG endpoints, vrma_msg_progress.cpp).
+// for a kind (automatic costs the domain's progress thread a wake-up per
+// completion event, vrma_progress.h).
 void default_manual_data_progress(fi_info &out, const fi_info *hints)
 {
 	if (!hints || !hints->domain_attr || hints->domain_attr->data_progress == FI_PROGRESS_UNSPEC)

@@ -438,7 +438,7 @@ enum class FastBuf : uint8_t { Slow, Inline, Keyed };
 // a struct: a struct whose address the locked variant takes is built on
 // the stack on the serialized path too.
 #define VRMA_FAST_POST_PARAMS                                                                     \
-	Conn *conn, uintptr_t buf, uint32_t len, uint32_t lkey, unsigned send_flags,               \
+	Conn *conn, uintptr_t buf, size_t len, uint32_t lkey, unsigned send_flags,                 \
 		uint64_t addr, uint32_t rkey, uint32_t imm_be, void *context, bool report,         \
 		Cntr *cntr, uint64_t comp_flags, uint32_t aux
 #define VRMA_FAST_POST_ARGS                                                                       \
@@ -450,7 +450,7 @@ enum class FastBuf : uint8_t { Slow, Inline, Keyed };
 [[gnu::noinline, gnu::cold]] inline ssize_t post_fast_unready(ibv_wr_opcode opcode, bool hdr,
 							      VRMA_FAST_POST_PARAMS) noexcept
 {
-	ibv_sge sge[2] = {conn->one_sge[0], {buf, len, lkey}};
+	ibv_sge sge[2] = {conn->one_sge[0], {buf, static_cast<uint32_t>(len), lkey}};
 	ibv_send_wr wr{};
 	wr.sg_list = hdr ? sge : sge + 1;
 	wr.num_sge = hdr + (len != 0);
@@ -483,16 +483,20 @@ template <ibv_wr_opcode Op, bool Hdr = false, bool Connected = false>
 	TxSlot &s = conn->tx.at(seq);
 	s.fill(seq, seq, context, comp_flags, len, report, cntr, 0, aux);
 	const uint64_t prev_signaled = conn->last_signaled;
+	const bool inline_data = send_flags & IBV_SEND_INLINE;
 	tx_signal(conn, seq, report, cntr, aux, send_flags);
 	ibv_send_wr &wr = conn->one_wr;
 	if constexpr (Hdr) {
 		// The connection's own kind of request: opcode and key set up
 		// with it (inline payload, no key).
 		conn->one_sge[1].addr = buf;
-		conn->one_sge[1].length = len;
+		conn->one_sge[1].length = static_cast<uint32_t>(len);
 		wr.num_sge = 1 + (len != 0);
 	} else {
-		conn->one_sge[0] = {buf, len, lkey};
+		conn->one_sge[0].addr = buf;
+		conn->one_sge[0].length = static_cast<uint32_t>(len);
+		if (!inline_data)
+			conn->one_sge[0].lkey = lkey;
 		wr.num_sge = 1;
 		wr.opcode = Op;
 	}
@@ -506,8 +510,7 @@ template <ibv_wr_opcode Op, bool Hdr = false, bool Connected = false>
 	}
 	conn->tx.publish(seq);
 	device_will_post(&wr);
-	ibv_send_wr *bad;
-	if (int rc = ibv_post_send(conn->qp, &wr, &bad)) [[unlikely]]
+	if (int rc = ibv_post_send(conn->qp, &wr, &conn->one_bad)) [[unlikely]]
 		return post_one_refused(conn, prev_signaled, rc);
 	return 0;
 }

@@ -1,53 +1,9 @@
 // The MSG endpoint (Ep), its passive endpoint (Pep) and connection
 // requests: vrma_msg_ep.cpp, vrma_msg_cm.cpp, vrma_msg_sendrecv.cpp, vrma_msg_rma.cpp,
-// vrma_msg_staged.cpp, vrma_msg_pmem.cpp, vrma_msg_progress.cpp.
+// vrma_msg_staged.cpp, vrma_msg_pmem.cpp.
 //
-// Serialization model of MSG endpoints and the shared core (the whole of
-// it; the RDM endpoint's is in vrma_rdm.h; DEVELOPERS.md has both as
-// tables). Every lock is a CheckedMutex (src/fast_mutex.h) but more_lock
-// (a FastMutex); the functions whose contract is "X held" assert it in
-// lock-checked builds (VRMA_ASSERT_HELD: the sanitizer builds).
-//  - the locks, what each guards, who takes it:
-//    Conn::tx_lock: a connection's send side (slot ring head, signals,
-//      dc_open, slot buffers); the transmit calls (TxGuard), the service
-//      thread's answers. Skipped when the application serializes transmits
-//      (Conn::tx_serialized): asserted as tx_lock_of(conn), which accepts
-//      that, and an RDM connection's RdmEp::lock.
-//    Conn::more_lock: the FI_MORE chain; posters, and ep_cancel_held under
-//      the EQ lock or a CQ lock (the connection ended). A leaf.
-//    Ep::rx_lock: the receive ring head, StagedRx; fi_recv, and the CQ
-//      poller (staged pieces, reposts of vrma's own receives).
-//    Cq::lock: the pending queue, armed, reservations and the device CQ:
-//      handle_wc runs under it and retires send and receive slots (the
-//      rings' tails). CQ reads, counters, a full send queue's reclaim, and
-//      the MsgProgress and PmemService threads.
-//    Eq::lock: the EQ queue; rdma_cm events are handled under it
-//      (eq_handle_cm_event): the EQ thread, fi_eq_read, fi_close.
-//    Cntr::lock: the feeding CQs, polled under it.
-//    ServiceEp::lock (the commits table), PmemService::jobs_lock: leaves.
-//    PmemService::lock: served endpoints, retries; held by its thread for
-//      a whole iteration. MsgProgress::lock: the CQ map; held by its thread
-//      while it handles an event.
-//    Domain::mr_lock: regions by key, descs, the key table (mr_persisted
-//      waits on it); Domain::pmem_lock: starting and stopping the service;
-//      MrCache::lock: RegCache calls and the monitor's invalidations;
-//      Av::lock: the table.
-//  - lock order (outer -> inner; never the reverse):
-//    PmemService::lock -> Conn::tx_lock -> Cq::lock -> Ep::rx_lock;
-//    Cq::lock -> Eq::lock (a failed request's FI_SHUTDOWN);
-//    Cntr::lock -> Cq::lock; MsgProgress::lock -> Cq::lock;
-//    PmemService::lock -> service CQ -> application CQ (cq_push);
-//    Domain::pmem_lock -> PmemService::lock; PmemService::lock or a CQ
-//    lock -> Domain::mr_lock; anything -> Conn::more_lock, ServiceEp::lock,
-//    PmemService::jobs_lock. A transmit polls its send CQ only when the
-//    queue is full (Conn::reclaim, tx lock held); fi_recv pushes a staged
-//    completion after releasing the rx lock.
-//  - threads: the application (every call; FI_PROGRESS_MANUAL: all data
-//    progress, in CQ and counter calls and a full queue's reclaim); the EQ
-//    thread (Eq::progress_thread: rdma_cm events under Eq::lock); the
-//    MsgProgress thread (FI_PROGRESS_AUTO: cq_progress_event); the
-//    PmemService thread (service_loop: the service CQ, commits, answers);
-//    the MemMonitor thread (MrCache::lock).
+// Serialization model (locks, order, threads): vrma_progress.h, once for
+// the whole provider.
 #pragma once
 
 #include "vrma_conn.h"

@@ -225,8 +225,8 @@ template <FastRma K>
 					 : imm  ? IBV_WR_RDMA_WRITE_WITH_IMM
 						: IBV_WR_RDMA_WRITE;
 	auto post = [&](uint32_t lkey, unsigned send_flags) __attribute__((always_inline)) {
-		return post_fast<opcode>(conn, reinterpret_cast<uintptr_t>(buf),
-					 static_cast<uint32_t>(len), lkey, send_flags, addr,
+		return post_fast<opcode>(conn, reinterpret_cast<uintptr_t>(buf), len, lkey,
+					 send_flags, addr,
 					 static_cast<uint32_t>(key), htonl(static_cast<uint32_t>(data)),
 					 inject ? nullptr : context, !inject && ep->fast_report,
 					 is_read ? ep->cntr_read : ep->cntr_write,

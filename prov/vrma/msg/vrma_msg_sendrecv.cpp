@@ -265,7 +265,7 @@ template <FastSend K>
 		slow = slow || !ep->fast_plain;
 	auto post = [&](uint32_t lkey, unsigned send_flags) __attribute__((always_inline)) {
 		return post_fast<imm ? IBV_WR_SEND_WITH_IMM : IBV_WR_SEND>(
-			conn, reinterpret_cast<uintptr_t>(buf), static_cast<uint32_t>(len), lkey,
+			conn, reinterpret_cast<uintptr_t>(buf), len, lkey,
 			send_flags, 0, 0, htonl(static_cast<uint32_t>(data)),
 			inject ? nullptr : context, !inject && ep->fast_report, ep->cntr_send,
 			FI_SEND | FI_MSG, 0);

@@ -5,10 +5,10 @@
 //  - RdmEp: the endpoint. Its own rdma_cm listener (its fi_getname address),
 //    one internal ibv CQ that every peer's queue pair completes into, one
 //    shared receive queue (SRQ) of provider buffers for all peers, the tag
-//    matcher, a pool of registered send buffers. A thread serves rdma_cm
-//    events (control progress is automatic); data progress runs in the
-//    application's calls (FI_PROGRESS_MANUAL) or in a second thread
-//    (FI_PROGRESS_AUTO).
+//    matcher, a pool of registered send buffers. The domain's progress
+//    engine serves its rdma_cm events (control progress is automatic);
+//    data progress runs in the application's calls (FI_PROGRESS_MANUAL) or
+//    in the engine too (FI_PROGRESS_AUTO).
 //  - RdmPeer: one remote endpoint, by listening address: its Conn (the queue
 //    pair and the send ring the MSG endpoint uses too, vrma_conn.h), and the
 //    operations waiting for the peer's answer (rendezvous, delivery).
@@ -22,32 +22,20 @@
 //    RDMA READ straight into the receive buffer and answers RndvDone, which
 //    completes the send.
 //
-// Serialization model (the whole of it; DEVELOPERS.md has it as a table):
-//  - one mutex per endpoint, RdmEp::lock (a FastMutex: the data path takes
-//    it two or three times per message, nearly always uncontended), covers
-//    everything of the endpoint, peers and connections included. The
-//    engine's entry points (progress, reclaim, the completion handlers,
-//    the reports, a connection's failure and reaping) assert it in
-//    lock-checked builds (VRMA_ASSERT_HELD: the sanitizer builds).
-//  - who takes it: the application's data calls; the CQ's and counters'
-//    reads (rdm_progress, through RdmHooks); the CM thread (rdma_cm events);
-//    the data thread (FI_PROGRESS_AUTO only); fi_close. (fi_enable builds
-//    the endpoint before any thread can reach it, without the lock.)
-//  - lock order: RdmHooks::lock (a CQ's or counter's list of endpoints),
-//    then RdmEp::lock, then the leaves taken under it: Cq::lock (entries),
-//    the domain's mr_lock (emulated atomics) and registration cache, the
-//    atomic executor's lock, the domain's pmem_lock and the persist
-//    worker's lock, the AV's lock, a Conn's more_lock. No leaf is held
-//    while taking RdmEp::lock.
-//  - the engine: rdm_progress_locked (CM events while connecting, every
-//    completion, backlogs, Resumes, drain watch) runs from CQ and counter
-//    reads, the data thread, fi_recv with FI_PEEK, and the CM thread's
-//    DISCONNECTED handler; transmit calls run only rdm_tx_reclaim (send
-//    completions; receive completions wait in RdmEp::rx_deferred). Neither
-//    nests (RdmEp::in_progress). Connections are freed only by
-//    rdm_progress_reap, where no caller holds one.
-//  - a Conn's send queue is serialized by that lock (Conn::tx_serialized:
-//    Conn::tx_lock is not taken).
+// Serialization (the provider's model: vrma_progress.h): one lock per
+// endpoint, RdmEp::lock (a FastMutex: the data path takes it two or three
+// times per message, nearly always uncontended), covers everything of the
+// endpoint, peers and connections included. Its engine:
+//  - rdm_progress_locked (CM events while connecting, every completion,
+//    backlogs, Resumes, drain watch) runs from CQ and counter reads, the
+//    domain engine's data handler, fi_recv with FI_PEEK, and the
+//    DISCONNECTED handler of rdma_cm events; transmit calls run only
+//    rdm_tx_reclaim (send completions; receive completions wait in
+//    RdmEp::rx_deferred). Neither nests (RdmEp::in_progress).
+//  - connections are freed only by rdm_progress_reap, where no caller
+//    holds one.
+//  - fi_enable builds the endpoint before the engine can reach it, without
+//    the lock; fi_close detaches it from the engine before taking the lock.
 #pragma once
 
 #include "vrma_rdm_api.h"
@@ -365,7 +353,7 @@ struct SrqSlot : SlotHeader {
 struct RdmEp final : EpBase {
 	Av *av = nullptr;
 	bool directed = false;      // FI_DIRECTED_RECV
-	bool auto_progress = false; // FI_PROGRESS_AUTO: a data progress thread
+	bool auto_progress = false; // FI_PROGRESS_AUTO: the engine progresses data
 	size_t min_multi_recv = 0;  // FI_OPT_MIN_MULTI_RECV
 	size_t eager_size = 0;
 	size_t inline_size = 0;  // bytes a send carries inline (header included)
@@ -525,13 +513,18 @@ struct RdmEp final : EpBase {
 	// fi_addr_t -> peer for sends, indexed by the handle's slot (its low
 	// 32 bits). Valid while the AV's epoch is peer_cache_epoch: an insert
 	// or a remove empties it, so a removed handle is looked up again (and
-	// fails); so does rdm_reclaim_peers when it gives peers back.
+	// fails); so does rdm_reclaim_peers when it gives peers back. Filled
+	// only by rdm_peer_of, whose caller checked that the endpoint is
+	// enabled, and emptied (peer_cache_n = 0) when fi_close disables it: a
+	// hit means an enabled endpoint. An entry whose addr matches has a peer
+	// (an empty entry's FI_ADDR_NOTAVAIL has a slot past kPeerCacheMax).
 	struct PeerCacheEntry {
 		fi_addr_t addr = FI_ADDR_NOTAVAIL;
 		RdmPeer *peer = nullptr;
 	};
 	static constexpr size_t kPeerCacheMax = size_t(1) << 16;
 	std::vector<PeerCacheEntry> peer_cache;
+	size_t peer_cache_n = 0; // peer_cache.size(), for the send path's bound check
 	uint64_t peer_cache_epoch = ~0ULL;
 	// Connections replaced or failed, freed once their send rings drained.
 	std::vector<std::unique_ptr<Conn>> dying;
@@ -568,10 +561,11 @@ struct RdmEp final : EpBase {
 	std::vector<uint32_t> key_free;
 	uint32_t next_key_read = 1;
 
-	std::thread cm_thread;
-	std::thread data_thread;
-	Fd stop_fd;
-	// FI_PROGRESS_AUTO: makes the data thread run progress when a reclaim
+	// The endpoint's sources in the domain's progress engine
+	// (vrma_progress.h; 0: none): the rdma_cm channel, always; with
+	// FI_PROGRESS_AUTO the internal CQ's channel and kick_fd.
+	uint64_t cm_key = 0, data_key = 0, kick_key = 0;
+	// FI_PROGRESS_AUTO: makes the engine run progress when a reclaim
 	// kept receive completions (no CQ event announces them again).
 	Fd kick_fd;
 };
@@ -581,7 +575,7 @@ struct RdmEp final : EpBase {
 // connecting, every completion of the internal CQ (those a reclaim kept
 // first), the backlogs, Resumes due, the drain watch. Transmit calls never
 // run it (rdm_tx_reclaim is theirs). It never frees a connection: its
-// callers may hold Conn pointers (the CM thread's DISCONNECTED handler, an
+// callers may hold Conn pointers (the DISCONNECTED handler, an
 // fi_recv with FI_PEEK), and a message it handles may fail the very
 // connection they hold (which moves to RdmEp::dying, alive).
 void rdm_progress_locked(RdmEp *ep) noexcept;
@@ -599,7 +593,7 @@ void rdm_tx_reclaim(RdmEp *ep) noexcept;
 void rdm_handle_deferred(RdmEp *ep) noexcept;
 // rdm_progress_locked, then frees the failed connections whose rings
 // drained (rdm_reap). Only where no caller holds a connection: the CQ's
-// progress (rdm_progress), the data thread, fi_trywait, close.
+// progress (rdm_progress), the engine's data handler, fi_trywait, close.
 void rdm_progress_reap(RdmEp *ep) noexcept;
 // Completion entries for the application (lock held).
 void rdm_report_tx(RdmEp *ep, void *context, uint64_t flags, size_t len, bool report, Cntr *cntr,
@@ -753,10 +747,15 @@ int rdm_conn_ready(RdmPeer *peer, Conn *&conn) noexcept;
 // rdm_peer_of. The epoch is read before the entry (see rdm_peer_of).
 inline RdmPeer *rdm_peer_cached(RdmEp *ep, fi_addr_t fi_addr) noexcept
 {
+	static_assert(uint32_t(FI_ADDR_NOTAVAIL) >= RdmEp::kPeerCacheMax);
 	const size_t slot = static_cast<uint32_t>(fi_addr);
 	if (ep->av->epoch.load(std::memory_order_acquire) == ep->peer_cache_epoch &&
-	    slot < ep->peer_cache.size() && ep->peer_cache[slot].addr == fi_addr) [[likely]]
-		return ep->peer_cache[slot].peer;
+	    slot < ep->peer_cache_n && ep->peer_cache[slot].addr == fi_addr) [[likely]] {
+		RdmPeer *peer = ep->peer_cache[slot].peer;
+		if (!peer)
+			__builtin_unreachable(); // see RdmEp::peer_cache
+		return peer;
+	}
 	return nullptr;
 }
 // Handles one rdma_cm event of the endpoint's channel; `destroy` is an id
@@ -1061,6 +1060,11 @@ inline uint64_t rdm_rx_flags(MatchKind kind, const rdm::RdmHeader &h) noexcept
 // buffers: an unexpected message that matches is delivered at once.
 ssize_t rdm_recv(RdmEp *ep, const iovec *iov, size_t count, fi_addr_t src, uint64_t tag,
 		 uint64_t ignore, uint64_t flags, void *context, MatchKind kind) noexcept;
+// fi_recv and fi_trecv of one buffer with the endpoint's rx_op_flags: the
+// common case without rdm_recv's flag and vector checks (FI_MULTI_RECV
+// among the defaults, or a NULL buffer, go to rdm_recv).
+ssize_t rdm_recv_one(RdmEp *ep, void *buf, size_t len, fi_addr_t src, uint64_t tag,
+		     uint64_t ignore, void *context, MatchKind kind) noexcept;
 // A receive from the endpoint's pool (or the heap), default-initialised;
 // nullptr when out of memory. rdm_put_recv takes it back (lock held for
 // both).

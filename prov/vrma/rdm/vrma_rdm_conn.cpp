@@ -497,7 +497,7 @@ RdmPeer *rdm_peer_of(RdmEp *ep, fi_addr_t fi_addr, int &err) noexcept
 	const uint64_t epoch = ep->av->epoch.load(std::memory_order_acquire);
 	const size_t slot = static_cast<uint32_t>(fi_addr);
 	if (epoch == ep->peer_cache_epoch) [[likely]] {
-		if (slot < ep->peer_cache.size() && ep->peer_cache[slot].addr == fi_addr) [[likely]]
+		if (slot < ep->peer_cache_n && ep->peer_cache[slot].addr == fi_addr) [[likely]]
 			return ep->peer_cache[slot].peer;
 	} else {
 		std::fill(ep->peer_cache.begin(), ep->peer_cache.end(), RdmEp::PeerCacheEntry{});
@@ -523,8 +523,10 @@ RdmPeer *rdm_peer_of(RdmEp *ep, fi_addr_t fi_addr, int &err) noexcept
 	}
 	try {
 		if (slot < RdmEp::kPeerCacheMax) {
-			if (slot >= ep->peer_cache.size())
-				ep->peer_cache.resize(std::max(slot + 1, 2 * ep->peer_cache.size()));
+			if (slot >= ep->peer_cache_n) {
+				ep->peer_cache.resize(std::max(slot + 1, 2 * ep->peer_cache_n));
+				ep->peer_cache_n = ep->peer_cache.size();
+			}
 			ep->peer_cache[slot] = {fi_addr, peer};
 		}
 	} catch (...) {
@@ -575,7 +577,7 @@ int rdm_tx_conn(RdmEp *ep, fi_addr_t dest, const RdmTxReport &op, bool more, Rdm
 		}
 	}
 	rdm_more_switch(ep, peer, more);
-	// A connection still being made: -FI_EAGAIN (the CM thread, or the
+	// A connection still being made: -FI_EAGAIN (the progress engine, or the
 	// next progress, handles its events).
 	return rdm_conn_ready(peer, conn);
 }

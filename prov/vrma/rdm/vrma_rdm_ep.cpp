@@ -1,7 +1,9 @@
 // The RDM endpoint object: open, bind, enable, close, names, options, and
-// progress (the CM thread, the data thread of FI_PROGRESS_AUTO, and the
-// progress the application's calls make).
+// progress (the handlers the domain's progress engine runs: rdma_cm events,
+// and with FI_PROGRESS_AUTO data; and the progress the application's calls
+// make).
 #include "vrma_rdm.h"
+#include "vrma_progress.h"
 
 #include <algorithm>
 #include <array>
@@ -62,30 +64,39 @@ void drain_channel(RdmEp *ep)
 		ibv_ack_cq_events(cq, 1);
 }
 
-// Runs step (lock held) whenever fd (or extra_fd, when >= 0) is readable,
-// and every tick_ms without (< 0: only when readable), until the
-// endpoint's stop_fd is.
-template <typename Step>
-void service_loop(RdmEp *ep, int fd, Step step, int tick_ms = -1, int extra_fd = -1)
+// The domain's progress engine runs these (vrma_progress.h: on its thread,
+// its lock held). The rdma_cm event channel: connections are made and
+// ended while the application calls nothing.
+void cm_ready(void *c) noexcept
 {
-	Fd epfd;
-	const int rc = extra_fd >= 0 ? wait_epoll_create(epfd, {fd, ep->stop_fd.get(), extra_fd})
-				     : wait_epoll_create(epfd, {fd, ep->stop_fd.get()});
-	if (rc) {
-		VRMA_WARN(FI_LOG_EP_CTRL, "RDM: a service thread cannot wait: %s\n", fi_strerror(-rc));
-		return;
-	}
-	for (;;) {
-		int ready[3];
-		const int n = wait_epoll(epfd.get(), Deadline(tick_ms), ready, 3);
-		if (n < 0)
-			return;
-		for (int i = 0; i < n; i++)
-			if (ready[i] == ep->stop_fd.get())
-				return;
-		std::lock_guard guard(ep->lock);
-		step();
-	}
+	RdmEp *ep = static_cast<RdmEp *>(c);
+	std::lock_guard guard(ep->lock);
+	drain_cm_events(ep);
+}
+
+// FI_PROGRESS_AUTO: the internal CQ's completion channel, the kick (a
+// reclaim kept receive completions) or the drain watch's tick (a stalled
+// peer completes nothing, yet the watch must look).
+void data_ready(void *c) noexcept
+{
+	RdmEp *ep = static_cast<RdmEp *>(c);
+	std::lock_guard guard(ep->lock);
+	drain_channel(ep);
+	eventfd_clear(ep->kick_fd.get());
+	rdm_progress_locked(ep);
+	ibv_req_notify_cq(ep->cq.get(), 0);
+	rdm_progress_reap(ep);
+	if (ep->drain_timeout.count())
+		rdm_watch_drain(ep);
+}
+
+// Once this returns the engine no longer runs the endpoint's handlers
+// (without its lock held: the engine's handlers take it).
+void progress_detach_all(RdmEp *ep) noexcept
+{
+	progress_detach(ep->domain, ep->cm_key);
+	progress_detach(ep->domain, ep->data_key);
+	progress_detach(ep->domain, ep->kick_key);
 }
 
 // Every counter bound to the endpoint (some may be the same, or null).
@@ -126,16 +137,16 @@ void cqs_attach(RdmEp *ep, bool attach)
 }
 
 // What the endpoint posted to live peers goes out before its connections
-// end (lock held, service threads stopped): answers above all, such as the
+// end (lock held, detached from the engine): answers above all, such as the
 // DeliveryAck of a message whose receive already completed, without which
 // the peer's FI_DELIVERY_COMPLETE send would fail with FI_ECONNRESET
 // because this side closed right after its receive. Each connection with
 // sends still outstanding (and not disconnected: CM events are handled
-// here, the CM thread has stopped) gets a signaled zero-byte write, whose completion
-// retires the unsignaled ones before it. Bounded by kLingerMs; what has not
-// gone by then is flushed as before. Messages that arrive meanwhile are not
-// served: the endpoint is closing (a peer's request then fails with the
-// connection, as it did without the linger).
+// here, the engine no longer runs the endpoint) gets a signaled zero-byte
+// write, whose completion retires the unsignaled ones before it. Bounded
+// by kLingerMs; what has not gone by then is flushed as before. Messages
+// that arrive meanwhile are not served: the endpoint is closing (a peer's
+// request then fails with the connection, as it did without the linger).
 constexpr int kLingerMs = 1000;
 void rdm_linger(RdmEp *ep) noexcept
 {
@@ -166,11 +177,7 @@ int rdm_ep_close(fid *f) noexcept
 {
 	RdmEp *ep = from_fid<RdmEp>(f);
 	if (ep->enabled) {
-		eventfd_signal(ep->stop_fd.get());
-		if (ep->cm_thread.joinable())
-			ep->cm_thread.join();
-		if (ep->data_thread.joinable())
-			ep->data_thread.join();
+		progress_detach_all(ep);
 		cqs_attach(ep, false);
 		report_cntrs_attach(ep, false);
 		// No thread progresses it now: the commits the persist worker
@@ -180,6 +187,7 @@ int rdm_ep_close(fid *f) noexcept
 			std::lock_guard guard(ep->lock);
 			rdm_linger(ep);
 			ep->enabled = false; // no more SRQ reposts
+			ep->peer_cache_n = 0; // no more fast-path sends (RdmEp::peer_cache)
 			rdm_close_peers(ep);
 			// Flushes come back through the CQ: wait for the rings.
 			const Deadline deadline(2000);
@@ -364,7 +372,7 @@ int start_listener(RdmEp *ep)
 // free list then held every send buffer twice).
 struct RdmEnableParts {
 	EventChannelPtr cm_channel;
-	Fd stop_fd, kick_fd;
+	Fd kick_fd;
 	std::unique_ptr<uint8_t[]> rx_bufs, tx_bufs;
 	MrPtr rx_mr, tx_mr;
 	std::vector<uint32_t> tx_free;
@@ -378,7 +386,6 @@ struct RdmEnableParts {
 	void exchange(RdmEp *ep) noexcept
 	{
 		std::swap(cm_channel, ep->cm_channel);
-		std::swap(stop_fd, ep->stop_fd);
 		std::swap(kick_fd, ep->kick_fd);
 		std::swap(rx_bufs, ep->rx_bufs);
 		std::swap(tx_bufs, ep->tx_bufs);
@@ -393,9 +400,9 @@ struct RdmEnableParts {
 	}
 };
 
-// An fi_enable in progress: unless kept, destruction stops the data thread
-// if it was started, marks the endpoint disabled and moves what was built
-// into `parts` (which then frees it).
+// An fi_enable in progress: unless kept, destruction detaches the endpoint
+// from the progress engine, marks it disabled and moves what was built into
+// `parts` (which then frees it).
 class RdmEnabling {
 public:
 	RdmEnabling(RdmEp *ep, RdmEnableParts &parts) noexcept : ep_(ep), parts_(parts) {}
@@ -403,10 +410,7 @@ public:
 	{
 		if (!ep_)
 			return;
-		if (ep_->data_thread.joinable()) {
-			eventfd_signal(ep_->stop_fd.get());
-			ep_->data_thread.join();
-		}
+		progress_detach_all(ep_);
 		ep_->enabled = false;
 		parts_.exchange(ep_);
 	}
@@ -452,9 +456,6 @@ try {
 	}
 	ep->cm_channel.reset(ch);
 	set_nonblock(ch->fd);
-	ep->stop_fd.reset(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
-	if (ep->stop_fd.get() < 0)
-		return errno_to_fi(errno);
 	if (ep->auto_progress) {
 		ep->kick_fd.reset(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
 		if (ep->kick_fd.get() < 0)
@@ -538,27 +539,15 @@ try {
 	ep->enabled = true;
 	if (ep->auto_progress) {
 		ibv_req_notify_cq(ep->cq.get(), 0);
-		ep->data_thread = std::thread([ep] {
-			// Ticks: a stalled peer completes nothing, yet the
-			// drain watch must look.
-			service_loop(
-				ep, ep->channel->fd,
-				[ep] {
-					drain_channel(ep);
-					eventfd_clear(ep->kick_fd.get());
-					rdm_progress_locked(ep);
-					ibv_req_notify_cq(ep->cq.get(), 0);
-					rdm_progress_reap(ep);
-					if (ep->drain_timeout.count())
-						rdm_watch_drain(ep);
-				},
-				ep->drain_timeout.count() ? 1000 : -1, ep->kick_fd.get());
-		});
+		const int tick = ep->drain_timeout.count() ? 1000 : 0;
+		if (int rc = progress_attach(dom, ep->channel->fd, tick, data_ready, ep, ep->data_key))
+			return rc;
+		if (int rc = progress_attach(dom, ep->kick_fd.get(), 0, data_ready, ep, ep->kick_key))
+			return rc;
 	}
-	// Last: once it runs, peers can connect.
-	ep->cm_thread = std::thread([ep] {
-		service_loop(ep, ep->cm_channel->fd, [ep] { drain_cm_events(ep); });
-	});
+	// Last: once it is watched, peers can connect.
+	if (int rc = progress_attach(dom, ep->cm_channel->fd, 0, cm_ready, ep, ep->cm_key))
+		return rc;
 	enabling.keep();
 	cqs_attach(ep, true);
 	report_cntrs_attach(ep, true);
@@ -767,7 +756,7 @@ void rdm_progress_locked(RdmEp *ep) noexcept
 	if (ep->resume_due || ep->unexp.held()) [[unlikely]]
 		rdm_flow_progress(ep);
 	// The drain watch reads the clock: every 256th progress only (the
-	// data thread also looks on its own ticks).
+	// engine's data handler also looks on its ticks).
 	if ((++ep->watch_calls & 255) == 0 && ep->drain_timeout.count()) [[unlikely]]
 		rdm_watch_drain(ep);
 	ep->in_progress = false;
@@ -853,7 +842,7 @@ void rdm_progress(RdmEp *ep) noexcept
 int rdm_trywait(RdmEp *ep) noexcept
 {
 	if (ep->auto_progress)
-		return 0; // the data thread reports through the CQ's own wakeup
+		return 0; // the engine reports through the CQ's own wakeup
 	std::lock_guard guard(ep->lock);
 	if (ep->rx_deferred_n) {
 		// Taken from the CQ by a transmit's reclaim: no event comes.

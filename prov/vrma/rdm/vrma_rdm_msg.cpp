@@ -389,7 +389,7 @@ template <bool Defaults = false>
 		return rdm_send_one(ep, buf, len, dest, tag, data, flags, context, tagged, inject_call);
 	{
 		std::lock_guard guard(ep->lock);
-		RdmPeer *peer = ep->enabled ? rdm_peer_cached(ep, dest) : nullptr;
+		RdmPeer *peer = rdm_peer_cached(ep, dest); // a hit: enabled
 		Conn *conn = peer ? peer->conn.get() : nullptr;
 		// One expectation for the whole test: GCC's guess for each term of
 		// a && chain multiplies down, and the block it guards would count
@@ -407,7 +407,7 @@ template <bool Defaults = false>
 						rdm::kFlagLastPiece | (cq_data ? rdm::kFlagCqData : 0),
 						tagged ? tag : 0, cq_data ? data : 0, len);
 			const ssize_t rc = post_fast_held<IBV_WR_SEND, true, true>(
-				conn, reinterpret_cast<uintptr_t>(buf), static_cast<uint32_t>(len), 0,
+				conn, reinterpret_cast<uintptr_t>(buf), len, 0,
 				IBV_SEND_INLINE, 0, 0, 0, context,
 				!inject_call && (Defaults ? ep->fast_report : ep->tx_reports(flags)),
 				ep->cntr_send, FI_SEND | (tagged ? FI_TAGGED : FI_MSG),
@@ -432,8 +432,7 @@ inline RdmEp *rdm(fid_ep *f) { return static_cast<RdmEp *>(f); }
 
 ssize_t m_recv(fid_ep *f, void *buf, size_t len, void *, fi_addr_t src, void *context) noexcept
 {
-	const iovec iov{buf, len};
-	return rdm_recv(rdm(f), &iov, 1, src, 0, 0, rdm(f)->rx_op_flags, context, MatchKind::kMsg);
+	return rdm_recv_one(rdm(f), buf, len, src, 0, 0, context, MatchKind::kMsg);
 }
 ssize_t m_recvv(fid_ep *f, const iovec *iov, void **, size_t count, fi_addr_t src,
 		void *context) noexcept
@@ -484,9 +483,7 @@ ssize_t m_injectdata(fid_ep *f, const void *buf, size_t len, uint64_t data, fi_a
 ssize_t t_recv(fid_ep *f, void *buf, size_t len, void *, fi_addr_t src, uint64_t tag,
 	       uint64_t ignore, void *context) noexcept
 {
-	const iovec iov{buf, len};
-	return rdm_recv(rdm(f), &iov, 1, src, tag, ignore, rdm(f)->rx_op_flags, context,
-			MatchKind::kTagged);
+	return rdm_recv_one(rdm(f), buf, len, src, tag, ignore, context, MatchKind::kTagged);
 }
 ssize_t t_recvv(fid_ep *f, const iovec *iov, void **, size_t count, fi_addr_t src, uint64_t tag,
 		uint64_t ignore, void *context) noexcept

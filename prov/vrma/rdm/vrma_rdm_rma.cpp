@@ -132,7 +132,7 @@ ssize_t rma_long(RdmEp *ep, ibv_wr_opcode opcode, const iovec *iov, void *const 
 				 peer, conn)) [[unlikely]]
 		return rc > 0 ? 0 : rc;
 	if (conn->peer_flags_pending) [[unlikely]]
-		return -FI_EAGAIN; // the CM thread handles the ESTABLISHED event soon
+		return -FI_EAGAIN; // the progress engine handles the ESTABLISHED event soon
 	if ((flags & FI_FENCE) && rdm_fence_blocked(peer, conn)) [[unlikely]]
 		return -FI_EAGAIN;
 	if (!is_read && (flags & FI_REMOTE_CQ_DATA) && rdm_tx_paused(peer)) [[unlikely]]
@@ -314,7 +314,7 @@ constexpr uint64_t kFastRmaFlags = FI_COMPLETION | FI_INJECT | FI_INJECT_COMPLET
 	const bool inject = inject_call || (flags & FI_INJECT);
 	if (!((flags & ~kFastRmaFlags) || (!buf && len) || (is_read && inject))) [[likely]] {
 		std::lock_guard guard(ep->lock);
-		RdmPeer *peer = ep->enabled ? rdm_peer_cached(ep, dest) : nullptr;
+		RdmPeer *peer = rdm_peer_cached(ep, dest); // a hit: enabled
 		Conn *conn = peer ? peer->conn.get() : nullptr;
 		uint64_t raddr = addr, rkey = key;
 		// A key that is neither scalable nor the device's (32 bits) is

@@ -499,7 +499,7 @@ constexpr uint64_t kTRecvFlags = kRecvFlags | FI_PEEK | FI_CLAIM | FI_DISCARD;
 // whether r is gone.
 bool deliver_unexpected(RdmEp *ep, RdmRecv *r, RdmMsg *m)
 {
-		(void)ep->matcher.remove(*m);
+	(void)ep->matcher.remove(*m);
 	unexpected_gone(ep, m->cost, true);
 	struct Owner {
 		RdmEp *ep;
@@ -515,6 +515,20 @@ bool deliver_unexpected(RdmEp *ep, RdmRecv *r, RdmMsg *m)
 	if (m->rndv)
 		return start_rndv(ep, r, m->peer, m->hdr, m->segs, m->nsegs, m->src);
 	return place_eager(ep, r, m->peer, m->hdr, m->payload_bytes(), m->src);
+}
+
+// Matches r (filled, not queued) against the unexpected messages, and
+// queues it if none takes it (lock held). A multi-receive buffer takes
+// unexpected messages until it is released or none is left.
+ssize_t post_recv(RdmEp *ep, RdmRecv *r, MatchKind kind)
+{
+	for (;;) {
+		RdmMsg *m = ep->matcher.post(kind, *r);
+		if (!m) [[likely]]
+			return 0; // queued
+		if (deliver_unexpected(ep, r, m))
+			return 0;
+	}
 }
 
 // A discarded message still owes its sender an answer.
@@ -630,15 +644,35 @@ ssize_t rdm_recv(RdmEp *ep, const iovec *iov, size_t count, fi_addr_t src, uint6
 	r->multi = multi;
 	if (multi)
 		r->space = {total, 0, ep->min_multi_recv};
-	// A multi-receive buffer takes unexpected messages until it is
-	// released or none is left; then it is queued.
-	for (;;) {
-		RdmMsg *m = ep->matcher.post(kind, *r);
-		if (!m)
-			return 0; // queued
-		if (deliver_unexpected(ep, r, m))
-			return 0;
+	return post_recv(ep, r, kind);
+}
+
+ssize_t rdm_recv_one(RdmEp *ep, void *buf, size_t len, fi_addr_t src, uint64_t tag,
+		     uint64_t ignore, void *context, MatchKind kind) noexcept
+{
+	const uint64_t flags = ep->rx_op_flags;
+	if ((flags & FI_MULTI_RECV) || (!buf && len)) [[unlikely]] {
+		const iovec iov{buf, len};
+		return rdm_recv(ep, &iov, 1, src, tag, ignore, flags, context, kind);
 	}
+	std::lock_guard guard(ep->lock);
+	if (!ep->enabled) [[unlikely]] {
+		VRMA_WARN(FI_LOG_EP_DATA, "RDM recv before fi_enable\n");
+		return -FI_EOPBADSTATE;
+	}
+	RdmRecv *r = rdm_get_recv(ep);
+	if (!r) [[unlikely]]
+		return -FI_ENOMEM;
+	r->kind = kind;
+	r->context = context;
+	r->iov[0] = {buf, len};
+	r->count = 1;
+	r->capacity = len;
+	r->report = ep->rx_reports(flags);
+	r->key.tag = tag;
+	r->key.ignore = ignore;
+	r->key.src = ep->directed ? src : FI_ADDR_UNSPEC;
+	return post_recv(ep, r, kind);
 }
 
 
@@ -1215,7 +1249,7 @@ void rdm_tx_reclaim(RdmEp *ep) noexcept
 			break;
 	}
 	ep->in_progress = false;
-	// No CQ event announces them again: the data thread must look.
+	// No CQ event announces them again: the engine must look.
 	if (kept && ep->auto_progress)
 		(void)eventfd_signal(ep->kick_fd.get());
 }
