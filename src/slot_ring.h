@@ -62,6 +62,15 @@ public:
 	bool full() const noexcept { return outstanding() >= depth_; }
 
 	Slot &at(uint64_t seq) noexcept { return slots_[seq & mask_]; }
+	// The sequence of an outstanding slot (tail <= seq < head), from its
+	// place in the ring: for a slot whose producer did not write it, so
+	// that nothing in it says (a consumer's view; the slot not retired).
+	uint64_t seq_of(const Slot &s) const noexcept
+	{
+		const uint64_t t = tail_.load(std::memory_order_relaxed);
+		const uint64_t index = static_cast<uint64_t>(&s - slots_.get());
+		return t + ((index - t) & mask_);
+	}
 	// The slot the next push() publishes.
 	Slot &next() noexcept { return at(head()); }
 	void push() noexcept { head_.store(head() + 1, std::memory_order_release); }

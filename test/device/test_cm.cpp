@@ -314,9 +314,9 @@ END_TEST
 // even when the reader shuts down the moment it has it (fabtests' finalize).
 // The send is posted from another thread, whose call carries the message and
 // its acknowledgement through soft-RoCE while this thread reads the receive
-// and calls fi_shutdown at once: a shutdown that moved the QP to the error
-// state first dropped the acknowledgement not yet sent (about one round in
-// fifty under emulation), and the send ended FI_ECANCELED.
+// and calls fi_shutdown at once: a shutdown that moves the QP to the error
+// state before the peer answers its disconnect request can drop the
+// acknowledgement not yet sent, and the send ends FI_ECANCELED.
 START_TEST(shutdown_after_delivery)
 {
 	Env env;

@@ -1006,6 +1006,173 @@ START_TEST(more_held_discarded_by_close)
 }
 END_TEST
 
+namespace {
+
+// A send queue of 16: its ring wraps every few dozen requests.
+PairOptions small_queue()
+{
+	PairOptions opt;
+	opt.tx_size = 16;
+	return opt;
+}
+
+// An inject, retried while the queue is full: injects report nothing, so
+// the client's CQ stays empty meanwhile.
+template <class Post> void inject_retrying(Pair &p, Post post)
+{
+	ssize_t rc;
+	const Deadline until(kTimeoutMs);
+	while ((rc = post()) == -FI_EAGAIN && !until.expired()) {
+		fi_cq_data_entry e;
+		ck_assert_int_eq(fi_cq_read(p.client.cq, &e, 1), -FI_EAGAIN);
+	}
+	ck_assert_int_eq(rc, 0);
+}
+
+// fi_inject_write of v at addr, retried while the queue is full.
+void inject_write_retrying(Pair &p, uint64_t v, uint64_t addr, uint64_t key)
+{
+	inject_retrying(p, [&] { return fi_inject_write(p.client.ep, &v, 8, 0, addr, key); });
+}
+
+// The next entry on cq: an inject's error (no context).
+fi_cq_err_entry expect_inject_error(fid_cq *cq, uint64_t flags, int err)
+{
+	fi_cq_err_entry e = expect_error(cq);
+	ck_assert_ptr_null(e.op_context);
+	ck_assert_uint_eq(e.flags, flags);
+	ck_assert_int_eq(e.err, err);
+	return e;
+}
+
+} // namespace
+
+// Injects alone, several laps of a small send queue: most go unsignaled
+// with their ring slots left as earlier laps wrote them, and none ever
+// completes (the CQ stays empty while they run). The data all arrives.
+// Then a refused inject and two injects behind it: each ends with one
+// error entry (no context, its own flags), the refused one FI_EACCES, the
+// ones behind FI_ECANCELED, nothing more, and the connection shuts down.
+START_TEST(unsignaled_inject_errors_reported_once)
+{
+	Env env;
+	Pair p(env, small_queue());
+	constexpr size_t kWords = 64;
+	Region remote(env, kWords * 8, FI_REMOTE_WRITE | FI_REMOTE_READ);
+	Region local(env, kWords * 8, FI_READ);
+	constexpr uint64_t kInjects = 16 * 8 + 5;
+	for (uint64_t i = 0; i < kInjects; i++)
+		inject_write_retrying(p, 0xabc0000000000000ULL | i, remote.addr() + (i % kWords) * 8,
+				      remote.key());
+	int rctx;
+	ck_assert_int_eq(fi_read(p.client.ep, local.buf.data(), kWords * 8, local.desc(), 0,
+				 remote.addr(), remote.key(), &rctx), 0);
+	expect_completion(p.client.cq, &rctx, FI_RMA | FI_READ);
+	for (uint64_t k = 0; k < kWords; k++) {
+		uint64_t last = k + ((kInjects - 1 - k) / kWords) * kWords, got;
+		memcpy(&got, local.buf.data() + k * 8, 8);
+		ck_assert_msg(got == (0xabc0000000000000ULL | last), "word %llu: %llx",
+			      static_cast<unsigned long long>(k), static_cast<unsigned long long>(got));
+	}
+	const uint64_t v = 7;
+	ck_assert_int_eq(fi_inject_write(p.client.ep, &v, 8, 0, remote.addr(), remote.key() ^ 0x5500), 0);
+	ck_assert_int_eq(fi_inject(p.client.ep, &v, 8, 0), 0);
+	ck_assert_int_eq(fi_inject_write(p.client.ep, &v, 8, 0, remote.addr() + 8, remote.key()), 0);
+	const fi_cq_err_entry err = expect_inject_error(p.client.cq, FI_RMA | FI_WRITE, FI_EACCES);
+	ck_assert_int_eq(err.prov_errno, IBV_WC_REM_ACCESS_ERR);
+	expect_inject_error(p.client.cq, FI_SEND | FI_MSG, FI_ECANCELED);
+	expect_inject_error(p.client.cq, FI_RMA | FI_WRITE, FI_ECANCELED);
+	expect_no_completion(p.client.cq, 300);
+	expect_shutdown_event(p.client.eq);
+}
+END_TEST
+
+// Counted injects leave their slots unwritten as well (kTxBare): each
+// success counts once on the endpoint's counter of its kind, a refused one
+// counts as that counter's error and reports one entry without a context.
+START_TEST(counted_injects_without_slots)
+{
+	Env env;
+	HeldCntrs cntrs(env);
+	PairOptions opt = cntrs.options();
+	opt.tx_size = 16;
+	Pair p(env, opt);
+	constexpr uint64_t kWrites = 100, kSends = 40;
+	Region remote(env, 64 * 8, FI_REMOTE_WRITE);
+	Region dst(env, kSends * 8, FI_RECV);
+	int rctx[kSends];
+	for (uint64_t i = 0; i < kSends; i++)
+		ck_assert_int_eq(fi_recv(p.server.ep, dst.buf.data() + 8 * i, 8, dst.desc(), 0, &rctx[i]), 0);
+	for (uint64_t i = 0; i < kWrites; i++)
+		inject_write_retrying(p, 0x5150000000000000ULL | i, remote.addr() + (i % 64) * 8,
+				      remote.key());
+	for (uint64_t i = 0; i < kSends; i++) {
+		const uint64_t v = 0x5e0d000000000000ULL | i;
+		inject_retrying(p, [&] { return fi_inject(p.client.ep, &v, 8, 0); });
+	}
+	const Deadline until(kTimeoutMs);
+	while ((fi_cntr_read(cntrs.wc) < kWrites || fi_cntr_read(cntrs.sc) < kSends) && !until.expired())
+		fi_cntr_wait(cntrs.wc, kWrites, 10);
+	ck_assert_uint_eq(fi_cntr_read(cntrs.wc), kWrites);
+	ck_assert_uint_eq(fi_cntr_read(cntrs.sc), kSends);
+	ck_assert_uint_eq(fi_cntr_readerr(cntrs.wc), 0);
+	ck_assert_uint_eq(fi_cntr_readerr(cntrs.sc), 0);
+	for (uint64_t i = 0; i < kSends; i++) {
+		expect_completion(p.server.cq, &rctx[i], FI_RECV | FI_MSG);
+		uint64_t got;
+		memcpy(&got, dst.buf.data() + 8 * i, 8);
+		ck_assert_uint_eq(got, 0x5e0d000000000000ULL | i);
+	}
+	for (uint64_t k = 0; k < 64; k++) {
+		const uint64_t last = k + ((kWrites - 1 - k) / 64) * 64;
+		uint64_t got;
+		memcpy(&got, remote.buf.data() + 8 * k, 8);
+		ck_assert_uint_eq(got, 0x5150000000000000ULL | last);
+	}
+	const uint64_t v = 9;
+	ck_assert_int_eq(fi_inject_write(p.client.ep, &v, 8, 0, remote.addr(), remote.key() ^ 0x5500), 0);
+	expect_inject_error(p.client.cq, FI_RMA | FI_WRITE, FI_EACCES);
+	ck_assert_uint_eq(fi_cntr_readerr(cntrs.wc), 1);
+	ck_assert_uint_eq(fi_cntr_read(cntrs.wc), kWrites);
+	expect_no_completion(p.client.cq, 300);
+	expect_shutdown_event(p.client.eq);
+}
+END_TEST
+
+// A delivery-complete completion walks back over the slots it retires,
+// looking for the writes it proves; unsignaled injects leave their slots
+// as an earlier lap wrote them, marks of shared read-backs included. At
+// every offset in a small ring: a chain of three delivery-complete writes
+// (FI_MORE, one read-back), then r injects, then one delivery-complete
+// write: exactly four completions, each once, with its own context.
+START_TEST(delivery_complete_after_unsignaled_injects)
+{
+	Env env;
+	Pair p(env, small_queue());
+	Region local(env, 64, FI_WRITE);
+	Region remote(env, 4096, FI_REMOTE_WRITE | FI_REMOTE_READ);
+	constexpr uint64_t kDc = FI_DELIVERY_COMPLETE | FI_COMPLETION;
+	for (int r = 0; r < 40; r++) {
+		int ctx[4];
+		for (int i = 0; i < 3; i++) {
+			OneRma one(local.buf.data(), 64, local.desc(), remote.addr() + 64 * i,
+				   remote.key(), &ctx[i]);
+			ck_assert_int_eq(fi_writemsg(p.client.ep, &one.msg, kDc | (i < 2 ? FI_MORE : 0)), 0);
+		}
+		for (int i = 0; i < 3; i++)
+			expect_completion(p.client.cq, &ctx[i], FI_RMA | FI_WRITE);
+		for (int i = 0; i < r; i++)
+			inject_write_retrying(p, static_cast<uint64_t>(i), remote.addr() + 1024 + 8 * i,
+					      remote.key());
+		OneRma one(local.buf.data(), 64, local.desc(), remote.addr() + 256, remote.key(), &ctx[3]);
+		ck_assert_int_eq(fi_writemsg(p.client.ep, &one.msg, kDc), 0);
+		expect_completion(p.client.cq, &ctx[3], FI_RMA | FI_WRITE);
+		expect_no_completion(p.client.cq, 0);
+	}
+	expect_no_completion(p.client.cq, 100);
+}
+END_TEST
+
 Suite *rma_suite()
 {
 	Suite *s = suite_create("rma");
@@ -1035,6 +1202,9 @@ Suite *rma_suite()
 	tcase_add_test(tc, more_held_cancelled_when_a_request_fails);
 	tcase_add_test(tc, more_held_discarded_by_close);
 	tcase_add_test(tc, default_flags_changed_while_connected);
+	tcase_add_test(tc, unsignaled_inject_errors_reported_once);
+	tcase_add_test(tc, counted_injects_without_slots);
+	tcase_add_test(tc, delivery_complete_after_unsignaled_injects);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -46,6 +46,27 @@ START_TEST(ring_capacity_is_next_power_of_two)
 }
 END_TEST
 
+// seq_of finds an outstanding slot's sequence from its place alone, on
+// every lap and wherever the tail is.
+START_TEST(ring_seq_of_outstanding_slots)
+{
+	SlotRing<Slot> ring(8);
+	for (int lap = 0; lap < 5; lap++) {
+		for (int i = 0; i < 5; i++)
+			ring.push(); // unwritten: the slots keep older contents
+		for (uint64_t seq = ring.tail(); seq < ring.head(); seq++)
+			ck_assert_msg(ring.seq_of(ring.at(seq)) == seq, "lap %d: seq %llu: got %llu",
+				      lap, static_cast<unsigned long long>(seq),
+				      static_cast<unsigned long long>(ring.seq_of(ring.at(seq))));
+		ring.retire_through(ring.tail() + 2, [](Slot &, uint64_t) {});
+		for (uint64_t seq = ring.tail(); seq < ring.head(); seq++)
+			ck_assert_uint_eq(ring.seq_of(ring.at(seq)), seq);
+		ring.retire_through(ring.head() - 1, [](Slot &, uint64_t) {});
+	}
+	ck_assert_uint_eq(ring.head(), 25);
+}
+END_TEST
+
 START_TEST(ring_starts_empty)
 {
 	SlotRing<Slot> ring(5);
@@ -388,6 +409,7 @@ Suite *slot_ring_suite()
 	TCase *tc = tcase_create("single_thread");
 	tcase_add_test(tc, ring_capacity_is_next_power_of_two);
 	tcase_add_test(tc, ring_starts_empty);
+	tcase_add_test(tc, ring_seq_of_outstanding_slots);
 	tcase_add_test(tc, ring_push_unpush_accounting);
 	tcase_add_test(tc, ring_full_at_depth_not_capacity);
 	tcase_add_test(tc, ring_retire_in_order);

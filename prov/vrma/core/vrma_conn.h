@@ -58,6 +58,15 @@ struct TxSlot : SlotHeader {
 };
 // The mark lives in the padding after `report`: a slot stays 80 bytes.
 static_assert(sizeof(TxSlot) <= 80, "TxSlot grew");
+// A request posted with its slot left unwritten (post_fast's Bare: an MSG
+// inject, which has no context, reports nothing, holds nothing and counts
+// on its endpoint's counter of its kind, bound before fi_enable): its
+// wr_id is the slot's address with kTxBare set, and kTxBareSend for a
+// send (else an RDMA write); the completion side derives the rest
+// (tx_wc_bare). A walk over retired slots skips such a slot: its seq is
+// not its position's.
+inline constexpr uintptr_t kTxBare = 1, kTxBareSend = 2, kTxBareMask = 3;
+static_assert(alignof(TxSlot) > kTxBareMask, "a slot's address leaves the tag bits free");
 struct RxSlot : SlotHeader {
 	void *context = nullptr;
 	void *buf = nullptr;
@@ -131,8 +140,17 @@ struct Conn {
 	// Requests in flight before post_send_one takes the long way: tx_depth,
 	// or 0 when the send queue is credited (tx_credits), so that every
 	// post of such a queue goes through post_send_chain_locked, which
-	// takes the credits; the fast path pays nothing for credits.
+	// takes the credits; the fast path pays nothing for credits. Set with
+	// set_one_limit.
 	size_t tx_one_limit = 0;
+	// What the one-request fast paths compare with: tx_one_limit, or 0
+	// while FI_MORE holds requests back (hold_back closes it,
+	// post_more_locked opens it again, both under more_lock), so that no
+	// fast post overtakes them: one compare for both conditions. Read
+	// without a lock by posters (under the tx lock, which every hold_back
+	// holds too); ep_cancel_held opens it from other threads once the
+	// chain is posted, so a poster sees it closed at most a moment longer.
+	std::atomic<size_t> tx_one_room{0};
 	// The send CQ whose credit pool this queue posts from (nullptr: its
 	// whole ring is reserved in the CQ, cq_reserve). One credit per pushed
 	// slot, given back when the slot retires (handle_wc) or is unpushed.
@@ -160,7 +178,8 @@ struct Conn {
 	// The application serializes this connection's transmit calls (domain
 	// threading FI_THREAD_DOMAIN, FI_THREAD_COMPLETION or
 	// FI_THREAD_ENDPOINT) and no provider thread posts on it: the data
-	// path skips tx_lock (TxGuard).
+	// path skips tx_lock (TxGuard). Fixed at fi_endpoint, which chooses
+	// the MSG ops tables by it (rma_ops_for, msg_ops_for).
 	bool tx_serialized = false;
 	SlotRing<TxSlot> tx;
 	uint64_t last_signaled = 0; // sequence of the last signaled send WR
@@ -205,8 +224,8 @@ struct Conn {
 	// take it once per FI_MORE call, nearly always uncontended (std::mutex
 	// cost 90 instructions per such call, callgrind).
 	FastMutex more_lock;
-	// The chain holds requests; read without more_lock by the fast path,
-	// which then takes the long way.
+	// The chain holds requests; read without more_lock by the long way
+	// (the fast paths read tx_one_room).
 	std::atomic<bool> more_held{false};
 	// Delivery-complete writes wait in the held chain with their
 	// read-backs dropped (DcMark::Deferred) and no read is queued behind
@@ -236,6 +255,13 @@ struct Conn {
 	Conn() noexcept { one_wr.sg_list = one_sge; }
 	Conn(const Conn &) = delete;
 	Conn &operator=(const Conn &) = delete;
+
+	// tx_one_limit and the room it gives (nothing is held while it is set).
+	void set_one_limit(size_t n) noexcept
+	{
+		tx_one_limit = n;
+		tx_one_room.store(n, std::memory_order_relaxed);
+	}
 
 	// Points every slot of a freshly sized ring at this connection.
 	void reset_tx(size_t depth) // throws std::bad_alloc

@@ -3,7 +3,8 @@
 //
 // Hazards handled here:
 //  - work completions carry only a wr_id for errors (opcode is undefined), so
-//    the slot a wr_id points to says which endpoint and queue it belongs to;
+//    the slot a wr_id points to says which endpoint and queue it belongs to
+//    (an unwritten slot's, kTxBare, says by its tag what the request was);
 //  - an error must not overtake successes polled before it, so once an error
 //    is parked, later successes are parked behind it;
 //  - an endpoint's slots must outlive every completion that names them: an
@@ -137,6 +138,8 @@ inline Outcome tx_success(Cntr *cntr, bool report, const Completion &done, Compl
 	// them); anything else leaves the deferred writes it retires unproven.
 	const bool proven = wc.status == IBV_WC_SUCCESS && wc.opcode == IBV_WC_RDMA_READ;
 	const size_t retired = ep->conn.tx.retire_through(seq, [&](TxSlot &t, uint64_t ts) {
+		if (t.seq != ts)
+			return; // left unwritten (kTxBare): an inject, nothing to complete
 		if (dc::completes_deferred(t.dc, ts == t.op_end, ts == seq, closing))
 			complete_deferred(cq, ep, t, wc, proven);
 	});
@@ -170,6 +173,36 @@ inline Outcome tx_success(Cntr *cntr, bool report, const Completion &done, Compl
 	return tx_success(cntr, report, done, c);
 }
 
+Outcome handle_wc(Cq *cq, const ibv_wc &wc, Completion &c, fi_cq_err_entry &e);
+
+// handle_wc for a request whose slot was left unwritten (kTxBare): an
+// inject, which reports nothing and counts on its endpoint's counter of
+// its kind. A success is counted; an error is handled as any other once
+// the slot says what the tag does (the slot is the completion side's
+// until it retires).
+[[gnu::noinline]] Outcome tx_wc_bare(Cq *cq, const ibv_wc &wc, Completion &c, fi_cq_err_entry &e)
+{
+	VRMA_ASSERT_HELD(cq->lock);
+	auto *s = reinterpret_cast<TxSlot *>(wc.wr_id & ~kTxBareMask);
+	Conn *conn = s->conn;
+	Ep *ep = conn->ep;
+	const bool send = wc.wr_id & kTxBareSend;
+	Cntr *cntr = send ? ep->cntr_send : ep->cntr_write;
+	const uint64_t seq = conn->tx.seq_of(*s);
+	if (wc.status == IBV_WC_SUCCESS) {
+		const size_t retired = conn->tx.retire_through(seq, [](TxSlot &, uint64_t) {});
+		if (conn->tx_credits) [[unlikely]]
+			credits_back(ep, conn->tx_credits, retired);
+		if (!conn->closing.load(std::memory_order_relaxed))
+			count_completion(cntr, true);
+		return Outcome::None;
+	}
+	s->fill(seq, seq, nullptr, send ? FI_SEND | FI_MSG : FI_RMA | FI_WRITE, 0, false, cntr, 0);
+	ibv_wc filled = wc;
+	filled.wr_id = reinterpret_cast<uintptr_t>(s);
+	return handle_wc(cq, filled, c, e);
+}
+
 // Turns one work completion into what the application sees, retiring the
 // slots it covers.
 // `cq` is the CQ being polled (its lock held).
@@ -177,6 +210,8 @@ Outcome handle_wc(Cq *cq, const ibv_wc &wc, Completion &c, fi_cq_err_entry &e)
 {
 	VRMA_ASSERT_HELD(cq->lock);
 	device_completed(wc.wr_id);
+	if (wc.wr_id & kTxBareMask) [[unlikely]]
+		return tx_wc_bare(cq, wc, c, e);
 	auto *h = reinterpret_cast<SlotHeader *>(wc.wr_id);
 	// Only MSG connections complete into application CQs.
 	Ep *ep = h->conn->ep;

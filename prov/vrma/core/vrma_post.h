@@ -175,6 +175,7 @@ inline void post_more_locked(Conn *conn, Unposted *unposted) noexcept
 	mc.nsge = 0;
 	mc.inline_used = 0;
 	conn->more_held.store(false, std::memory_order_relaxed);
+	conn->tx_one_room.store(conn->tx_one_limit, std::memory_order_relaxed);
 }
 
 [[gnu::noinline]] inline void report_unposted_slow(Conn *conn, const Unposted &u) noexcept
@@ -258,6 +259,7 @@ static_assert(kMaxSge + kMaxOpWr <= MoreChain::kMaxWr * kMaxSge, "an operation's
 		mc.nwr++;
 	}
 	conn->more_held.store(true, std::memory_order_relaxed);
+	conn->tx_one_room.store(0, std::memory_order_relaxed);
 }
 
 inline ssize_t post_failed(int rc, const char *what) noexcept
@@ -317,25 +319,55 @@ inline constexpr uint64_t kOneWrOpFlags = FI_COMPLETION | FI_INJECT | FI_INJECT_
 	return desc && len && !static_cast<const MrDesc *>(desc)->covers(buf, len);
 }
 
-// How the one buffer of a fast-path call goes (rma_fast, send_fast): as
+// How the one buffer of a fast-path call other than an inject goes
+// (rma_fast, send_fast; an inject's is inline data or the long way): as
 // inline data (a desc given must still hold it: build_sges refuses it the
 // long way), by its desc's key, or the long way: `slow` (the caller's own
 // reasons), an empty buffer, a desc that does not hold it, none for a
-// buffer beyond inline data, more than `max` bytes, an inject beyond
-// inline data. (A callable for the long way would put the caller's
-// arguments on the stack.)
+// buffer beyond inline data, more than `max` bytes. `copied`: the buffer
+// is not empty and fits inline data. (A callable for the long way would
+// put the caller's arguments on the stack.)
 enum class FastBuf : uint8_t { Slow, Inline, Keyed };
-[[gnu::always_inline]] inline FastBuf fast_buf(bool slow, bool copied, bool inject,
-					       const MrDesc *d, const void *buf, size_t len,
-					       size_t max) noexcept
+[[gnu::always_inline]] inline FastBuf fast_buf(bool slow, bool copied, const MrDesc *d,
+					       const void *buf, size_t len, size_t max) noexcept
 {
 	if (slow) [[unlikely]]
 		return FastBuf::Slow;
-	if (copied && len)
+	if (copied)
 		return (d ? d->holds(buf, len) : buf != nullptr) ? FastBuf::Inline : FastBuf::Slow;
-	if (!inject && len && d && len <= max && d->holds(buf, len)) [[likely]]
+	if (len && d && len <= max && d->holds(buf, len)) [[likely]]
 		return FastBuf::Keyed;
 	return FastBuf::Slow;
+}
+
+// A fast-path call's one buffer posted (post(lkey, send_flags)) or sent
+// the long way (long_way()), as fast_buf says; an inject's is inline data
+// or the long way, a branch per term (or-ed, the compiler tests them as a
+// chain of flags, which costs more).
+template <bool Inject, class Post, class LongWay>
+[[gnu::always_inline]] inline ssize_t post_one_buffer(bool slow, bool copied, const MrDesc *d,
+						      const void *buf, size_t len, size_t max,
+						      Post &&post, LongWay &&long_way) noexcept
+{
+	if constexpr (Inject) {
+		if (slow) [[unlikely]]
+			return long_way();
+		if (!copied) [[unlikely]]
+			return long_way();
+		if (!buf) [[unlikely]]
+			return long_way();
+		return post(0, IBV_SEND_INLINE);
+	}
+	// Two posts, each with its constants; empty buffers take the long way.
+	switch (fast_buf(slow, copied, d, buf, len, max)) {
+	case FastBuf::Inline:
+		return post(0, IBV_SEND_INLINE);
+	case FastBuf::Keyed:
+		return post(d->key(), 0);
+	case FastBuf::Slow:
+		break;
+	}
+	return long_way();
 }
 
 // The one work request of a fast-path operation (rma_one, send_one): `sge`
@@ -391,12 +423,14 @@ enum class FastBuf : uint8_t { Slow, Inline, Keyed };
 }
 
 // The device refused a one-request post (post_send_one, post_fast; tx
-// lock held): its slot and the signal mark from before it are taken back.
-[[gnu::noinline, gnu::cold]] inline ssize_t post_one_refused(Conn *conn, uint64_t prev_signaled,
-							     int rc) noexcept
+// lock held): its slot is taken back, and the next request is signaled
+// (the refused one may have been the signal a period needs: signaling
+// early is always safe, and spares the fast paths keeping the old mark
+// alive across the doorbell).
+[[gnu::noinline, gnu::cold]] inline ssize_t post_one_refused(Conn *conn, int rc) noexcept
 {
 	conn->tx.unpush();
-	conn->last_signaled = prev_signaled;
+	conn->last_signaled = conn->tx.head() - conn->signal_period;
 	return post_failed(rc, "ibv_post_send");
 }
 
@@ -411,17 +445,15 @@ enum class FastBuf : uint8_t { Slow, Inline, Keyed };
 {
 	TxGuard guard(conn);
 	VRMA_ASSERT_HELD(tx_lock_of(conn));
-	// FI_MORE (and what it held back) takes the long way: batching saves
-	// the doorbell, not these instructions.
-	// tx_one_limit is 0 for a credited queue: its posts take the long way.
-	if (conn->state.load(std::memory_order_acquire) != EpState::Connected ||
-	    conn->tx.outstanding() >= conn->tx_one_limit || more ||
-	    conn->more_held.load(std::memory_order_relaxed)) [[unlikely]]
+	// FI_MORE (and what it held back: tx_one_room 0) takes the long way:
+	// batching saves the doorbell, not these instructions. tx_one_limit is
+	// 0 for a credited queue: its posts take the long way.
+	if (more || conn->state.load(std::memory_order_acquire) != EpState::Connected ||
+	    conn->tx.outstanding() >= conn->tx_one_room.load(std::memory_order_relaxed)) [[unlikely]]
 		return post_one_slow(conn, wr, context, comp_flags, len, report, cntr, more, aux);
 	const uint64_t seq = conn->tx.head();
 	TxSlot &s = conn->tx.at(seq);
 	s.fill(seq, seq, context, comp_flags, len, report, cntr, 0, aux);
-	const uint64_t prev_signaled = conn->last_signaled;
 	tx_signal(conn, seq, report, cntr, aux, wr.send_flags);
 	wr.wr_id = reinterpret_cast<uintptr_t>(&s);
 	wr.next = nullptr;
@@ -429,7 +461,7 @@ enum class FastBuf : uint8_t { Slow, Inline, Keyed };
 	ibv_send_wr *bad;
 	device_will_post(&wr);
 	if (int rc = ibv_post_send(conn->qp, &wr, &bad)) [[unlikely]]
-		return post_one_refused(conn, prev_signaled, rc);
+		return post_one_refused(conn, rc);
 	return 0;
 }
 
@@ -469,7 +501,9 @@ enum class FastBuf : uint8_t { Slow, Inline, Keyed };
 // (opcode and the payload's lkey 0 set up with it: RDM). Connected: the
 // caller saw the connection connected under the lock that serializes it
 // (an RDM endpoint's), so it still is.
-template <ibv_wr_opcode Op, bool Hdr = false, bool Connected = false>
+// Bare: an MSG inject (no context, report or aux; counted on the
+// endpoint's counter of its kind), its slot left unwritten (kTxBare).
+template <ibv_wr_opcode Op, bool Hdr = false, bool Connected = false, bool Bare = false>
 [[gnu::always_inline]] inline ssize_t post_fast_held(VRMA_FAST_POST_PARAMS) noexcept
 {
 	constexpr bool imm = Op == IBV_WR_RDMA_WRITE_WITH_IMM || Op == IBV_WR_SEND_WITH_IMM;
@@ -477,14 +511,26 @@ template <ibv_wr_opcode Op, bool Hdr = false, bool Connected = false>
 	VRMA_ASSERT_HELD(tx_lock_of(conn));
 	const uint64_t seq = conn->tx.head();
 	if ((!Connected && conn->state.load(std::memory_order_acquire) != EpState::Connected) ||
-	    seq - conn->tx.tail() >= conn->tx_one_limit ||
-	    conn->more_held.load(std::memory_order_relaxed)) [[unlikely]]
+	    seq - conn->tx.tail() >= conn->tx_one_room.load(std::memory_order_relaxed)) [[unlikely]]
 		return post_fast_unready(Op, Hdr, VRMA_FAST_POST_ARGS);
+	static_assert(!Bare || (!Hdr && !Connected && Op != IBV_WR_RDMA_READ),
+		      "a bare post is an MSG inject");
 	TxSlot &s = conn->tx.at(seq);
-	s.fill(seq, seq, context, comp_flags, len, report, cntr, 0, aux);
-	const uint64_t prev_signaled = conn->last_signaled;
 	const bool inline_data = send_flags & IBV_SEND_INLINE;
-	tx_signal(conn, seq, report, cntr, aux, send_flags);
+	uintptr_t wr_id = reinterpret_cast<uintptr_t>(&s);
+	if constexpr (Bare) {
+		// The slot is implied (kTxBare); tx_signal for an inject: nothing
+		// reported, nothing held.
+		constexpr bool send = Op == IBV_WR_SEND || Op == IBV_WR_SEND_WITH_IMM;
+		wr_id |= kTxBare | (send ? kTxBareSend : 0);
+		if (cntr || seq - conn->last_signaled >= conn->signal_period) [[unlikely]] {
+			send_flags |= IBV_SEND_SIGNALED;
+			conn->last_signaled = seq;
+		}
+	} else {
+		s.fill(seq, seq, context, comp_flags, len, report, cntr, 0, aux);
+		tx_signal(conn, seq, report, cntr, aux, send_flags);
+	}
 	ibv_send_wr &wr = conn->one_wr;
 	if constexpr (Hdr) {
 		// The connection's own kind of request: opcode and key set up
@@ -500,7 +546,7 @@ template <ibv_wr_opcode Op, bool Hdr = false, bool Connected = false>
 		wr.num_sge = 1;
 		wr.opcode = Op;
 	}
-	wr.wr_id = reinterpret_cast<uintptr_t>(&s);
+	wr.wr_id = wr_id;
 	wr.send_flags = send_flags;
 	if constexpr (imm)
 		wr.imm_data = imm_be;
@@ -511,17 +557,17 @@ template <ibv_wr_opcode Op, bool Hdr = false, bool Connected = false>
 	conn->tx.publish(seq);
 	device_will_post(&wr);
 	if (int rc = ibv_post_send(conn->qp, &wr, &conn->one_bad)) [[unlikely]]
-		return post_one_refused(conn, prev_signaled, rc);
+		return post_one_refused(conn, rc);
 	return 0;
 }
 
 // post_fast under the connection's tx lock, out of line: the lock's calls
 // would cost the serialized path its registers.
-template <ibv_wr_opcode Op>
+template <ibv_wr_opcode Op, bool Bare>
 [[gnu::noinline]] inline ssize_t post_fast_locked(VRMA_FAST_POST_PARAMS) noexcept
 {
 	TxGuard guard(conn);
-	return post_fast_held<Op>(VRMA_FAST_POST_ARGS);
+	return post_fast_held<Op, false, false, Bare>(VRMA_FAST_POST_ARGS);
 }
 
 // The one-request fast path's post: the connection's prebuilt request
@@ -531,13 +577,16 @@ template <ibv_wr_opcode Op>
 // this checks the connection (connected, room in the ring, nothing held by
 // FI_MORE, not credited) and sends anything else the long way. len is not
 // 0 (one sge); send_flags is IBV_SEND_INLINE or 0. An RDM connection,
-// serialized by its endpoint's lock, calls post_fast_held.
-template <ibv_wr_opcode Op>
+// serialized by its endpoint's lock, calls post_fast_held. Bare: an MSG
+// inject (kTxBare). Serial: Conn::tx_serialized, known when the caller's
+// ops table was chosen (rma_ops_for, msg_ops_for).
+template <ibv_wr_opcode Op, bool Bare, bool Serial>
 [[gnu::always_inline]] inline ssize_t post_fast(VRMA_FAST_POST_PARAMS) noexcept
 {
-	if (!conn->tx_serialized)
-		return post_fast_locked<Op>(VRMA_FAST_POST_ARGS);
-	return post_fast_held<Op>(VRMA_FAST_POST_ARGS);
+	if constexpr (Serial)
+		return post_fast_held<Op, false, false, Bare>(VRMA_FAST_POST_ARGS);
+	else
+		return post_fast_locked<Op, Bare>(VRMA_FAST_POST_ARGS);
 }
 
 #undef VRMA_FAST_POST_ARGS
@@ -557,13 +606,9 @@ template <ibv_wr_opcode Op>
 	return !conn_lost(conn) && cq_credit_take(conn->tx_credits, n) ? 0 : -FI_EAGAIN;
 }
 
-// The held-back chain, allocated at the first FI_MORE (tx lock held);
-// false without memory.
-inline bool ensure_more(Conn *conn) noexcept
+// ensure_more's first time: the chain allocated.
+[[gnu::noinline, gnu::cold]] inline bool alloc_more(Conn *conn) noexcept
 {
-	VRMA_ASSERT_HELD(tx_lock_of(conn));
-	if (conn->more) [[likely]]
-		return true;
 	try {
 		auto mc = std::make_unique<MoreChain>();
 		mc->inline_cap = MoreChain::kMaxWr * conn->inline_size;
@@ -573,6 +618,16 @@ inline bool ensure_more(Conn *conn) noexcept
 		return false;
 	}
 	return true;
+}
+
+// The held-back chain, allocated at the first FI_MORE (tx lock held);
+// false without memory. Inlined: every FI_MORE operation asks.
+[[gnu::always_inline]] inline bool ensure_more(Conn *conn) noexcept
+{
+	VRMA_ASSERT_HELD(tx_lock_of(conn));
+	if (conn->more) [[likely]]
+		return true;
+	return alloc_more(conn);
 }
 
 // Delivery-complete writes sharing one read-back: the plan and its hazards
@@ -686,7 +741,7 @@ inline ssize_t post_send_chain_locked(Conn *conn, ibv_send_wr *wrs, size_t n, co
 		// left to their caller by the failure's sweep (RdmTxOp::posted,
 		// RdmAtomicOp::posted), and a rendezvous' reads or an answer
 		// whose post was refused so end with the connection
-		// (post_reads, send_answer). A MSG endpoint's transmit after its
+		// (rdm_post_reads, send_answer). A MSG endpoint's transmit after its
 		// connection's end is the application's error.
 		if (conn->peer)
 			return -FI_EAGAIN;

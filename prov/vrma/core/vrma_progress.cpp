@@ -6,12 +6,15 @@
 //    source by the key carried in the epoll data (never a pointer that may
 //    be stale), and progress_detach removes it under the same lock;
 //  - a source attached with a tick while the thread sleeps without a
-//    deadline: the attach wakes it (wake_fd) to recompute its timeout.
+//    deadline: the attach wakes it (wake_fd) to recompute its timeout;
+//  - many sources: a wake-up touches only the sources whose tick is due
+//    (a min-heap of deadlines), never the whole set.
 #include "vrma_progress.h"
 #include "vrma_domain.h"
 
 #include <map>
 #include <pthread.h>
+#include <queue>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <thread>
@@ -38,10 +41,21 @@ struct Progress {
 		Clock::duration tick;  // zero: no ticks
 		Clock::time_point due; // the next tick
 	};
-	// Guards sources, next_key and the thread's start; held by the thread
-	// while it runs handlers.
+	// A tick's deadline. The heap holds one entry per ticking source
+	// whose `due` equals the source's; an entry whose source was detached,
+	// or whose tick a run for its descriptor pushed later, is dropped (or
+	// pushed again) when it comes up. Detached sources' entries leave
+	// within one tick: the heap stays bounded by what was attached lately.
+	struct Deadline {
+		Clock::time_point due;
+		uint64_t key;
+		bool operator>(const Deadline &o) const noexcept { return due > o.due; }
+	};
+	// Guards sources, ticks, next_key and the thread's start; held by the
+	// thread while it runs handlers.
 	CheckedMutex lock;
 	std::map<uint64_t, Source> sources;
+	std::priority_queue<Deadline, std::vector<Deadline>, std::greater<Deadline>> ticks;
 	uint64_t next_key = kFirstKey;
 	Fd epoll_fd;
 	Fd stop_fd;
@@ -70,24 +84,29 @@ void ProgressDeleter::operator()(Progress *p) const noexcept
 namespace {
 
 // Runs the ticks that are due and returns the epoll timeout until the next
-// one (-1: none). Lock held.
-int run_ticks(Progress *p)
+// one (-1: none). Lock held. Each push follows a pop: the heap's storage
+// never grows here, so nothing throws.
+int run_ticks(Progress *p) noexcept
 {
 	VRMA_ASSERT_HELD(p->lock);
 	const Clock::time_point now = Clock::now();
-	Clock::time_point next = Clock::time_point::max();
-	for (auto &[key, s] : p->sources) {
-		if (s.tick == Clock::duration::zero())
-			continue;
+	while (!p->ticks.empty() && p->ticks.top().due <= now) {
+		const Progress::Deadline d = p->ticks.top();
+		p->ticks.pop();
+		auto it = p->sources.find(d.key);
+		if (it == p->sources.end())
+			continue; // detached
+		Progress::Source &s = it->second;
 		if (s.due <= now) {
 			s.fn(s.ctx);
 			s.due = now + s.tick;
 		}
-		next = std::min(next, s.due);
+		p->ticks.push({s.due, d.key}); // its next tick (or the one a run pushed later)
 	}
-	if (next == Clock::time_point::max())
+	if (p->ticks.empty())
 		return -1;
-	const auto ms = std::chrono::ceil<std::chrono::milliseconds>(next - Clock::now()).count();
+	const auto ms =
+		std::chrono::ceil<std::chrono::milliseconds>(p->ticks.top().due - Clock::now()).count();
 	return static_cast<int>(std::clamp<long long>(ms, 0, 60'000));
 }
 
@@ -112,8 +131,13 @@ void run(Progress *p) noexcept
 				continue;
 			}
 			auto it = p->sources.find(key);
-			if (it != p->sources.end()) // else detached since epoll_wait returned
-				it->second.fn(it->second.ctx);
+			if (it == p->sources.end())
+				continue; // detached since epoll_wait returned
+			Progress::Source &s = it->second;
+			s.fn(s.ctx);
+			// The same handler serves the tick: this run was it.
+			if (s.tick != Clock::duration::zero())
+				s.due = Clock::now() + s.tick;
 		}
 		timeout = run_ticks(p);
 	}
@@ -180,10 +204,19 @@ try {
 	const uint64_t k = p->next_key++;
 	const Clock::duration tick = tick_ms > 0 ? Clock::duration(std::chrono::milliseconds(tick_ms))
 						 : Clock::duration::zero();
-	p->sources.emplace(k, Progress::Source{fn, ctx, fd, tick, Clock::now() + tick});
+	const Clock::time_point due = Clock::now() + tick;
+	p->sources.emplace(k, Progress::Source{fn, ctx, fd, tick, due});
+	if (tick_ms > 0) {
+		try {
+			p->ticks.push({due, k});
+		} catch (...) {
+			p->sources.erase(k);
+			throw;
+		}
+	}
 	if (fd >= 0) {
 		if (int rc = watch(p, fd, k)) {
-			p->sources.erase(k);
+			p->sources.erase(k); // its heap entry, if any, is dropped when due
 			VRMA_WARN(FI_LOG_DOMAIN, "progress: cannot watch descriptor %d: %s\n", fd,
 				  fi_strerror(-rc));
 			return rc;

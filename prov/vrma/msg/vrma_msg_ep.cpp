@@ -102,12 +102,13 @@ int ep_close(fid *f) noexcept
 	}
 	bool drained = true;
 	if (ep->conn.qp) {
-		// A connection the application closes without fi_shutdown ends
-		// like one it shuts down (the ACK hazard of ep_disconnect).
+		// A connection the application closes without fi_shutdown sends
+		// its disconnect request first too (the ACK hazard of
+		// ep_disconnect); nothing can wait for the answer here: the QP
+		// goes to the error state now, to flush before it is destroyed.
 		if (ep->conn.state.load() == EpState::Connected)
 			(void)ep_disconnect(ep);
-		else
-			ep_set_error(ep);
+		ep_set_error(ep);
 		conn_post_sentinel(&ep->conn);
 		drained = cq_drain_endpoint(send_cq_of(ep), ep, true, 2000) &&
 			  cq_drain_endpoint(recv_cq_of(ep), ep, false, 2000);
@@ -414,12 +415,14 @@ void ep_set_error(Ep *ep) noexcept
 
 // Hazard: the device may still owe the peer the ACK of a message whose
 // completion this side has already read: soft-RoCE writes the receive's CQE
-// before it sends the ACK, from the sender's context. The error state drops
-// an ACK not yet sent, and the peer's send, delivered, then ends flushed
-// (FI_ECANCELED) when the disconnect reaches it: fabtests' finalize does
-// exactly this (the client leaves as soon as it has the server's last
-// message). rdma_disconnect moves the QP first; here the request goes out
-// first, which leaves the device the time of that call to finish.
+// before it sends the ACK. The error state drops an ACK not yet sent, and
+// the peer's send, delivered, then ends flushed (FI_ECANCELED) when the
+// disconnect reaches it: fabtests' finalize does exactly this (the client
+// leaves as soon as it has the server's last message). rdma_disconnect
+// would move the QP first; here the QP stays in RTS while the request goes
+// out, and goes to the error state when the peer's answer arrives
+// (RDMA_CM_EVENT_DISCONNECTED, or the CM's timeout when the peer is gone):
+// every ACK this side owes leaves before the peer even learns of the end.
 // librdmacm moves the QP only when the id names one, and touches the id's
 // QP on no later event once it is ESTABLISHED: hiding it for the call is
 // safe for a connected endpoint only.
@@ -430,7 +433,6 @@ int ep_disconnect(Ep *ep) noexcept
 	const int rc = rdma_disconnect(id);
 	const int err = errno;
 	id->qp = qp;
-	ep_set_error(ep);
 	errno = err;
 	return rc;
 }
@@ -525,7 +527,7 @@ public:
 	{
 		ep->conn.tx_credits = send_cq;
 		ep->conn.tx_spare = send_cq ? 1 : 0;
-		ep->conn.tx_one_limit = send_cq ? 0 : ep->conn.tx_depth;
+		ep->conn.set_one_limit(send_cq ? 0 : ep->conn.tx_depth);
 		ep->rx_credits = recv_cq;
 		ep->rx_post_limit = recv_cq ? 0 : ep->rx_depth;
 	}
@@ -537,7 +539,7 @@ public:
 			cq_credit_give(ep_->rx_credits, ep_->rx.outstanding());
 		ep_->conn.tx_credits = nullptr;
 		ep_->conn.tx_spare = 0;
-		ep_->conn.tx_one_limit = ep_->conn.tx_depth;
+		ep_->conn.set_one_limit(ep_->conn.tx_depth);
 		ep_->rx_credits = nullptr;
 		ep_->rx_post_limit = ep_->rx_depth;
 		ep_->own_rx_unposted.store(0);
@@ -712,7 +714,7 @@ try {
 	ep->conn.tx_depth = clamp_to_device(info->tx_attr ? info->tx_attr->size : 0, params.tx_size, d.max_qp_wr - 1);
 	ep->conn.tx_cap = tx_capacity_for(ep->conn.tx_depth, d.max_qp_wr);
 	ep->rx_depth = clamp_to_device(info->rx_attr ? info->rx_attr->size : 0, params.rx_size, d.max_qp_wr);
-	ep->conn.tx_one_limit = ep->conn.tx_depth;
+	ep->conn.set_one_limit(ep->conn.tx_depth);
 	ep->rx_post_limit = ep->rx_depth;
 	const int max_sge = std::min(d.max_sge, static_cast<int>(kMaxSge));
 	// One send scatter entry stays free for a staged message's header.
@@ -839,8 +841,8 @@ try {
 	ep->fid.ops = const_cast<fi_ops *>(&ep_fi_ops);
 	ep->ops = const_cast<fi_ops_ep *>(ep->rx_mode == RxMode::Staged ? &staged_ep_ops : &ep_ops);
 	ep->cm = const_cast<fi_ops_cm *>(&ep_cm_ops);
-	ep->msg = const_cast<fi_ops_msg *>(msg_ops_for(ep->rx_mode));
-	ep->rma = const_cast<fi_ops_rma *>(&rma_ops);
+	ep->msg = const_cast<fi_ops_msg *>(msg_ops_for(ep->rx_mode, ep->conn.tx_serialized));
+	ep->rma = const_cast<fi_ops_rma *>(rma_ops_for(ep->conn.tx_serialized));
 	ep->tagged = const_cast<fi_ops_tagged *>(&tagged_nosys);
 	ep->atomic = const_cast<fi_ops_atomic *>(&atomic_nosys);
 	ep->collective = const_cast<fi_ops_collective *>(&collective_nosys);

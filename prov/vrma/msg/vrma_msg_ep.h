@@ -272,8 +272,9 @@ void ep_repost_own_rx(Ep *ep) noexcept;
 // Moves the QP to the error state so that outstanding requests flush.
 void ep_set_error(Ep *ep) noexcept;
 // Ends a connected endpoint's connection: rdma_disconnect's request to the
-// peer, then the QP to the error state (outstanding requests flush now).
-// Returns rdma_disconnect's result, errno set.
+// peer, the QP left in RTS (it goes to the error state, and outstanding
+// requests flush, at RDMA_CM_EVENT_DISCONNECTED). Returns rdma_disconnect's
+// result, errno set.
 int ep_disconnect(Ep *ep) noexcept;
 // The connection ended (fi_shutdown, the peer disconnected, a request
 // failed, the device went): what FI_MORE held back is posted into the error
@@ -371,12 +372,14 @@ ssize_t staged_cancel(Ep *ep, void *context) noexcept;
 size_t staged_rx_left(Ep *ep) noexcept;
 
 // vrma_msg_sendrecv.cpp, vrma_msg_rma.cpp
-// The message ops of an endpoint with this receive mode (the sends are the
-// same in all; the receives are chosen by the mode).
-const fi_ops_msg *msg_ops_for(RxMode mode) noexcept;
+// The message ops of an endpoint with this receive mode (it chooses the
+// receives) and Conn::tx_serialized (it chooses the sends without a flags
+// argument, which then take or skip the tx lock without testing).
+const fi_ops_msg *msg_ops_for(RxMode mode, bool serialized) noexcept;
 // Records the peer's wire::kCmFlag* and the modes derived from them; called
 // once per connection, before it is announced (Connected).
 void msg_set_peer_flags(Ep *ep, uint8_t flags) noexcept;
-extern const fi_ops_rma rma_ops;
+// The RMA ops of an endpoint, chosen by Conn::tx_serialized as the sends.
+const fi_ops_rma *rma_ops_for(bool serialized) noexcept;
 
 } // namespace vrma

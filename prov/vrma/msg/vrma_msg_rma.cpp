@@ -202,7 +202,7 @@ enum class FastRma { Read, Write, WriteData, Inject, InjectData };
 // so a call checks its arguments and the peer, fills the connection's
 // prebuilt request and posts it (post_fast). Anything else takes
 // rma_one_slow, which decides again from the flags.
-template <FastRma K>
+template <FastRma K, bool Serial>
 [[gnu::always_inline]] inline ssize_t rma_fast(Ep *ep, const void *buf, size_t len, void *desc,
 					       uint64_t addr, uint64_t key, uint64_t data,
 					       void *context) noexcept
@@ -212,7 +212,9 @@ template <FastRma K>
 	constexpr bool imm = K == FastRma::WriteData || K == FastRma::InjectData;
 	Conn *conn = &ep->conn;
 	const uint8_t peer = conn->peer_cm_flags.load(std::memory_order_relaxed);
-	const bool copied = !is_read && len <= conn->inline_size; // inline: no key needed
+	// Inline (no key needed): not empty, and fits. One compare: an empty
+	// length wraps past every inline size.
+	const bool copied = !is_read && len - 1 < conn->inline_size;
 	const MrDesc *d = static_cast<const MrDesc *>(desc);
 	// One branch per term, each to the long way: cheaper than or-ing
 	// flags where every term is a load and a test.
@@ -225,26 +227,19 @@ template <FastRma K>
 					 : imm  ? IBV_WR_RDMA_WRITE_WITH_IMM
 						: IBV_WR_RDMA_WRITE;
 	auto post = [&](uint32_t lkey, unsigned send_flags) __attribute__((always_inline)) {
-		return post_fast<opcode>(conn, reinterpret_cast<uintptr_t>(buf), len, lkey,
+		return post_fast<opcode, inject, Serial>(conn, reinterpret_cast<uintptr_t>(buf), len, lkey,
 					 send_flags, addr,
 					 static_cast<uint32_t>(key), htonl(static_cast<uint32_t>(data)),
 					 inject ? nullptr : context, !inject && ep->fast_report,
 					 is_read ? ep->cntr_read : ep->cntr_write,
 					 FI_RMA | (is_read ? FI_READ : FI_WRITE), 0);
 	};
-	// Two posts, each with its constants; empty operations take the long
-	// way.
-	switch (fast_buf(slow, copied, inject, d, buf, len, conn->max_wr_bytes)) {
-	case FastBuf::Inline:
-		return post(0, IBV_SEND_INLINE);
-	case FastBuf::Keyed:
-		return post(d->key(), 0);
-	case FastBuf::Slow:
-		break;
-	}
-	const uint64_t flags = (inject ? FI_INJECT : ep->tx_op_flags) | (imm ? FI_REMOTE_CQ_DATA : 0);
-	return rma_one_slow(ep, is_read ? IBV_WR_RDMA_READ : IBV_WR_RDMA_WRITE, buf, len, desc, addr,
-			    key, data, flags, context, inject);
+	auto long_way = [&]() __attribute__((always_inline)) {
+		const uint64_t flags = (inject ? FI_INJECT : ep->tx_op_flags) | (imm ? FI_REMOTE_CQ_DATA : 0);
+		return rma_one_slow(ep, is_read ? IBV_WR_RDMA_READ : IBV_WR_RDMA_WRITE, buf, len, desc,
+				    addr, key, data, flags, context, inject);
+	};
+	return post_one_buffer<inject>(slow, copied, d, buf, len, conn->max_wr_bytes, post, long_way);
 }
 
 // One local buffer and one remote segment that holds it.
@@ -254,10 +249,11 @@ inline bool one_segment(const fi_msg_rma *msg) noexcept
 	       msg->rma_iov[0].len >= msg->msg_iov[0].iov_len;
 }
 
+template <bool Serial>
 ssize_t rma_read(fid_ep *f, void *buf, size_t len, void *desc, fi_addr_t, uint64_t addr,
 		 uint64_t key, void *context) noexcept
 {
-	return rma_fast<FastRma::Read>(static_cast<Ep *>(f), buf, len, desc, addr, key, 0, context);
+	return rma_fast<FastRma::Read, Serial>(static_cast<Ep *>(f), buf, len, desc, addr, key, 0, context);
 }
 
 ssize_t rma_readv(fid_ep *f, const iovec *iov, void **desc, size_t count, fi_addr_t,
@@ -285,10 +281,11 @@ ssize_t rma_readmsg(fid_ep *f, const fi_msg_rma *msg, uint64_t flags) noexcept
 			  false);
 }
 
+template <bool Serial>
 ssize_t rma_write(fid_ep *f, const void *buf, size_t len, void *desc, fi_addr_t, uint64_t addr,
 		  uint64_t key, void *context) noexcept
 {
-	return rma_fast<FastRma::Write>(static_cast<Ep *>(f), buf, len, desc, addr, key, 0, context);
+	return rma_fast<FastRma::Write, Serial>(static_cast<Ep *>(f), buf, len, desc, addr, key, 0, context);
 }
 
 ssize_t rma_writev(fid_ep *f, const iovec *iov, void **desc, size_t count, fi_addr_t,
@@ -316,40 +313,59 @@ ssize_t rma_writemsg(fid_ep *f, const fi_msg_rma *msg, uint64_t flags) noexcept
 			  msg->context, false);
 }
 
+template <bool Serial>
 ssize_t rma_inject(fid_ep *f, const void *buf, size_t len, fi_addr_t, uint64_t addr,
 		   uint64_t key) noexcept
 {
-	return rma_fast<FastRma::Inject>(static_cast<Ep *>(f), buf, len, nullptr, addr, key, 0,
+	return rma_fast<FastRma::Inject, Serial>(static_cast<Ep *>(f), buf, len, nullptr, addr, key, 0,
 					 nullptr);
 }
 
+template <bool Serial>
 ssize_t rma_writedata(fid_ep *f, const void *buf, size_t len, void *desc, uint64_t data,
 		      fi_addr_t, uint64_t addr, uint64_t key, void *context) noexcept
 {
-	return rma_fast<FastRma::WriteData>(static_cast<Ep *>(f), buf, len, desc, addr, key, data,
+	return rma_fast<FastRma::WriteData, Serial>(static_cast<Ep *>(f), buf, len, desc, addr, key, data,
 					    context);
 }
 
+template <bool Serial>
 ssize_t rma_injectdata(fid_ep *f, const void *buf, size_t len, uint64_t data, fi_addr_t,
 		       uint64_t addr, uint64_t key) noexcept
 {
-	return rma_fast<FastRma::InjectData>(static_cast<Ep *>(f), buf, len, nullptr, addr, key,
+	return rma_fast<FastRma::InjectData, Serial>(static_cast<Ep *>(f), buf, len, nullptr, addr, key,
 					     data, nullptr);
 }
 
 } // namespace
 
-const fi_ops_rma rma_ops = {
-	.size = sizeof(fi_ops_rma),
-	.read = rma_read,
-	.readv = rma_readv,
-	.readmsg = rma_readmsg,
-	.write = rma_write,
-	.writev = rma_writev,
-	.writemsg = rma_writemsg,
-	.inject = rma_inject,
-	.writedata = rma_writedata,
-	.injectdata = rma_injectdata,
-};
+namespace {
+
+// One table per transmit serialization (Conn::tx_serialized): the calls
+// without a flags argument post without testing it.
+template <bool Serial> constexpr fi_ops_rma rma_ops_serialized() noexcept
+{
+	return {
+		.size = sizeof(fi_ops_rma),
+		.read = rma_read<Serial>,
+		.readv = rma_readv,
+		.readmsg = rma_readmsg,
+		.write = rma_write<Serial>,
+		.writev = rma_writev,
+		.writemsg = rma_writemsg,
+		.inject = rma_inject<Serial>,
+		.writedata = rma_writedata<Serial>,
+		.injectdata = rma_injectdata<Serial>,
+	};
+}
+constexpr fi_ops_rma locked_rma_ops = rma_ops_serialized<false>();
+constexpr fi_ops_rma serial_rma_ops = rma_ops_serialized<true>();
+
+} // namespace
+
+const fi_ops_rma *rma_ops_for(bool serialized) noexcept
+{
+	return serialized ? &serial_rma_ops : &locked_rma_ops;
+}
 
 } // namespace vrma

@@ -249,14 +249,16 @@ ssize_t send_common(Ep *ep, const iovec *iov, void *const *desc, size_t count, u
 // send_one_slow.
 enum class FastSend { Send, SendData, Inject, InjectData };
 
-template <FastSend K>
+template <FastSend K, bool Serial>
 [[gnu::always_inline]] inline ssize_t send_fast(Ep *ep, const void *buf, size_t len, void *desc,
 						 uint64_t data, void *context) noexcept
 {
 	constexpr bool inject = K == FastSend::Inject || K == FastSend::InjectData;
 	constexpr bool imm = K == FastSend::SendData || K == FastSend::InjectData;
 	Conn *conn = &ep->conn;
-	const bool copied = len <= conn->inline_size; // inline: no key needed
+	// Inline (no key needed): not empty, and fits. One compare: an empty
+	// length wraps past every inline size.
+	const bool copied = len - 1 < conn->inline_size;
 	const MrDesc *d = static_cast<const MrDesc *>(desc);
 	bool slow = ep->peer_rx.load(std::memory_order_relaxed) != PeerRx::AppBuffers;
 	if constexpr (imm)
@@ -264,23 +266,17 @@ template <FastSend K>
 	if constexpr (!inject)
 		slow = slow || !ep->fast_plain;
 	auto post = [&](uint32_t lkey, unsigned send_flags) __attribute__((always_inline)) {
-		return post_fast<imm ? IBV_WR_SEND_WITH_IMM : IBV_WR_SEND>(
+		return post_fast<imm ? IBV_WR_SEND_WITH_IMM : IBV_WR_SEND, inject, Serial>(
 			conn, reinterpret_cast<uintptr_t>(buf), len, lkey,
 			send_flags, 0, 0, htonl(static_cast<uint32_t>(data)),
 			inject ? nullptr : context, !inject && ep->fast_report, ep->cntr_send,
 			FI_SEND | FI_MSG, 0);
 	};
-	// As in rma_fast; empty messages take the long way.
-	switch (fast_buf(slow, copied, inject, d, buf, len, conn->max_msg_size)) {
-	case FastBuf::Inline:
-		return post(0, IBV_SEND_INLINE);
-	case FastBuf::Keyed:
-		return post(d->key(), 0);
-	case FastBuf::Slow:
-		break;
-	}
-	const uint64_t flags = (inject ? FI_INJECT : ep->tx_op_flags) | (imm ? FI_REMOTE_CQ_DATA : 0);
-	return send_one_slow(ep, buf, len, desc, data, flags, context, inject);
+	auto long_way = [&]() __attribute__((always_inline)) {
+		const uint64_t flags = (inject ? FI_INJECT : ep->tx_op_flags) | (imm ? FI_REMOTE_CQ_DATA : 0);
+		return send_one_slow(ep, buf, len, desc, data, flags, context, inject);
+	};
+	return post_one_buffer<inject>(slow, copied, d, buf, len, conn->max_msg_size, post, long_way);
 }
 
 // A receive on an endpoint that receives no messages (RxMode::ZeroLength,
@@ -398,10 +394,11 @@ template <RecvPath Path> ssize_t msg_recvmsg(fid_ep *f, const fi_msg *msg, uint6
 	return Path(ep, msg->msg_iov, msg->desc, msg->iov_count, flags, msg->context);
 }
 
+template <bool Serial>
 ssize_t msg_send(fid_ep *f, const void *buf, size_t len, void *desc, fi_addr_t,
 		 void *context) noexcept
 {
-	return send_fast<FastSend::Send>(static_cast<Ep *>(f), buf, len, desc, 0, context);
+	return send_fast<FastSend::Send, Serial>(static_cast<Ep *>(f), buf, len, desc, 0, context);
 }
 
 ssize_t msg_sendv(fid_ep *f, const iovec *iov, void **desc, size_t count, fi_addr_t,
@@ -425,57 +422,65 @@ ssize_t msg_sendmsg(fid_ep *f, const fi_msg *msg, uint64_t flags) noexcept
 			   msg->data, flags, msg->context, false);
 }
 
+template <bool Serial>
 ssize_t msg_inject(fid_ep *f, const void *buf, size_t len, fi_addr_t) noexcept
 {
-	return send_fast<FastSend::Inject>(static_cast<Ep *>(f), buf, len, nullptr, 0, nullptr);
+	return send_fast<FastSend::Inject, Serial>(static_cast<Ep *>(f), buf, len, nullptr, 0, nullptr);
 }
 
+template <bool Serial>
 ssize_t msg_senddata(fid_ep *f, const void *buf, size_t len, void *desc, uint64_t data,
 		     fi_addr_t, void *context) noexcept
 {
-	return send_fast<FastSend::SendData>(static_cast<Ep *>(f), buf, len, desc, data, context);
+	return send_fast<FastSend::SendData, Serial>(static_cast<Ep *>(f), buf, len, desc, data, context);
 }
 
+template <bool Serial>
 ssize_t msg_injectdata(fid_ep *f, const void *buf, size_t len, uint64_t data, fi_addr_t) noexcept
 {
-	return send_fast<FastSend::InjectData>(static_cast<Ep *>(f), buf, len, nullptr, data,
+	return send_fast<FastSend::InjectData, Serial>(static_cast<Ep *>(f), buf, len, nullptr, data,
 					       nullptr);
 }
 
 } // namespace
 
-// One table per receive mode; the sends are the same in all.
-template <RecvPath Path> constexpr fi_ops_msg msg_ops_receiving() noexcept
+// One table per receive mode and transmit serialization
+// (Conn::tx_serialized): the sends without a flags argument post without
+// testing it.
+template <RecvPath Path, bool Serial> constexpr fi_ops_msg msg_ops_receiving() noexcept
 {
 	return {
 		.size = sizeof(fi_ops_msg),
 		.recv = msg_recv<Path>,
 		.recvv = msg_recvv<Path>,
 		.recvmsg = msg_recvmsg<Path>,
-		.send = msg_send,
+		.send = msg_send<Serial>,
 		.sendv = msg_sendv,
 		.sendmsg = msg_sendmsg,
-		.inject = msg_inject,
-		.senddata = msg_senddata,
-		.injectdata = msg_injectdata,
+		.inject = msg_inject<Serial>,
+		.senddata = msg_senddata<Serial>,
+		.injectdata = msg_injectdata<Serial>,
 	};
 }
-constexpr fi_ops_msg app_msg_ops = msg_ops_receiving<recv_common>();
-constexpr fi_ops_msg staged_msg_ops = msg_ops_receiving<recv_staged>();
-constexpr fi_ops_msg refused_msg_ops = msg_ops_receiving<recv_refused>();
+constexpr fi_ops_msg app_msg_ops[2] = {msg_ops_receiving<recv_common, false>(),
+				       msg_ops_receiving<recv_common, true>()};
+constexpr fi_ops_msg staged_msg_ops[2] = {msg_ops_receiving<recv_staged, false>(),
+					  msg_ops_receiving<recv_staged, true>()};
+constexpr fi_ops_msg refused_msg_ops[2] = {msg_ops_receiving<recv_refused, false>(),
+					   msg_ops_receiving<recv_refused, true>()};
 
-const fi_ops_msg *msg_ops_for(RxMode mode) noexcept
+const fi_ops_msg *msg_ops_for(RxMode mode, bool serialized) noexcept
 {
 	switch (mode) {
 	case RxMode::AppBuffers:
-		return &app_msg_ops;
+		return &app_msg_ops[serialized];
 	case RxMode::Staged:
-		return &staged_msg_ops;
+		return &staged_msg_ops[serialized];
 	case RxMode::ZeroLength:
 	case RxMode::Service:
 		break;
 	}
-	return &refused_msg_ops;
+	return &refused_msg_ops[serialized];
 }
 
 void msg_set_peer_flags(Ep *ep, uint8_t flags) noexcept

@@ -194,7 +194,16 @@ struct RdmAtomicOp {
 // A receive posted by the application.
 struct RdmRecv : PostedRecv {
 	MatchKind kind = MatchKind::kMsg;
-	iovec iov[kRdmIovLimit];
+	// The buffers: only the first `count` are read, so a kept receive's
+	// are neither zeroed nor copied when the pool resets it (FreeList
+	// resets by assignment), as RdmMsg::small.
+	struct Iovs {
+		Iovs() noexcept {}
+		Iovs &operator=(const Iovs &) noexcept { return *this; }
+		operator iovec *() noexcept { return v; }
+		operator const iovec *() const noexcept { return v; }
+		iovec v[kRdmIovLimit];
+	} iov;
 	size_t count = 0;
 	size_t capacity = 0;
 	bool report = true;
@@ -205,7 +214,7 @@ struct RdmRecv : PostedRecv {
 	// FI_ECANCELED entry of fi_cancel) waits: the application may reuse
 	// the buffer once released, and the reads would still write into it.
 	// The last one to end reports the release and frees the receive
-	// (finish_rndv); until then the rendezvous own it.
+	// (rdm_finish_rndv); until then the rendezvous own it.
 	uint32_t rndv_inflight = 0;
 	bool release_deferred = false; // released (or cancelled) meanwhile
 	bool cancel_deferred = false;  // by fi_cancel: its entry is FI_ECANCELED
@@ -240,9 +249,9 @@ struct RdmMsg : UnexpectedMsg {
 	// stays for its FI_CLAIM, which ends with this error and sends no
 	// answer: nothing of it acts on a later connection.
 	int stale = 0;
-	// What it is charged in RdmEp::unexp (unexpected_cost in
+	// What it is charged in RdmEp::unexp (rdm_unexpected_cost in
 	// vrma_rdm_msg.cpp), given back when it leaves the queue
-	// (unexpected_gone).
+	// (rdm_unexpected_gone).
 	size_t cost = 0;
 };
 // fi_vrma.7 (Limits) states what an unexpected message costs.

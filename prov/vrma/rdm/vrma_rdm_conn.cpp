@@ -51,7 +51,7 @@ std::unique_ptr<Conn> new_conn(RdmPeer *peer)
 	c->peer = peer;
 	c->reclaim = rdm_conn_reclaim;
 	c->tx_depth = ep->peer_tx_depth;
-	c->tx_one_limit = ep->peer_tx_depth;
+	c->set_one_limit(ep->peer_tx_depth);
 	c->tx_cap = ep->peer_tx_depth;
 	c->tx_iov_limit = kRdmIovLimit + 1;
 	c->inline_size = ep->inline_size;

@@ -1,11 +1,9 @@
-// The receive side of RDM endpoints: the application's receives (fi_recv,
-// fi_trecv with peek, claim, discard and multi-receive buffers, fi_cancel)
-// and the receive engine: every completion of an endpoint's internal CQ
+// The RDM receive engine: every completion of an endpoint's internal CQ
 // (rdm_handle_wc, and rdm_tx_reclaim for a transmit short of room) and
-// every message that arrives (handle_message): eager placement, rendezvous
-// reads, the answers that complete sends, flow control of unexpected
-// messages, the backlogs of work that found its queue full, and the shared
-// receive queue's buffers.
+// every message that arrives (handle_message): eager placement, the
+// answers that complete sends, the backlogs of work that found its queue
+// full, and the shared receive queue's buffers. The application's
+// receives, rendezvous reads and back-pressure are vrma_rdm_recv.cpp.
 //
 // Contracts:
 //  - everything here runs under RdmEp::lock: the receive calls take it,
@@ -15,7 +13,7 @@
 //    with one warning (rdm_drop_malformed);
 //  - an operation ends with exactly one entry, whichever of its work
 //    completion, its answer or its connection's end comes first.
-#include "vrma_rdm.h"
+#include "vrma_rdm_rx.h"
 #include "vrma_post.h"
 
 #include <algorithm>
@@ -43,101 +41,12 @@ void fail_waiting_send(RdmEp *ep, RdmPeer *peer, void *slot_context, int err, in
 		complete_tx_op(ep, w->second, err, prov_errno);
 }
 
-// Copies `len` bytes of src into the iov from byte `off`; returns how many fit.
-[[gnu::always_inline]] inline size_t copy_to_iov(const iovec *iov, size_t count, size_t off,
-						  const uint8_t *src, size_t len)
-{
-	size_t done = 0;
-	for (size_t i = 0; i < count && done < len; i++) {
-		if (off >= iov[i].iov_len) {
-			off -= iov[i].iov_len;
-			continue;
-		}
-		const size_t n = std::min(iov[i].iov_len - off, len - done);
-		memcpy(static_cast<uint8_t *>(iov[i].iov_base) + off, src + done, n);
-		done += n;
-		off = 0;
-	}
-	return done;
-}
-
-
-// Where a message of len bytes goes in r: dst and count name the iov (r's
-// own, or for a multi-receive buffer `piece`, the part of it the message
-// takes); buf is where it starts. Returns the bytes that fit.
-[[gnu::always_inline]] inline size_t reserve_space(RdmRecv &r, size_t len, iovec &piece,
-						    const iovec *&dst, size_t &count, void *&buf)
-{
-	if (r.multi) {
-		const size_t off = r.space.offset();
-		const size_t n = r.space.consume(len);
-		piece = {static_cast<uint8_t *>(r.iov[0].iov_base) + off, n};
-		dst = &piece;
-		count = 1;
-		buf = piece.iov_base;
-		return n;
-	}
-	dst = r.iov;
-	count = r.count;
-	buf = r.count ? r.iov[0].iov_base : nullptr;
-	return std::min(len, r.capacity);
-}
-
-// The receive took a message: removed unless a multi-receive buffer with
-// room left. Returns whether it was released (and must be freed).
-[[gnu::always_inline]] inline bool retire_recv(RdmEp *ep, RdmRecv &r, bool &release_flag)
-{
-	release_flag = false;
-	if (r.multi && !r.space.should_release())
-		return false;
-	release_flag = r.multi;
-	(void)ep->matcher.remove(r);
-	return true;
-}
-
-// A multi-receive buffer that retire_recv() released: true when its
-// release is reported now (FI_MULTI_RECV on this completion, then the
-// caller frees it); false while rendezvous still read into it, the last
-// of which reports it (finish_rndv).
-bool release_now(RdmRecv &r)
-{
-	if (!r.rndv_inflight)
-		return true;
-	r.release_deferred = true;
-	return false;
-}
-
-// Retires receive r, which took a message, and ends its part in it with one
-// entry: report(flags) posts that entry, given `flags` plus FI_MULTI_RECV
-// when r is a multi-receive buffer whose release is reported now; then r is
-// freed if it was released now (a released buffer that rendezvous still
-// read into is not: its last one reports the release, finish_rndv). report
-// may read r (not free it) and must not throw. Returns whether r is gone
-// (retire_recv: freed, or owned by its rendezvous).
-template <class Report>
-bool retire_and_report(RdmEp *ep, RdmRecv *r, uint64_t flags, Report &&report) noexcept
-{
-	bool release;
-	const bool gone = retire_recv(ep, *r, release);
-	const bool freed = gone && (!release || release_now(*r));
-	report(flags | (release && freed ? FI_MULTI_RECV : 0));
-	if (freed)
-		rdm_put_recv(ep, r);
-	return gone;
-}
-
-// The cancellation entry of receive r.
-CqPending cancel_entry(const RdmRecv &r)
-{
-	return rdm_error_entry(r.context, rdm_recv_flags(r.kind) | (r.multi ? FI_MULTI_RECV : 0),
-			       r.count ? r.iov[0].iov_base : nullptr, 0, 0, 0, 0, FI_ADDR_NOTAVAIL,
-			       FI_ECANCELED);
-}
+} // namespace
 
 // Returns whether r is gone (completed and freed, or owned by its
 // rendezvous).
-bool place_eager(RdmEp *ep, RdmRecv *r, RdmPeer *peer, const rdm::RdmHeader &h,
-		 const uint8_t *payload, fi_addr_t src)
+bool rdm_place_eager(RdmEp *ep, RdmRecv *r, RdmPeer *peer, const rdm::RdmHeader &h,
+		     const uint8_t *payload, fi_addr_t src)
 {
 	iovec piece;
 	const iovec *dst;
@@ -159,522 +68,6 @@ bool place_eager(RdmEp *ep, RdmRecv *r, RdmPeer *peer, const rdm::RdmHeader &h,
 	}
 	return gone;
 }
-
-// Posts the RDMA READs of a rendezvous receive; false when there is no room
-// now (the caller queues it in read_backlog).
-bool post_reads(RdmEp *ep, RdmRxOp *op);
-
-void finish_rndv(RdmEp *ep, RdmRxOp *op, int err, int prov_errno)
-{
-	uint8_t a[kHdr];
-	rdm::encode_rndv_done(a, op->msg_id,
-			      !err ? rdm::RndvStatus::Ok
-			      : err == FI_EACCES ? rdm::RndvStatus::AccessError
-						 : rdm::RndvStatus::Failed);
-	rdm_send_answer(ep, op->peer, a);
-	// The last rendezvous into a released multi-receive buffer reports
-	// its release (with its own entry, or fi_cancel's after it).
-	RdmRecv *owner = op->multi_owner;
-	const bool last = owner && --owner->rndv_inflight == 0 && owner->release_deferred;
-	const uint64_t flags = op->comp_flags | (last && !owner->cancel_deferred ? FI_MULTI_RECV : 0);
-	if (!err && !op->olen) [[likely]]
-		rdm_complete_rx(ep, op->report, {op->context, flags, op->len, op->buf, op->data, op->tag},
-				op->src);
-	else
-		rdm_report_rx_error(ep, rdm_error_entry(op->context, flags, op->buf, op->len,
-							err ? 0 : op->olen, op->data, op->tag, op->src,
-							err ? err : FI_ETRUNC, prov_errno));
-	delete op;
-	if (last) {
-		if (owner->cancel_deferred)
-			rdm_report_rx_error(ep, cancel_entry(*owner));
-		rdm_put_recv(ep, owner);
-	}
-}
-
-// A rendezvous request meets its receive. Returns whether r is gone.
-bool start_rndv(RdmEp *ep, RdmRecv *r, RdmPeer *peer, const rdm::RdmHeader &h,
-		const rdm::RndvSegment *segs, size_t nsegs, fi_addr_t src)
-{
-	iovec piece;
-	const iovec *dst;
-	size_t count;
-	void *buf;
-	const size_t fits = reserve_space(*r, h.length, piece, dst, count, buf);
-	auto *op = new (std::nothrow) RdmRxOp;
-	if (!op) {
-		VRMA_WARN(FI_LOG_EP_DATA, "RDM: out of memory for a rendezvous receive\n");
-		const bool done = retire_and_report(ep, r, rdm_rx_flags(r->kind, h), [&](uint64_t flags) noexcept {
-			rdm_report_rx_error(ep, rdm_error_entry(r->context, flags, buf, 0, 0, h.cq_data, h.tag,
-								src, FI_ENOMEM));
-		});
-		uint8_t a[kHdr];
-		rdm::encode_rndv_done(a, h.msg_id, rdm::RndvStatus::Failed);
-		rdm_send_answer(ep, peer, a);
-		return done;
-	}
-	bool release;
-	const bool done = retire_recv(ep, *r, release);
-	op->peer = peer;
-	op->msg_id = h.msg_id;
-	op->context = r->context;
-	op->comp_flags = rdm_rx_flags(r->kind, h);
-	op->buf = buf;
-	op->len = fits;
-	op->olen = h.length - fits;
-	op->data = h.cq_data;
-	op->tag = h.tag;
-	op->src = src;
-	op->report = r->report;
-	if (r->multi) {
-		// The buffer stays until this read ends (RdmRecv::rndv_inflight);
-		// released now, its release is reported by its last rendezvous.
-		op->multi_owner = r;
-		r->rndv_inflight++;
-		if (release)
-			r->release_deferred = true;
-	} else if (done) {
-		rdm_put_recv(ep, r);
-	}
-	// The reads cover what fits, from the start of the sender's data.
-	size_t left = fits;
-	for (size_t i = 0; i < nsegs && left; i++) {
-		op->segs[op->nsegs] = segs[i];
-		op->segs[op->nsegs].len = std::min<uint64_t>(segs[i].len, left);
-		left -= op->segs[op->nsegs].len;
-		op->nsegs++;
-	}
-	left = fits;
-	for (size_t i = 0; i < count && left; i++) {
-		const size_t n = std::min(dst[i].iov_len, left);
-		if (!n)
-			continue;
-		op->dst[op->count++] = {dst[i].iov_base, n};
-		left -= n;
-	}
-	if (!fits)
-		finish_rndv(ep, op, 0, 0);
-	else if (!ep->read_backlog.empty() || !post_reads(ep, op)) {
-		// Behind those already waiting (progress retries them).
-		try {
-			ep->read_backlog.push_back(op);
-		} catch (...) {
-			finish_rndv(ep, op, FI_ENOMEM, 0);
-		}
-	}
-	return done;
-}
-
-// Registrations and READ requests of one rendezvous receive. False when
-// they cannot go now (no room in the queues, or the connection's READ
-// credits in use): the op waits in read_backlog and is planned again.
-
-bool post_reads(RdmEp *ep, RdmRxOp *op)
-{
-	RdmPeer *peer = op->peer;
-	Conn *conn = peer->conn.get();
-	if (!conn || conn->state.load() != EpState::Connected) {
-		finish_rndv(ep, op, FI_ECONNRESET, 0);
-		return true;
-	}
-	if (!op->registered) {
-		for (size_t i = 0; i < op->count; i++) {
-			if (!op->dst[i].iov_len)
-				continue; // nothing lands there (its base may be NULL)
-			if (int rc = op->regs[i].acquire(ep->domain, op->dst[i].iov_base,
-							 op->dst[i].iov_len, IBV_ACCESS_LOCAL_WRITE)) {
-				finish_rndv(ep, op, rc == -FI_EAGAIN ? FI_ENOMEM : -rc, 0);
-				return true;
-			}
-		}
-		op->registered = true;
-	}
-	// One READ per remote piece, each at most max_wr_bytes, carving the
-	// local pieces in order.
-	constexpr size_t kMaxReads = 64;
-	ibv_send_wr wrs[kMaxReads];
-	ibv_sge sges[kMaxReads * kRdmIovLimit];
-	ibv_sge local[kRdmIovLimit];
-	size_t local_len[kRdmIovLimit];
-	for (size_t i = 0; i < op->count; i++) {
-		local[i] = {reinterpret_cast<uintptr_t>(op->dst[i].iov_base),
-			    static_cast<uint32_t>(op->dst[i].iov_len), op->regs[i] ? op->regs[i].lkey() : 0};
-		local_len[i] = op->dst[i].iov_len;
-	}
-	SgeCursor cursor{local, local_len};
-	size_t nwr = 0, nsge = 0;
-	const size_t chunk_max = std::min(conn->max_wr_bytes, size_t(1) << 30);
-	for (size_t s = 0; s < op->nsegs; s++) {
-		for (uint64_t done = 0; done < op->segs[s].len;) {
-			const size_t chunk = std::min<uint64_t>(op->segs[s].len - done, chunk_max);
-			if (nwr == kMaxReads) {
-				VRMA_WARN(FI_LOG_EP_DATA, "RDM: a rendezvous needs more than %zu reads\n", kMaxReads);
-				finish_rndv(ep, op, FI_EMSGSIZE, 0);
-				return true;
-			}
-			ibv_send_wr &wr = wrs[nwr++];
-			wr = {};
-			wr.opcode = IBV_WR_RDMA_READ;
-			wr.sg_list = &sges[nsge];
-			wr.num_sge = cursor.take(chunk, &sges[nsge]);
-			nsge += static_cast<size_t>(wr.num_sge);
-			wr.wr.rdma.remote_addr = op->segs[s].addr + done;
-			wr.wr.rdma.rkey = op->segs[s].rkey;
-			done += chunk;
-		}
-	}
-	// A reclaim run here (rdm_tx_room's, or the post's when the queue is
-	// full; none inside progress, which does not nest) may end the
-	// connection after its end finished the rendezvous in read_backlog:
-	// this one ends too rather than wait there (its reads must not go
-	// over a later connection, to a sender whose send already failed).
-	// A chain longer than the credits goes alone (else it never would).
-	if (!rdm_tx_room(ep, nwr) || conn->tx.outstanding() + nwr > conn->tx_depth ||
-	    (conn->reads_out && conn->reads_out + nwr > conn->read_credits)) {
-		if (!conn_lost(conn))
-			return false;
-		finish_rndv(ep, op, FI_ECONNRESET, 0);
-		return true;
-	}
-	TxOp top{op, 0, op->len, true, nullptr};
-	top.aux = rdm_aux(RdmTx::RndvRead, 0);
-	// Counted by the slots that stay in the ring (a failed post keeps
-	// those before the refused request): each is retired once.
-	const uint64_t head = conn->tx.head();
-	const ssize_t rc = post_send_chain_locked(conn, wrs, nwr, top);
-	const auto pushed = static_cast<uint32_t>(conn->tx.head() - head);
-	ep->tx_wrs += pushed;
-	conn->reads_out += pushed;
-	if (rc == -FI_EAGAIN && !pushed) {
-		if (!conn_lost(conn))
-			return false;
-		finish_rndv(ep, op, FI_ECONNRESET, 0);
-	} else if (rc) {
-		finish_rndv(ep, op, static_cast<int>(-rc), 0);
-	}
-	return true;
-}
-
-// --- back-pressure (rdm_wire.h's Flow, src/rx_budget.h) --------------------
-
-// What an unexpected message holds: its bookkeeping (with room for a small
-// payload), and an eager message's copied payload beyond that room (a
-// rendezvous leaves its data at the sender).
-size_t unexpected_cost(bool rndv, const rdm::RdmHeader &h)
-{
-	const bool small = rndv || h.length <= RdmMsg::kSmallPayload;
-	return sizeof(RdmMsg) + (small ? 0 : static_cast<size_t>(h.length));
-}
-
-void send_flow(RdmEp *ep, RdmPeer *peer, rdm::FlowStatus status)
-{
-	uint8_t a[kHdr];
-	rdm::encode_flow(a, status);
-	rdm_send_answer(ep, peer, a);
-}
-
-} // namespace
-
-// Every paused peer may send again. Collected first: sending may run
-// progress, whose connection events may add peers to the map.
-void rdm_flow_progress(RdmEp *ep) noexcept
-{
-	VRMA_ASSERT_HELD(ep->lock);
-	if (ep->unexp.held()) {
-		// The receive CQ that remote CQ data filled: resumed once its
-		// reader has taken it down to half its size.
-		const Cq *cq = ep->rx_cq;
-		if (cq && cq->queued.load(std::memory_order_relaxed) > cq->limit / 2)
-			return;
-		if (!ep->unexp.unhold()) {
-			ep->resume_due = false; // the budget's own release resumes
-			return;
-		}
-	}
-	ep->resume_due = false;
-	std::vector<RdmPeer *> paused;
-	try {
-		paused.reserve(ep->unexp.paused());
-		for (auto &[addr, p] : ep->peers)
-			if (p->flow_rx.paused)
-				paused.push_back(p.get());
-	} catch (...) {
-		ep->resume_due = true; // the next progress tries again
-		return;
-	}
-	for (RdmPeer *p : paused) {
-		ep->unexp.resumed(p->flow_rx);
-		send_flow(ep, p, rdm::FlowStatus::Resume);
-	}
-}
-
-namespace {
-
-// An unexpected message's charge (`cost`) goes back: it left the queue, or
-// was never kept. At half the limit the paused peers resume: at once when
-// `now` (an application's receive), else at the end of the progress that
-// runs next (a connection's end, where sending is not safe; its flushed
-// requests run progress).
-void unexpected_gone(RdmEp *ep, size_t cost, bool now)
-{
-	if (ep->unexp.release(cost)) [[unlikely]] {
-		ep->resume_due = true;
-		if (now)
-			rdm_flow_progress(ep);
-	}
-}
-
-// An unexpected message of `cost` bytes from peer: charged (true), and its
-// connection paused as well once the endpoint holds more than its limit;
-// or refused (false), the peer having sent more than its grace since its
-// Pause: its connection is dropped and what it queued is discarded.
-bool admit_unexpected(RdmEp *ep, RdmPeer *peer, uint32_t qp_num, size_t cost)
-{
-	switch (ep->unexp.admit(peer->flow_rx, cost)) {
-	case flow::Verdict::Keep:
-		return true;
-	case flow::Verdict::KeepAndPause:
-		send_flow(ep, peer, rdm::FlowStatus::Pause);
-		return true;
-	case flow::Verdict::Refuse:
-		break;
-	}
-	rdm_drop_malformed(peer, qp_num, "unexpected messages beyond the grace of a paused connection");
-	// Its sender ignored the back-pressure: nothing it queued is served.
-	// Claimed messages stay for their FI_CLAIM; those that owe an answer
-	// went with the connection (rdm_fail_waiting), or, if the refused one
-	// came over a connection already ended, belong to a live one and stay.
-	for (MatchKind k : {MatchKind::kMsg, MatchKind::kTagged}) {
-		for (RdmMsg *m = ep->matcher.unexpected_front(k); m;) {
-			RdmMsg *next = TagMatcher<RdmRecv, RdmMsg>::next(*m);
-			if (m->peer == peer && !m->claimed && !m->rndv &&
-			    !(m->hdr.flags & rdm::kFlagDeliveryComplete)) {
-				(void)ep->matcher.remove(*m);
-				unexpected_gone(ep, m->cost, false);
-				rdm_free_msg(ep, m);
-			}
-			m = next;
-		}
-	}
-	return false;
-}
-
-} // namespace
-
-void rdm_flow_cq_over(RdmPeer *peer, uint32_t qp_num) noexcept
-{
-	RdmEp *ep = peer->ep;
-	switch (ep->unexp.admit_held(peer->flow_rx)) {
-	case flow::Verdict::Keep:
-		return;
-	case flow::Verdict::KeepAndPause:
-		send_flow(ep, peer, rdm::FlowStatus::Pause);
-		return;
-	case flow::Verdict::Refuse:
-		break;
-	}
-	rdm_drop_malformed(peer, qp_num, "remote CQ data beyond the grace of a paused connection (the CQ is full)");
-}
-
-void rdm_handle_flow(RdmPeer *peer, const rdm::RdmHeader &h) noexcept
-{
-	// Any peer may pause this side's messages to it: it only delays them.
-	peer->tx_paused = h.status == static_cast<uint8_t>(rdm::FlowStatus::Pause);
-}
-
-void rdm_flow_reset(RdmPeer *peer) noexcept
-{
-	peer->tx_paused = false;
-	peer->ep->unexp.resumed(peer->flow_rx);
-}
-
-namespace {
-
-// --- receives ---------------------------------------------------------------
-
-constexpr uint64_t kRecvFlags = FI_COMPLETION | FI_MULTI_RECV | FI_MORE | FI_MSG | FI_TAGGED;
-constexpr uint64_t kTRecvFlags = kRecvFlags | FI_PEEK | FI_CLAIM | FI_DISCARD;
-
-// An unexpected message meets receive r (r not queued). Frees m; returns
-// whether r is gone.
-bool deliver_unexpected(RdmEp *ep, RdmRecv *r, RdmMsg *m)
-{
-	(void)ep->matcher.remove(*m);
-	unexpected_gone(ep, m->cost, true);
-	struct Owner {
-		RdmEp *ep;
-		RdmMsg *m;
-		~Owner() { rdm_free_msg(ep, m); }
-	} owner{ep, m};
-	if (m->stale) [[unlikely]] {
-		return retire_and_report(ep, r, rdm_rx_flags(r->kind, m->hdr), [&](uint64_t flags) noexcept {
-			rdm_report_rx_error(ep, rdm_error_entry(r->context, flags, nullptr, 0, 0, m->hdr.cq_data,
-								m->hdr.tag, m->src, m->stale));
-		});
-	}
-	if (m->rndv)
-		return start_rndv(ep, r, m->peer, m->hdr, m->segs, m->nsegs, m->src);
-	return place_eager(ep, r, m->peer, m->hdr, m->payload_bytes(), m->src);
-}
-
-// Matches r (filled, not queued) against the unexpected messages, and
-// queues it if none takes it (lock held). A multi-receive buffer takes
-// unexpected messages until it is released or none is left.
-ssize_t post_recv(RdmEp *ep, RdmRecv *r, MatchKind kind)
-{
-	for (;;) {
-		RdmMsg *m = ep->matcher.post(kind, *r);
-		if (!m) [[likely]]
-			return 0; // queued
-		if (deliver_unexpected(ep, r, m))
-			return 0;
-	}
-}
-
-// A discarded message still owes its sender an answer.
-void discard_msg(RdmEp *ep, RdmMsg *m)
-{
-		(void)ep->matcher.remove(*m);
-	unexpected_gone(ep, m->cost, true);
-	uint8_t a[kHdr];
-	if (m->stale) {
-		// Its sender was told the connection failed: no answer.
-	} else if (m->rndv) {
-		rdm::encode_rndv_done(a, m->hdr.msg_id, rdm::RndvStatus::Ok);
-		rdm_send_answer(ep, m->peer, a);
-	} else if (m->hdr.flags & rdm::kFlagDeliveryComplete) {
-		rdm::encode_delivery_ack(a, m->hdr.msg_id);
-		rdm_send_answer(ep, m->peer, a);
-	}
-	rdm_free_msg(ep, m);
-}
-
-void report_peek(RdmEp *ep, void *context, MatchKind kind, const RdmMsg *m, uint64_t extra_flags)
-{
-	const uint64_t flags = rdm_rx_flags(kind, m->hdr) | extra_flags;
-	rdm_complete_rx(ep, true, {context, flags, m->hdr.length, nullptr, m->hdr.cq_data, m->hdr.tag},
-			m->src);
-}
-
-void report_nomsg(RdmEp *ep, void *context, MatchKind kind)
-{
-	rdm_report_rx_error(ep, rdm_error_entry(context, rdm_recv_flags(kind), nullptr, 0, 0, 0, 0,
-						FI_ADDR_NOTAVAIL, FI_ENOMSG));
-}
-
-} // namespace
-
-ssize_t rdm_recv(RdmEp *ep, const iovec *iov, size_t count, fi_addr_t src, uint64_t tag,
-		 uint64_t ignore, uint64_t flags, void *context, MatchKind kind) noexcept
-{
-	if (ssize_t rc = check_op_flags(flags, kind == MatchKind::kTagged ? kTRecvFlags : kRecvFlags,
-					"RDM recv"))
-		return rc;
-	size_t total = 0;
-	if (ssize_t rc = rdm_iov_total(iov, count, "RDM recv", total))
-		return rc;
-	const bool multi = flags & FI_MULTI_RECV;
-	if (multi && count != 1) [[unlikely]] {
-		VRMA_WARN(FI_LOG_EP_DATA, "RDM recv: FI_MULTI_RECV takes one buffer\n");
-		return -FI_EINVAL;
-	}
-	RecvKey key;
-	key.tag = tag;
-	key.ignore = ignore;
-	key.src = ep->directed ? src : FI_ADDR_UNSPEC;
-	std::lock_guard guard(ep->lock);
-	if (!ep->enabled) [[unlikely]] {
-		VRMA_WARN(FI_LOG_EP_DATA, "RDM recv before fi_enable\n");
-		return -FI_EOPBADSTATE;
-	}
-	// A peek must see what has arrived. A plain receive needs no progress:
-	// a message still in the internal CQ meets it when the next CQ read
-	// progresses (matching is in arrival order either way).
-	if (flags & (FI_PEEK | FI_CLAIM)) [[unlikely]]
-		rdm_progress_locked(ep);
-	auto new_recv = [&]() -> RdmRecv * {
-		RdmRecv *r = rdm_get_recv(ep);
-		if (r) {
-			r->kind = kind;
-			r->context = context;
-			std::copy(iov, iov + count, r->iov);
-			r->count = count;
-			r->capacity = total;
-			r->report = ep->rx_reports(flags);
-		}
-		return r;
-	};
-	if (flags & FI_PEEK) {
-		RdmMsg *m = ep->matcher.find_unexpected(kind, key);
-		if (!m) {
-			report_nomsg(ep, context, kind);
-			return 0;
-		}
-		if (flags & FI_DISCARD) {
-			report_peek(ep, context, kind, m, 0);
-			discard_msg(ep, m);
-			return 0;
-		}
-		report_peek(ep, context, kind, m, 0);
-		if (flags & FI_CLAIM)
-			ep->matcher.claim(*m, context);
-		return 0;
-	}
-	if (flags & FI_CLAIM) {
-		RdmMsg *m = ep->matcher.find_claimed(kind, context);
-		if (!m) {
-			VRMA_WARN(FI_LOG_EP_DATA, "RDM recv: FI_CLAIM names no claimed message\n");
-			return -FI_EINVAL;
-		}
-		if (flags & FI_DISCARD) {
-			report_peek(ep, context, kind, m, 0);
-			discard_msg(ep, m);
-			return 0;
-		}
-		RdmRecv *r = new_recv();
-		if (!r)
-			return -FI_ENOMEM;
-		deliver_unexpected(ep, r, m);
-		return 0;
-	}
-	RdmRecv *r = new_recv();
-	if (!r)
-		return -FI_ENOMEM;
-	r->key = key;
-	r->multi = multi;
-	if (multi)
-		r->space = {total, 0, ep->min_multi_recv};
-	return post_recv(ep, r, kind);
-}
-
-ssize_t rdm_recv_one(RdmEp *ep, void *buf, size_t len, fi_addr_t src, uint64_t tag,
-		     uint64_t ignore, void *context, MatchKind kind) noexcept
-{
-	const uint64_t flags = ep->rx_op_flags;
-	if ((flags & FI_MULTI_RECV) || (!buf && len)) [[unlikely]] {
-		const iovec iov{buf, len};
-		return rdm_recv(ep, &iov, 1, src, tag, ignore, flags, context, kind);
-	}
-	std::lock_guard guard(ep->lock);
-	if (!ep->enabled) [[unlikely]] {
-		VRMA_WARN(FI_LOG_EP_DATA, "RDM recv before fi_enable\n");
-		return -FI_EOPBADSTATE;
-	}
-	RdmRecv *r = rdm_get_recv(ep);
-	if (!r) [[unlikely]]
-		return -FI_ENOMEM;
-	r->kind = kind;
-	r->context = context;
-	r->iov[0] = {buf, len};
-	r->count = 1;
-	r->capacity = len;
-	r->report = ep->rx_reports(flags);
-	r->key.tag = tag;
-	r->key.ignore = ignore;
-	r->key.src = ep->directed ? src : FI_ADDR_UNSPEC;
-	return post_recv(ep, r, kind);
-}
-
 
 namespace {
 
@@ -745,16 +138,16 @@ void handle_message(RdmEp *ep, const ibv_wc &wc, const uint8_t *buf)
 			return;
 		}
 		if (RdmRecv *r = ep->matcher.find_posted(kind, key)) {
-			place_eager(ep, r, peer, h, payload, src);
+			rdm_place_eager(ep, r, peer, h, payload, src);
 			return;
 		}
-		const size_t cost = unexpected_cost(false, h);
-		if (!admit_unexpected(ep, peer, wc.qp_num, cost))
+		const size_t cost = rdm_unexpected_cost(false, h);
+		if (!rdm_admit_unexpected(ep, peer, wc.qp_num, cost))
 			return;
 		RdmMsg *m = rdm_new_msg(ep, h.length);
 		if (!m) {
 			VRMA_WARN(FI_LOG_EP_DATA, "RDM: out of memory for an unexpected message: dropped\n");
-			unexpected_gone(ep, cost, false);
+			rdm_unexpected_gone(ep, cost, false);
 			return;
 		}
 		m->cost = cost;
@@ -776,16 +169,16 @@ void handle_message(RdmEp *ep, const ibv_wc &wc, const uint8_t *buf)
 			return;
 		}
 		if (RdmRecv *r = ep->matcher.find_posted(kind, key)) {
-			start_rndv(ep, r, peer, h, segs, n, src);
+			rdm_start_rndv(ep, r, peer, h, segs, n, src);
 			return;
 		}
-		const size_t cost = unexpected_cost(true, h);
-		if (!admit_unexpected(ep, peer, wc.qp_num, cost))
+		const size_t cost = rdm_unexpected_cost(true, h);
+		if (!rdm_admit_unexpected(ep, peer, wc.qp_num, cost))
 			return;
 		RdmMsg *m = rdm_new_msg(ep, 0);
 		if (!m) {
 			VRMA_WARN(FI_LOG_EP_DATA, "RDM: out of memory for an unexpected rendezvous: failing it\n");
-			unexpected_gone(ep, cost, false);
+			rdm_unexpected_gone(ep, cost, false);
 			uint8_t a[kHdr];
 			rdm::encode_rndv_done(a, h.msg_id, rdm::RndvStatus::Failed);
 			rdm_send_answer(ep, peer, a);
@@ -920,7 +313,7 @@ void rdm_fail_waiting(RdmPeer *peer, int err) noexcept
 					m->stale = err;
 				} else {
 					(void)ep->matcher.remove(*m);
-					unexpected_gone(ep, m->cost, false);
+					rdm_unexpected_gone(ep, m->cost, false);
 					rdm_free_msg(ep, m);
 				}
 			}
@@ -937,7 +330,7 @@ void rdm_fail_waiting(RdmPeer *peer, int err) noexcept
 		}
 		RdmRxOp *op = *it;
 		it = ep->read_backlog.erase(it);
-		finish_rndv(ep, op, err, 0);
+		rdm_finish_rndv(ep, op, err, 0);
 	}
 }
 
@@ -998,7 +391,7 @@ void rdm_retry_backlog(RdmEp *ep) noexcept
 			++it;
 			continue;
 		}
-		if (post_reads(ep, op)) {
+		if (rdm_post_reads(ep, op)) {
 			it = ep->read_backlog.erase(it);
 			continue;
 		}
@@ -1172,11 +565,11 @@ void rdm_handle_wc(RdmEp *ep, const ibv_wc &wc) noexcept
 		auto *op = static_cast<RdmRxOp *>(context);
 		if (!ok && op_end != c->failed_op_end) {
 			c->failed_op_end = op_end;
-			finish_rndv(ep, op, status == IBV_WC_REM_ACCESS_ERR ? FI_EACCES : err, status);
+			rdm_finish_rndv(ep, op, status == IBV_WC_REM_ACCESS_ERR ? FI_EACCES : err, status);
 			return;
 		}
 		if (ok && seq == op_end)
-			finish_rndv(ep, op, 0, 0);
+			rdm_finish_rndv(ep, op, 0, 0);
 		return;
 	}
 	case RdmTx::RndvReq:
@@ -1303,23 +696,5 @@ void rdm_report_unposted(Conn *conn, const ibv_send_wr *first, int err) noexcept
 	}
 }
 
-ssize_t rdm_cancel(RdmEp *ep, void *context) noexcept
-{
-	std::lock_guard guard(ep->lock);
-	RdmRecv *r = ep->matcher.cancel(context);
-	if (!r)
-		return -FI_ENOENT;
-	if (r->rndv_inflight) {
-		// Its rendezvous still write into it: cancelled (nothing more
-		// lands in it), reported once they ended.
-		r->release_deferred = true;
-		r->cancel_deferred = true;
-		return 0;
-	}
-	const CqPending p = cancel_entry(*r);
-	rdm_put_recv(ep, r);
-	rdm_report_rx_error(ep, p);
-	return 0;
-}
 
 } // namespace vrma
