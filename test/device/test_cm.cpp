@@ -286,14 +286,21 @@ START_TEST(connect_without_listener)
 }
 END_TEST
 
+// The side that shuts down: its own outstanding receive ends FI_ECANCELED
+// once the peer has answered (the queue pair runs until then).
 START_TEST(shutdown_reaches_peer)
 {
 	Env env;
 	Pair p(env);
-	Region r(env, 64, FI_RECV);
-	int ctx;
+	Region r(env, 64, FI_RECV), own(env, 64, FI_RECV);
+	int ctx, own_ctx;
 	ck_assert_int_eq(fi_recv(p.server.ep, r.buf.data(), 64, r.desc(), 0, &ctx), 0);
+	ck_assert_int_eq(fi_recv(p.client.ep, own.buf.data(), 64, own.desc(), 0, &own_ctx), 0);
 	ck_assert_int_eq(fi_shutdown(p.client.ep, 0), 0);
+	fi_cq_err_entry own_err = expect_error(p.client.cq);
+	ck_assert_int_eq(own_err.err, FI_ECANCELED);
+	ck_assert_ptr_eq(own_err.op_context, &own_ctx);
+	ck_assert_uint_eq(own_err.flags, FI_RECV | FI_MSG);
 	alignas(fi_eq_cm_entry) uint8_t buf[sizeof(fi_eq_cm_entry) + 64];
 	auto *entry = reinterpret_cast<fi_eq_cm_entry *>(buf);
 	uint32_t event;
