@@ -519,14 +519,10 @@ template <ibv_wr_opcode Op, bool Hdr = false, bool Connected = false, bool Bare 
 	const bool inline_data = send_flags & IBV_SEND_INLINE;
 	uintptr_t wr_id = reinterpret_cast<uintptr_t>(&s);
 	if constexpr (Bare) {
-		// The slot is implied (kTxBare); tx_signal for an inject: nothing
-		// reported, nothing held.
+		// The slot is implied (kTxBare): nothing reported, nothing held.
 		constexpr bool send = Op == IBV_WR_SEND || Op == IBV_WR_SEND_WITH_IMM;
 		wr_id |= kTxBare | (send ? kTxBareSend : 0);
-		if (cntr || seq - conn->last_signaled >= conn->signal_period) [[unlikely]] {
-			send_flags |= IBV_SEND_SIGNALED;
-			conn->last_signaled = seq;
-		}
+		tx_signal(conn, seq, false, cntr, 0, send_flags);
 	} else {
 		s.fill(seq, seq, context, comp_flags, len, report, cntr, 0, aux);
 		tx_signal(conn, seq, report, cntr, aux, send_flags);

@@ -250,7 +250,7 @@ struct RdmMsg : UnexpectedMsg {
 	// answer: nothing of it acts on a later connection.
 	int stale = 0;
 	// What it is charged in RdmEp::unexp (rdm_unexpected_cost in
-	// vrma_rdm_msg.cpp), given back when it leaves the queue
+	// vrma_rdm_recv.cpp), given back when it leaves the queue
 	// (rdm_unexpected_gone).
 	size_t cost = 0;
 };
