@@ -79,6 +79,8 @@ int AvTable::insert(const RdmAddr &addr, fi_addr_t &fi_addr) noexcept
 	s.addr = addr;
 	s.live = true;
 	s.next = kNone;
+	s.has_user_id = false;
+	s.user_id = FI_ADDR_NOTAVAIL;
 	if (!first) {
 		// A duplicate: into the address's ascending list. A new slot is
 		// the highest index, but a reused one may be lower than any.
@@ -159,6 +161,24 @@ fi_addr_t AvTable::reverse(const RdmAddr &addr) const noexcept
 {
 	const auto it = reverse_.find(addr);
 	return it == reverse_.end() ? FI_ADDR_NOTAVAIL : handle(it->second);
+}
+
+int AvTable::set_user_id(fi_addr_t fi_addr, fi_addr_t user_id) noexcept
+{
+	const uint32_t index = live_index(fi_addr);
+	if (index == kNone)
+		return -FI_EINVAL;
+	slots_[index].has_user_id = true;
+	slots_[index].user_id = user_id;
+	return 0;
+}
+
+fi_addr_t AvTable::report_addr(fi_addr_t fi_addr) const noexcept
+{
+	const uint32_t index = live_index(fi_addr);
+	if (index == kNone || !slots_[index].has_user_id)
+		return fi_addr;
+	return slots_[index].user_id;
 }
 
 } // namespace vrma::rdm

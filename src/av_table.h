@@ -103,6 +103,15 @@ public:
 	// none (FI_SOURCE of a receive from a peer the AV does not know).
 	fi_addr_t reverse(const RdmAddr &addr) const noexcept;
 
+	// FI_AV_USER_ID: the identifier completions report for a live entry in
+	// place of its handle (any value, FI_ADDR_NOTAVAIL included). 0, or
+	// -FI_EINVAL if fi_addr is not live. A slot's id ends with its entry.
+	int set_user_id(fi_addr_t fi_addr, fi_addr_t user_id) noexcept;
+	// What a completion reports for fi_addr: its user id if it has one,
+	// else fi_addr itself (also for anything not live: FI_ADDR_NOTAVAIL
+	// stays so).
+	fi_addr_t report_addr(fi_addr_t fi_addr) const noexcept;
+
 private:
 	static constexpr uint32_t kNone = UINT32_MAX;
 
@@ -113,6 +122,8 @@ private:
 		// Tombstone: the next tombstone in removal order.
 		uint32_t next = kNone;
 		bool live = false;
+		bool has_user_id = false;
+		fi_addr_t user_id = FI_ADDR_NOTAVAIL;
 	};
 
 	fi_addr_t handle(uint32_t index) const noexcept;

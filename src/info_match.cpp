@@ -1,5 +1,7 @@
 #include "info_match.h"
 
+#include "abi_compat.h"
+
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -127,8 +129,22 @@ bool domain_match(uint32_t version, const fi_domain_attr &cap, const fi_domain_a
 		return fail(why, "domain_attr->caps");
 	if (!subset(cap.mode, h->mode | user_mode))
 		return fail(why, "domain_attr->mode");
+	if (version >= abi::kV1_20 && h->auth_key_size == abi::kAvAuthKey)
+		return fail(why, "domain_attr->auth_key_size (FI_AV_AUTH_KEY: no keys per address)");
 	if (h->auth_key_size > cap.auth_key_size || (h->auth_key_size && !h->auth_key))
 		return fail(why, "domain_attr->auth_key_size");
+	// The fields of newer APIs, those the caller's version has (0 otherwise).
+	const abi::DomainTail want = abi::domain_tail(*h, version);
+	const abi::DomainTail have = abi::domain_tail(cap, version);
+	if (want.max_ep_auth_key > have.max_ep_auth_key)
+		return fail(why, "domain_attr->max_ep_auth_key");
+	if (want.max_group_id > have.max_group_id)
+		return fail(why, "domain_attr->max_group_id");
+	// 0 offered means the full range (fi_domain(3)).
+	if (have.max_cntr_value && want.max_cntr_value > have.max_cntr_value)
+		return fail(why, "domain_attr->max_cntr_value");
+	if (have.max_err_cntr_value && want.max_err_cntr_value > have.max_err_cntr_value)
+		return fail(why, "domain_attr->max_err_cntr_value");
 	return true;
 }
 
@@ -174,23 +190,23 @@ bool mr_mode_satisfies(uint32_t api_version, int prov_mode, int user_mode,
 	// Local registration is needed by the provider: the application must
 	// say it registers local buffers, in either spelling, at any version.
 	if ((prov_mode & FI_MR_LOCAL) && !(user_mode & FI_MR_LOCAL) &&
-	    !(user_info_mode & FI_LOCAL_MR))
+	    !(user_info_mode & abi::kLocalMr))
 		return false;
-	if (user_mode == FI_MR_UNSPEC) {
+	if (user_mode == abi::kMrUnspec) {
 		// Before API 1.5, 0 meant "whatever the provider uses"; since, it
 		// means the application takes on no mode bit.
 		return api_version < FI_VERSION(1, 5) || prov_mode == 0;
 	}
-	if (user_mode & FI_MR_SCALABLE)
+	if (user_mode & abi::kMrScalable)
 		return (prov_mode & ~FI_MR_LOCAL) == 0 &&
-		       (!(prov_mode & FI_MR_LOCAL) || (user_info_mode & FI_LOCAL_MR));
-	if (user_mode & FI_MR_BASIC) {
+		       (!(prov_mode & FI_MR_LOCAL) || (user_info_mode & abi::kLocalMr));
+	if (user_mode & abi::kMrBasic) {
 		// Legacy FI_MR_BASIC = virtual addresses, allocated memory, provider
 		// keys; local registration was the separate FI_LOCAL_MR mode bit.
 		int basic = FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
-		if (user_info_mode & FI_LOCAL_MR)
+		if (user_info_mode & abi::kLocalMr)
 			basic |= FI_MR_LOCAL;
-		basic |= user_mode & ~FI_MR_BASIC;
+		basic |= user_mode & ~abi::kMrBasic;
 		return (prov_mode & ~basic) == 0;
 	}
 	return (prov_mode & ~user_mode) == 0;
@@ -314,17 +330,17 @@ void apply_hints(uint32_t api_version, fi_info &out, const fi_info *hints,
 			out.domain_attr->resource_mgmt = h.resource_mgmt;
 		if (h.av_type != FI_AV_UNSPEC)
 			out.domain_attr->av_type = h.av_type;
-		const bool legacy = (h.mr_mode & FI_MR_BASIC) ||
-				    (h.mr_mode == FI_MR_UNSPEC && api_version < FI_VERSION(1, 5));
+		const bool legacy = (h.mr_mode & abi::kMrBasic) ||
+				    (h.mr_mode == abi::kMrUnspec && api_version < FI_VERSION(1, 5));
 		if (legacy) {
 			// The legacy spelling has no local bit: local registration is
 			// the FI_LOCAL_MR mode bit instead.
 			if (out.domain_attr->mr_mode & FI_MR_LOCAL)
-				out.mode |= FI_LOCAL_MR;
-			out.domain_attr->mr_mode = FI_MR_BASIC;
-		} else if ((h.mr_mode & FI_MR_SCALABLE) && out.domain_attr->mr_mode == 0) {
+				out.mode |= abi::kLocalMr;
+			out.domain_attr->mr_mode = abi::kMrBasic;
+		} else if ((h.mr_mode & abi::kMrScalable) && out.domain_attr->mr_mode == 0) {
 			// The legacy spelling of "no mode bit": answered in kind.
-			out.domain_attr->mr_mode = FI_MR_SCALABLE;
+			out.domain_attr->mr_mode = abi::kMrScalable;
 		}
 	}
 }

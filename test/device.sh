@@ -30,6 +30,15 @@ case $ft in
 "fabtests: skipped"*) export VRMA_FABTESTS_SKIPPED="$ft" ;;
 *) export VRMA_FABTESTS_BIN="$ft" ;;
 esac
+# libfabric 2.6's core (and fabtests 2.6 against it), built once into
+# util/vrma-fabtests' cache: the boot loads it in place of the system's
+# core for the abi suite and fi_info (run-in-vm.sh, section 2b).
+ft26=$("$srcdir/util/vrma-fabtests" build --core 2.6) || { echo "FAIL: building libfabric 2.6 (util/vrma-fabtests build --core 2.6)"; exit 1; }
+case $ft26 in
+"fabtests 2.6: skipped"*) export VRMA_CORE26_SKIPPED="libfabric 2.6 core: skipped${ft26#fabtests 2.6: skipped}" ;;
+*) VRMA_CORE26=$(cd "$ft26/../../core" && pwd) || { echo "FAIL: no libfabric 2.6 core beside $ft26"; exit 1; }
+   export VRMA_FABTESTS26_BIN="$ft26" VRMA_CORE26 ;;
+esac
 # tests-sos (Sandia OpenSHMEM's suite) likewise: util/vrma-sos builds SOS
 # once per build into its cache, the same boot runs its make check.
 sos=$("$srcdir/util/vrma-sos" build --set ci) || { echo "FAIL: building SOS (util/vrma-sos build)"; exit 1; }

@@ -138,9 +138,10 @@ check "vrma_exit passes a status without a line" lib_exit
 # The lists parse: every pattern has a reason line above it.
 list_ok() {
 	awk '/^#/ {r = $0; next} NF {if (r == "") {print "  no reason for: " FILENAME ": " $0; bad = 1} r = ""; next} {r = ""}
-		END {exit bad}' "$srcdir/test/fabtests/vrma.list" "$srcdir/test/sos/vrma.list"
+		END {exit bad}' "$srcdir/test/fabtests/vrma.list" "$srcdir/test/fabtests/vrma-2.6.list" \
+		"$srcdir/test/sos/vrma.list"
 }
-check "test/fabtests/vrma.list and test/sos/vrma.list give a reason for every pattern" list_ok
+check "test/fabtests/vrma.list, vrma-2.6.list and test/sos/vrma.list give a reason for every pattern" list_ok
 
 # A reason is the whole comment block above a pattern, read from its first
 # line: "n/a:" there excludes the test however many lines follow.
@@ -177,6 +178,11 @@ ft_skip() {
 	[[ $rc -eq 0 ]] && [[ $(cat "$tmp/s.out") == "fabtests: skipped: $tmp/none.tar.gz not found"* ]] || show "$tmp/s"
 }
 check "vrma-fabtests without the tarball says it skips, in one line" ft_skip
+ft26_skip() {
+	run "$tmp/s26" env -u VRMA_FABTESTS VRMA_LIBFABRIC26_TARBALL="$tmp/none.tar.gz" "$util/vrma-fabtests" build --core 2.6
+	[[ $rc -eq 0 ]] && [[ $(cat "$tmp/s26.out") == "fabtests 2.6: skipped: $tmp/none.tar.gz not found"* ]] || show "$tmp/s26"
+}
+check "vrma-fabtests --core 2.6 without the libfabric 2.6 tarball says it skips, in one line" ft26_skip
 
 # Without the tarball, tests-sos are skipped with one line.
 sos_skip() {

@@ -40,8 +40,10 @@ extern "C" {
 #define FI_PROV_SPECIFIC_VRMA (0x7e3 << 16)
 
 /* fi_ep_attr::protocol of vrma's native FI_EP_RDM endpoint (reliable
- * datagrams over on-demand RC connections; see fi_vrma(7)). */
-#define FI_PROTO_VRMA_RDM (FI_PROV_SPECIFIC | FI_PROV_SPECIFIC_VRMA | 1)
+ * datagrams over on-demand RC connections; see fi_vrma(7)). The top bit
+ * marks a provider's own value (1.x headers call it FI_PROV_SPECIFIC; 2.x
+ * headers no longer name it). */
+#define FI_PROTO_VRMA_RDM (0x80000000U | FI_PROV_SPECIFIC_VRMA | 1)
 
 enum {
 	/* int: an enum fi_vrma_commit_method value (connected endpoints) */

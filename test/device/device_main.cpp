@@ -46,6 +46,7 @@ constexpr SuiteEntry kSuites[] = {
 	{"rdm_atomic_flags", rdm_atomic_flags_suite},
 	{"hostile", hostile_suite},
 	{"auth", auth_suite},
+	{"abi", abi_suite},
 };
 
 // The names in an environment variable's list; false on an unknown one.

@@ -48,6 +48,14 @@ private:
 
 // fi_getinfo hints selecting vrma MSG endpoints.
 fi_info *base_hints();
+// The API version get_info asks for (default 1.17) and the fi_getinfo it
+// calls (default: the one this binary links, libfabric 1.17's ABI). The abi
+// suite swaps both for the running core's newest ABI (FABRIC_1.9 from 2.5
+// on), which reads hints as a 2.x application hands them over.
+using GetinfoFn = int (*)(uint32_t, const char *, const char *, uint64_t, const fi_info *,
+			  fi_info **);
+extern uint32_t test_api;
+extern GetinfoFn test_getinfo;
 // fi_getinfo for vrma with `hints` (freed by caller); asserts success.
 fi_info *get_info(fi_info *hints = nullptr, const char *node = nullptr,
 		  const char *service = nullptr, uint64_t flags = 0);
@@ -267,3 +275,4 @@ Suite *av_suite();
 Suite *msg_auto_suite();
 Suite *hostile_suite();
 Suite *auth_suite();
+Suite *abi_suite();

@@ -145,6 +145,7 @@ RdmNode::RdmNode(RdmEnv &e, const RdmNodeOptions &opt) : env(e)
 
 	fi_av_attr av_attr{};
 	av_attr.type = opt.av_type != FI_AV_UNSPEC ? opt.av_type : env.info->domain_attr->av_type;
+	av_attr.flags = opt.av_flags;
 	ck_assert_int_eq(fi_av_open(env.domain, &av_attr, &av, nullptr), 0);
 	fi_cq_attr cq_attr{};
 	cq_attr.format = FI_CQ_FORMAT_TAGGED;

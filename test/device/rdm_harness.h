@@ -100,6 +100,7 @@ struct Completion {
 
 struct RdmNodeOptions {
 	fi_av_type av_type = FI_AV_UNSPEC; // UNSPEC: the domain's type
+	uint64_t av_flags = 0;             // fi_av_attr::flags
 	uint64_t cq_bind_flags = 0;        // added to FI_TRANSMIT | FI_RECV (FI_SELECTIVE_COMPLETION)
 	size_t cq_size = 0;
 	bool tx_cntr = false; // a counter bound with FI_SEND

@@ -77,6 +77,30 @@ if [ -z "$addr" ]; then
 	addr=127.0.0.1
 fi
 
+# 2b. libfabric 2.6's own core (device.sh built it on the host: util/
+# vrma-fabtests build --core 2.6), loaded instead of the system's through
+# LD_LIBRARY_PATH: its fi_info (which asks for API 2.6) lists vrma's MSG and
+# RDM endpoints, and the abi suite runs again, as a 1.17 application of that
+# core and as a 2.x one (its FABRIC_1.9 calls, 2.x structures).
+if [ -n "${VRMA_CORE26:-}" ]; then
+	out26=$(LD_LIBRARY_PATH="$VRMA_CORE26/lib" "$VRMA_CORE26/bin/fi_info" -p vrma 2>&1)
+	if printf '%s\n' "$out26" | grep -q "type: *FI_EP_MSG" &&
+	   printf '%s\n' "$out26" | grep -q "type: *FI_EP_RDM"; then
+		pass "fi_info -p vrma under the libfabric 2.6 core lists FI_EP_MSG and FI_EP_RDM"
+	else
+		fail "fi_info -p vrma under the libfabric 2.6 core lists FI_EP_MSG and FI_EP_RDM"
+		printf '%s\n' "$out26" | head -40
+	fi
+	t0=$(date +%s)
+	if LD_LIBRARY_PATH="$VRMA_CORE26/lib" VRMA_TEST_SUITES=abi "$builddir/test/device_tests"; then
+		pass "device_tests (abi) under the libfabric 2.6 core ($(secs))"
+	else
+		fail "device_tests (abi) under the libfabric 2.6 core"
+	fi
+elif [ -n "${VRMA_CORE26_SKIPPED:-}" ]; then
+	echo "$VRMA_CORE26_SKIPPED"
+fi
+
 # 3. fi_pingpong, server and client through the stock core: every size of
 # its list (up to 6 MiB), five round trips each, data checked (-c); the
 # largest sizes are most of its time (20 round trips took 25 to 35 s a run).

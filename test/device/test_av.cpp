@@ -298,10 +298,10 @@ START_TEST(av_bad_addresses)
 		ck_assert_uint_eq(fb[i], FI_ADDR_NOTAVAIL);
 		ck_assert_int_eq(eb[i], FI_EINVAL);
 	}
-	// Flags vrma does not take (FI_AV_USER_ID), FI_SYNC_ERR without its
-	// array.
+	// Flags vrma does not take (FI_AUTH_KEY: no keys per address), FI_SYNC_ERR
+	// without its array.
 	fb[0] = 0;
-	ck_assert_int_eq(fi_av_insert(av, a, 1, fb, FI_AV_USER_ID, nullptr), -FI_EBADFLAGS);
+	ck_assert_int_eq(fi_av_insert(av, a, 1, fb, 1ULL << 57, nullptr), -FI_EBADFLAGS);
 	ck_assert_uint_eq(fb[0], FI_ADDR_NOTAVAIL);
 	ck_assert_int_eq(fi_av_insert(av, a, 1, fb, FI_SYNC_ERR, nullptr), -FI_EINVAL);
 	// An IPv6 address in an IPv4 AV is not an address of its format.

@@ -6,8 +6,11 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "abi_compat.h"
 
 #include <rdma/fi_ext_vrma.h>
+
+namespace abi = vrma::abi;
 
 using namespace vt;
 
@@ -71,7 +74,7 @@ START_TEST(getinfo_offers_pmem_when_asked)
 	// Remote CQ data needs no receive on these endpoints.
 	ck_assert_uint_eq(info->mode & FI_RX_CQ_DATA, 0);
 	// Commits complete when answered, not in posting order.
-	ck_assert_uint_eq(info->tx_attr->comp_order & FI_ORDER_STRICT, 0);
+	ck_assert_uint_eq(info->tx_attr->comp_order & abi::kOrderStrict, 0);
 	fi_freeinfo(info);
 	// With messages (issue 13 §1: before, -FI_ENODATA): commit messages
 	// and messages share vrma's staging buffers.

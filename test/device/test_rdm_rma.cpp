@@ -18,6 +18,7 @@
 // CK_RUN_CASE=<group>): rdm_rma_basic, rdm_rma_data, rdm_rma_flags,
 // rdm_rma_events, rdm_rma_errors, rdm_rma_keys, rdm_rma_commit.
 #include "rdm_harness.h"
+#include "abi_compat.h"
 
 #include <rdma/fi_ext_vrma.h>
 #include <fcntl.h>
@@ -37,6 +38,8 @@
 #include <memory>
 #include <optional>
 #include <vector>
+
+namespace abi = vrma::abi;
 
 using namespace vt;
 
@@ -407,12 +410,12 @@ START_TEST(rdm_rma_getinfo)
 	}
 	// ... also in the legacy spelling, answered in kind.
 	h = rdm_hints(FI_RMA);
-	h->domain_attr->mr_mode = FI_MR_SCALABLE;
+	h->domain_attr->mr_mode = abi::kMrScalable;
 	list = nullptr;
 	ck_assert_int_eq(fi_getinfo(FI_VERSION(1, 4), kRdmNodeAddr, nullptr, FI_SOURCE, h, &list), 0);
 	i = find_native_rdm(list);
 	ck_assert_msg(i, "FI_MR_SCALABLE: no native vrma RDM entry among: %s", info_names(list).c_str());
-	ck_assert_int_eq(i->domain_attr->mr_mode, FI_MR_SCALABLE);
+	ck_assert_int_eq(i->domain_attr->mr_mode, abi::kMrScalable);
 	fi_freeinfo(list);
 	fi_freeinfo(h);
 	// Messages without RMA keep no registration mode.

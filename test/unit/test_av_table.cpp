@@ -578,6 +578,34 @@ START_TEST(av_random_against_model)
 }
 END_TEST
 
+START_TEST(av_user_ids_follow_their_entry)
+{
+	for (AvTable::Kind kind : {AvTable::Kind::Table, AvTable::Kind::Map}) {
+		AvTable av(kind, 2);
+		const fi_addr_t h0 = must_insert(av, v4(1, 1));
+		const fi_addr_t h1 = must_insert(av, v4(2, 1));
+		// Without an id an entry reports its handle; unknown stays unknown.
+		ck_assert_uint_eq(av.report_addr(h0), h0);
+		ck_assert_uint_eq(av.report_addr(FI_ADDR_NOTAVAIL), FI_ADDR_NOTAVAIL);
+		ck_assert_int_eq(av.set_user_id(h0, 0xfeedULL), 0);
+		ck_assert_int_eq(av.set_user_id(h1, FI_ADDR_NOTAVAIL), 0);
+		ck_assert_uint_eq(av.report_addr(h0), 0xfeedULL);
+		ck_assert_uint_eq(av.report_addr(h1), FI_ADDR_NOTAVAIL);
+		ck_assert_int_eq(av.set_user_id(h0, 7), 0); // set again: replaced
+		ck_assert_uint_eq(av.report_addr(h0), 7);
+		// Not live: refused, and reported as given.
+		ck_assert_int_eq(av.set_user_id(5, 1), -FI_EINVAL);
+		ck_assert_int_eq(av.remove(h0), 0);
+		ck_assert_int_eq(av.set_user_id(h0, 1), -FI_EINVAL);
+		ck_assert_uint_eq(av.report_addr(h0), h0);
+		// The slot reused (the cap is 2): its new entry has no id.
+		const fi_addr_t n0 = must_insert(av, v4(3, 1));
+		ck_assert_uint_eq(av.report_addr(n0), n0);
+		ck_assert_uint_eq(av.report_addr(h1), FI_ADDR_NOTAVAIL);
+	}
+}
+END_TEST
+
 Suite *av_table_suite()
 {
 	Suite *s = suite_create("av_table");
@@ -597,6 +625,7 @@ Suite *av_table_suite()
 	tcase_add_test(tc, av_bulk_insert_reports_each_entry);
 	tcase_add_test(tc, av_many_entries);
 	tcase_add_test(tc, av_random_against_model);
+	tcase_add_test(tc, av_user_ids_follow_their_entry);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -3,6 +3,7 @@
 // the way the provider builds one for an rxe device.
 #include "unit.h"
 #include "info_match.h"
+#include "abi_compat.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -17,6 +18,8 @@
 #include <rdma/fi_domain.h>
 #include <rdma/fi_endpoint.h>
 #include <rdma/fi_errno.h>
+
+namespace abi = vrma::abi;
 
 using vrma::apply_hints;
 using vrma::expand_caps;
@@ -40,7 +43,7 @@ constexpr uint64_t kTxOpFlags = FI_COMPLETION | FI_INJECT | FI_INJECT_COMPLETE |
 constexpr uint64_t kRxOpFlags = FI_COMPLETION;
 constexpr uint64_t kMsgOrder = FI_ORDER_RAR | FI_ORDER_RAW | FI_ORDER_RAS | FI_ORDER_WAW |
 			       FI_ORDER_WAS | FI_ORDER_SAW | FI_ORDER_SAS;
-constexpr uint64_t kCompOrder = FI_ORDER_STRICT | FI_ORDER_DATA;
+constexpr uint64_t kCompOrder = abi::kOrderStrict | abi::kOrderData;
 constexpr int kProvMrMode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
 constexpr int kMrBasicMap = FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
 constexpr size_t kQueueSize = 1048576;
@@ -309,12 +312,12 @@ END_TEST
 START_TEST(mr_mode_unspec_by_version)
 {
 	// From API 1.5 on, FI_MR_UNSPEC in the hints supports nothing.
-	ck_assert(!mr_mode_satisfies(kApi, kProvMrMode, FI_MR_UNSPEC, FI_LOCAL_MR));
-	ck_assert(!mr_mode_satisfies(FI_VERSION(1, 5), kMrBasicMap, FI_MR_UNSPEC, 0));
+	ck_assert(!mr_mode_satisfies(kApi, kProvMrMode, abi::kMrUnspec, abi::kLocalMr));
+	ck_assert(!mr_mode_satisfies(FI_VERSION(1, 5), kMrBasicMap, abi::kMrUnspec, 0));
 	// Before, it meant "whatever the provider uses" (local registration
 	// being accepted through FI_LOCAL_MR).
-	ck_assert(mr_mode_satisfies(kLegacyApi, kProvMrMode, FI_MR_UNSPEC, FI_LOCAL_MR));
-	ck_assert(mr_mode_satisfies(kLegacyApi, kMrBasicMap, FI_MR_UNSPEC, 0));
+	ck_assert(mr_mode_satisfies(kLegacyApi, kProvMrMode, abi::kMrUnspec, abi::kLocalMr));
+	ck_assert(mr_mode_satisfies(kLegacyApi, kMrBasicMap, abi::kMrUnspec, 0));
 }
 END_TEST
 
@@ -323,13 +326,13 @@ START_TEST(mr_mode_basic_legacy_spelling)
 	for (uint32_t api : {kLegacyApi, kApi}) {
 		// FI_MR_BASIC = VIRT_ADDR | ALLOCATED | PROV_KEY; FI_MR_LOCAL is
 		// accepted through the FI_LOCAL_MR mode bit.
-		ck_assert(mr_mode_satisfies(api, kProvMrMode, FI_MR_BASIC, FI_LOCAL_MR));
-		ck_assert(!mr_mode_satisfies(api, kProvMrMode, FI_MR_BASIC, 0));
-		ck_assert(mr_mode_satisfies(api, kMrBasicMap, FI_MR_BASIC, 0));
-		ck_assert(mr_mode_satisfies(api, FI_MR_VIRT_ADDR, FI_MR_BASIC, 0));
+		ck_assert(mr_mode_satisfies(api, kProvMrMode, abi::kMrBasic, abi::kLocalMr));
+		ck_assert(!mr_mode_satisfies(api, kProvMrMode, abi::kMrBasic, 0));
+		ck_assert(mr_mode_satisfies(api, kMrBasicMap, abi::kMrBasic, 0));
+		ck_assert(mr_mode_satisfies(api, FI_MR_VIRT_ADDR, abi::kMrBasic, 0));
 		// Bits FI_MR_BASIC does not stand for are not accepted.
-		ck_assert(!mr_mode_satisfies(api, kMrBasicMap | FI_MR_RAW, FI_MR_BASIC, FI_LOCAL_MR));
-		ck_assert(!mr_mode_satisfies(api, kMrBasicMap | FI_MR_ENDPOINT, FI_MR_BASIC, 0));
+		ck_assert(!mr_mode_satisfies(api, kMrBasicMap | FI_MR_RAW, abi::kMrBasic, abi::kLocalMr));
+		ck_assert(!mr_mode_satisfies(api, kMrBasicMap | FI_MR_ENDPOINT, abi::kMrBasic, 0));
 	}
 }
 END_TEST
@@ -339,12 +342,12 @@ START_TEST(mr_mode_scalable)
 	for (uint32_t api : {kLegacyApi, kApi}) {
 		// Scalable registration has no virtual addresses and no provider
 		// keys.
-		ck_assert(!mr_mode_satisfies(api, kProvMrMode, FI_MR_SCALABLE, FI_LOCAL_MR));
-		ck_assert(!mr_mode_satisfies(api, FI_MR_VIRT_ADDR, FI_MR_SCALABLE, 0));
-		ck_assert(!mr_mode_satisfies(api, FI_MR_PROV_KEY, FI_MR_SCALABLE, 0));
-		ck_assert(mr_mode_satisfies(api, 0, FI_MR_SCALABLE, 0));
-		ck_assert(mr_mode_satisfies(api, FI_MR_LOCAL, FI_MR_SCALABLE, FI_LOCAL_MR));
-		ck_assert(!mr_mode_satisfies(api, FI_MR_LOCAL, FI_MR_SCALABLE, 0));
+		ck_assert(!mr_mode_satisfies(api, kProvMrMode, abi::kMrScalable, abi::kLocalMr));
+		ck_assert(!mr_mode_satisfies(api, FI_MR_VIRT_ADDR, abi::kMrScalable, 0));
+		ck_assert(!mr_mode_satisfies(api, FI_MR_PROV_KEY, abi::kMrScalable, 0));
+		ck_assert(mr_mode_satisfies(api, 0, abi::kMrScalable, 0));
+		ck_assert(mr_mode_satisfies(api, FI_MR_LOCAL, abi::kMrScalable, abi::kLocalMr));
+		ck_assert(!mr_mode_satisfies(api, FI_MR_LOCAL, abi::kMrScalable, 0));
 	}
 }
 END_TEST
@@ -439,7 +442,7 @@ START_TEST(match_required_mode)
 	InfoPtr hints = make_hints();
 	// A provider that requires nothing works for applications offering
 	// any mode.
-	hints->mode = FI_CONTEXT | FI_RX_CQ_DATA | FI_LOCAL_MR;
+	hints->mode = FI_CONTEXT | FI_RX_CQ_DATA | abi::kLocalMr;
 	ck_match(kApi, cap, hints.get());
 
 	// A provider that requires FI_CONTEXT needs it in hints->mode.
@@ -455,15 +458,18 @@ END_TEST
 
 START_TEST(match_domain_mode)
 {
+	// A domain mode bit (1.x's FI_RESTRICTED_COMP; 2.x headers define that
+	// name as 0).
+	constexpr uint64_t kDomainModeBit = 1ULL << 53;
 	InfoPtr cap = make_cap();
-	cap->domain_attr->mode = FI_RESTRICTED_COMP;
+	cap->domain_attr->mode = kDomainModeBit;
 	InfoPtr hints = make_hints();
 	ck_reject(kApi, cap, hints.get(), "domain_attr->mode");
 	// Accepted either on the domain attributes or in the info's mode.
-	hints->domain_attr->mode = FI_RESTRICTED_COMP;
+	hints->domain_attr->mode = kDomainModeBit;
 	ck_match(kApi, cap, hints.get());
 	hints->domain_attr->mode = 0;
-	hints->mode = FI_RESTRICTED_COMP;
+	hints->mode = kDomainModeBit;
 	ck_match(kApi, cap, hints.get());
 }
 END_TEST
@@ -625,7 +631,7 @@ START_TEST(match_msg_order)
 	// RC does not promise that a later write overtakes no earlier read.
 	hints->tx_attr->msg_order = FI_ORDER_WAR;
 	ck_reject(kApi, cap, hints.get(), "tx_attr->msg_order");
-	hints->tx_attr->msg_order = FI_ORDER_STRICT;
+	hints->tx_attr->msg_order = abi::kOrderStrict;
 	ck_reject(kApi, cap, hints.get(), "tx_attr->msg_order");
 	hints->tx_attr->msg_order = FI_ORDER_SAS;
 	hints->rx_attr->msg_order = FI_ORDER_SAR;
@@ -637,17 +643,17 @@ START_TEST(match_comp_order)
 {
 	InfoPtr cap = make_cap();
 	InfoPtr hints = make_hints();
-	hints->tx_attr->comp_order = FI_ORDER_STRICT;
-	hints->rx_attr->comp_order = FI_ORDER_STRICT | FI_ORDER_DATA;
+	hints->tx_attr->comp_order = abi::kOrderStrict;
+	hints->rx_attr->comp_order = abi::kOrderStrict | abi::kOrderData;
 	ck_match(kApi, cap, hints.get());
 
 	// A provider that orders no completions.
-	cap->tx_attr->comp_order = FI_ORDER_NONE;
-	cap->rx_attr->comp_order = FI_ORDER_NONE;
+	cap->tx_attr->comp_order = abi::kOrderNone;
+	cap->rx_attr->comp_order = abi::kOrderNone;
 	ck_reject(kApi, cap, hints.get(), "tx_attr->comp_order");
-	hints->tx_attr->comp_order = FI_ORDER_NONE;
+	hints->tx_attr->comp_order = abi::kOrderNone;
 	ck_reject(kApi, cap, hints.get(), "rx_attr->comp_order");
-	hints->rx_attr->comp_order = FI_ORDER_NONE;
+	hints->rx_attr->comp_order = abi::kOrderNone;
 	ck_match(kApi, cap, hints.get());
 }
 END_TEST
@@ -764,19 +770,19 @@ START_TEST(match_mr_mode)
 	ck_reject(kApi, cap, hints.get(), "domain_attr->mr_mode");
 	// FI_LOCAL_MR does not stand in for FI_MR_LOCAL with current bits.
 	hints->domain_attr->mr_mode = kMrBasicMap;
-	hints->mode = FI_LOCAL_MR;
+	hints->mode = abi::kLocalMr;
 	ck_reject(kApi, cap, hints.get(), "domain_attr->mr_mode");
 	hints->mode = 0;
 	// FI_MR_UNSPEC supports nothing since API 1.5.
-	hints->domain_attr->mr_mode = FI_MR_UNSPEC;
+	hints->domain_attr->mr_mode = abi::kMrUnspec;
 	ck_reject(kApi, cap, hints.get(), "domain_attr->mr_mode");
 	// Scalable registration cannot work with provider keys.
-	hints->domain_attr->mr_mode = FI_MR_SCALABLE;
-	hints->mode = FI_LOCAL_MR;
+	hints->domain_attr->mr_mode = abi::kMrScalable;
+	hints->mode = abi::kLocalMr;
 	ck_reject(kApi, cap, hints.get(), "domain_attr->mr_mode");
 	ck_reject(kLegacyApi, cap, hints.get(), "domain_attr->mr_mode");
 	// FI_MR_BASIC with FI_LOCAL_MR is this provider's mode in old words.
-	hints->domain_attr->mr_mode = FI_MR_BASIC;
+	hints->domain_attr->mr_mode = abi::kMrBasic;
 	ck_match(kApi, cap, hints.get());
 	ck_match(kLegacyApi, cap, hints.get());
 	hints->mode = 0;
@@ -784,8 +790,8 @@ START_TEST(match_mr_mode)
 	ck_reject(kLegacyApi, cap, hints.get(), "domain_attr->mr_mode");
 	// Before 1.5, FI_MR_UNSPEC is any mode (local registration accepted
 	// through FI_LOCAL_MR).
-	hints->domain_attr->mr_mode = FI_MR_UNSPEC;
-	hints->mode = FI_LOCAL_MR;
+	hints->domain_attr->mr_mode = abi::kMrUnspec;
+	hints->mode = abi::kLocalMr;
 	ck_match(kLegacyApi, cap, hints.get());
 }
 END_TEST
@@ -797,13 +803,13 @@ END_TEST
 START_TEST(match_legacy_unspec_mr_mode_needs_local_mr)
 {
 	// A provider without FI_MR_LOCAL serves such an application.
-	ck_assert(mr_mode_satisfies(kLegacyApi, kMrBasicMap, FI_MR_UNSPEC, 0));
+	ck_assert(mr_mode_satisfies(kLegacyApi, kMrBasicMap, abi::kMrUnspec, 0));
 
 	InfoPtr cap = make_cap();
 	InfoPtr hints = make_hints();
-	hints->domain_attr->mr_mode = FI_MR_UNSPEC;
+	hints->domain_attr->mr_mode = abi::kMrUnspec;
 	hints->mode = FI_CONTEXT; // no FI_LOCAL_MR: buffers are not registered
-	ck_assert_msg(!mr_mode_satisfies(kLegacyApi, kProvMrMode, FI_MR_UNSPEC, FI_CONTEXT),
+	ck_assert_msg(!mr_mode_satisfies(kLegacyApi, kProvMrMode, abi::kMrUnspec, FI_CONTEXT),
 		      "mr_mode_satisfies(1.4, FI_MR_LOCAL|..., FI_MR_UNSPEC, mode without "
 		      "FI_LOCAL_MR) accepted a provider that needs local registration");
 	ck_reject(kLegacyApi, cap, hints.get(), "domain_attr->mr_mode");
@@ -1071,11 +1077,11 @@ START_TEST(apply_order_narrowed)
 	InfoPtr hints = make_hints();
 	hints->tx_attr->msg_order = FI_ORDER_SAS | FI_ORDER_RAW;
 	hints->rx_attr->msg_order = FI_ORDER_SAS;
-	hints->tx_attr->comp_order = FI_ORDER_STRICT;
+	hints->tx_attr->comp_order = abi::kOrderStrict;
 	InfoPtr out = applied(kApi, cap, hints.get());
 	ck_assert_uint_eq(out->tx_attr->msg_order, FI_ORDER_SAS | FI_ORDER_RAW);
 	ck_assert_uint_eq(out->rx_attr->msg_order, FI_ORDER_SAS);
-	ck_assert_uint_eq(out->tx_attr->comp_order, FI_ORDER_STRICT);
+	ck_assert_uint_eq(out->tx_attr->comp_order, abi::kOrderStrict);
 	// Unspecified: what the provider offers.
 	ck_assert_uint_eq(out->rx_attr->comp_order, kCompOrder);
 }
@@ -1115,28 +1121,28 @@ START_TEST(apply_mr_mode_spelling)
 	ck_assert_int_eq(out->domain_attr->mr_mode, kProvMrMode);
 
 	// The application spoke the old words: answer in them.
-	hints->domain_attr->mr_mode = FI_MR_BASIC;
-	hints->mode = FI_LOCAL_MR;
+	hints->domain_attr->mr_mode = abi::kMrBasic;
+	hints->mode = abi::kLocalMr;
 	out = applied(kApi, cap, hints.get());
-	ck_assert_int_eq(out->domain_attr->mr_mode, FI_MR_BASIC);
+	ck_assert_int_eq(out->domain_attr->mr_mode, abi::kMrBasic);
 	out = applied(kLegacyApi, cap, hints.get());
-	ck_assert_int_eq(out->domain_attr->mr_mode, FI_MR_BASIC);
-	hints->domain_attr->mr_mode = FI_MR_UNSPEC;
+	ck_assert_int_eq(out->domain_attr->mr_mode, abi::kMrBasic);
+	hints->domain_attr->mr_mode = abi::kMrUnspec;
 	out = applied(kLegacyApi, cap, hints.get());
-	ck_assert_int_eq(out->domain_attr->mr_mode, FI_MR_BASIC);
+	ck_assert_int_eq(out->domain_attr->mr_mode, abi::kMrBasic);
 
 	// A provider without mode bits (scalable keys) asked in the legacy
 	// FI_MR_SCALABLE: answered FI_MR_SCALABLE; provider modes are refused.
 	hints->mode = 0;
-	hints->domain_attr->mr_mode = FI_MR_SCALABLE;
+	hints->domain_attr->mr_mode = abi::kMrScalable;
 	ck_reject(kLegacyApi, cap, hints.get(), "domain_attr->mr_mode");
 	cap->domain_attr->mr_mode = 0;
 	for (uint32_t api : {kLegacyApi, kApi}) {
 		ck_match(api, cap, hints.get());
 		out = applied(api, cap, hints.get());
-		ck_assert_int_eq(out->domain_attr->mr_mode, FI_MR_SCALABLE);
+		ck_assert_int_eq(out->domain_attr->mr_mode, abi::kMrScalable);
 	}
-	hints->domain_attr->mr_mode = FI_MR_UNSPEC;
+	hints->domain_attr->mr_mode = abi::kMrUnspec;
 	out = applied(kApi, cap, hints.get());
 	ck_assert_int_eq(out->domain_attr->mr_mode, 0);
 }
@@ -1151,21 +1157,21 @@ START_TEST(apply_legacy_basic_reports_local_mr)
 {
 	InfoPtr cap = make_cap();
 	InfoPtr hints = make_hints();
-	hints->mode = FI_LOCAL_MR;
+	hints->mode = abi::kLocalMr;
 
-	hints->domain_attr->mr_mode = FI_MR_BASIC;
+	hints->domain_attr->mr_mode = abi::kMrBasic;
 	ck_match(kApi, cap, hints.get());
 	InfoPtr out = applied(kApi, cap, hints.get());
-	ck_assert_int_eq(out->domain_attr->mr_mode, FI_MR_BASIC);
-	ck_assert_msg(out->mode & FI_LOCAL_MR,
+	ck_assert_int_eq(out->domain_attr->mr_mode, abi::kMrBasic);
+	ck_assert_msg(out->mode & abi::kLocalMr,
 		      "FI_MR_BASIC answer (API 1.17) without FI_LOCAL_MR in mode: "
 		      "the application will not register local buffers");
 
-	hints->domain_attr->mr_mode = FI_MR_UNSPEC;
+	hints->domain_attr->mr_mode = abi::kMrUnspec;
 	ck_match(kLegacyApi, cap, hints.get());
 	out = applied(kLegacyApi, cap, hints.get());
-	ck_assert_int_eq(out->domain_attr->mr_mode, FI_MR_BASIC);
-	ck_assert_msg(out->mode & FI_LOCAL_MR,
+	ck_assert_int_eq(out->domain_attr->mr_mode, abi::kMrBasic);
+	ck_assert_msg(out->mode & abi::kLocalMr,
 		      "FI_MR_BASIC answer (API 1.4) without FI_LOCAL_MR in mode: "
 		      "the application will not register local buffers");
 }

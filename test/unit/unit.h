@@ -9,6 +9,7 @@
 #undef fail
 
 Suite *info_match_suite();
+Suite *abi_compat_suite();
 Suite *errno_suite();
 Suite *slot_ring_suite();
 Suite *persist_suite();

@@ -6,6 +6,7 @@
 int main()
 {
 	SRunner *sr = srunner_create(info_match_suite());
+	srunner_add_suite(sr, abi_compat_suite());
 	srunner_add_suite(sr, errno_suite());
 	srunner_add_suite(sr, slot_ring_suite());
 	srunner_add_suite(sr, persist_suite());

@@ -164,10 +164,20 @@ int check_insert(Av *av, const char *call, size_t count, fi_addr_t *fi_addr, uin
 		VRMA_WARN(FI_LOG_AV, "%s: count %zu is too large\n", call, count);
 		return -FI_EINVAL;
 	}
-	if (flags & ~(FI_MORE | FI_SYNC_ERR)) {
+	constexpr uint64_t kInsertFlags = FI_MORE | FI_SYNC_ERR | FI_AV_USER_ID;
+	if (flags & ~kInsertFlags) {
 		VRMA_WARN(FI_LOG_AV, "%s: unsupported flags 0x%llx\n", call,
-			  static_cast<unsigned long long>(flags & ~(FI_MORE | FI_SYNC_ERR)));
+			  static_cast<unsigned long long>(flags & ~kInsertFlags));
 		return insert_failed(count, fi_addr, nullptr, -FI_EBADFLAGS);
+	}
+	if ((flags & FI_AV_USER_ID) && av->user_id_attr) {
+		VRMA_WARN(FI_LOG_AV, "%s: FI_AV_USER_ID on an AV opened with FI_AV_USER_ID (name ids with fi_av_set_user_id)\n",
+			  call);
+		return insert_failed(count, fi_addr, nullptr, -FI_EINVAL);
+	}
+	if ((flags & FI_AV_USER_ID) && !fi_addr && count) {
+		VRMA_WARN(FI_LOG_AV, "%s: FI_AV_USER_ID without the fi_addr array of ids\n", call);
+		return -FI_EINVAL;
 	}
 	if ((flags & FI_SYNC_ERR) && av->events) {
 		VRMA_WARN(FI_LOG_AV, "%s: FI_SYNC_ERR on an FI_EVENT AV (errors go to its EQ)\n", call);
@@ -213,6 +223,14 @@ int finish_insert(Av *av, const char *call, Batch &b, fi_addr_t *fi_addr, uint64
 				err = av->table.insert(b.addrs[i], handle);
 				av->epoch.fetch_add(1, std::memory_order_release);
 			}
+			// FI_AV_USER_ID: fi_addr[i] is the entry's id on input
+			// (user_ids set before the epoch moves past this insert).
+			if (flags & FI_AV_USER_ID)
+				av->user_ids.store(true, std::memory_order_relaxed);
+			if (!err && (flags & FI_AV_USER_ID))
+				(void)av->table.set_user_id(handle, fi_addr[i]);
+			else if (!err && av->user_id_attr)
+				(void)av->table.set_user_id(handle, FI_ADDR_NOTAVAIL);
 			if (!err)
 				inserted++;
 			else if (first_bad == n)
@@ -523,6 +541,43 @@ const char *av_straddr(fid_av *f, const void *addr, char *buf, size_t *len) noex
 	return buf;
 }
 
+int av_set_user_id(fid_av *f, fi_addr_t fi_addr, fi_addr_t user_id, uint64_t flags) noexcept
+{
+	Av *av = from_fid<Av>(&f->fid);
+	if (flags) {
+		VRMA_WARN(FI_LOG_AV, "fi_av_set_user_id: unsupported flags 0x%llx%s\n",
+			  static_cast<unsigned long long>(flags),
+			  (flags & abi::kAuthKeyFlag) ? " (FI_AUTH_KEY: no keys per address)" : "");
+		return (flags & abi::kAuthKeyFlag) ? -FI_EOPNOTSUPP : -FI_EBADFLAGS;
+	}
+	if (!av->user_id_attr) {
+		VRMA_WARN(FI_LOG_AV, "fi_av_set_user_id: the AV was opened without FI_AV_USER_ID\n");
+		return -FI_EINVAL;
+	}
+	std::lock_guard guard(av->lock);
+	av->epoch.fetch_add(1, std::memory_order_release);
+	if (av->table.set_user_id(fi_addr, user_id)) {
+		VRMA_WARN(FI_LOG_AV, "fi_av_set_user_id: handle 0x%llx is not in the AV\n",
+			  static_cast<unsigned long long>(fi_addr));
+		return -FI_EINVAL;
+	}
+	return 0;
+}
+
+// Keys per address (FI_AV_AUTH_KEY) are not offered: a domain has one job
+// key (domain_attr->auth_key), getinfo refuses FI_AV_AUTH_KEY.
+int av_insert_auth_key(fid_av *, const void *, size_t, fi_addr_t *, uint64_t) noexcept
+{
+	VRMA_WARN(FI_LOG_AV, "fi_av_insert_auth_key: vrma has no keys per address (FI_AV_AUTH_KEY)\n");
+	return -FI_ENOSYS;
+}
+
+int av_lookup_auth_key(fid_av *, fi_addr_t, void *, size_t *) noexcept
+{
+	VRMA_WARN(FI_LOG_AV, "fi_av_lookup_auth_key: vrma has no keys per address (FI_AV_AUTH_KEY)\n");
+	return -FI_ENOSYS;
+}
+
 int av_bind(fid *f, fid *bfid, uint64_t flags) noexcept
 {
 	Av *av = from_fid<Av>(f);
@@ -578,8 +633,10 @@ constexpr fi_ops av_fi_ops = {
 	.ops_set = fid_no_ops_set,
 };
 
-constexpr fi_ops_av av_ops = {
-	.size = sizeof(fi_ops_av),
+// The 1.20 layout whatever the headers (abi::OpsAv): fi_av_set_user_id
+// and the auth-key calls find their entries by .size.
+constexpr abi::OpsAv av_ops = {
+	.size = sizeof(abi::OpsAv),
 	.insert = av_insert,
 	.insertsvc = av_insertsvc,
 	.insertsym = av_insertsym,
@@ -587,6 +644,9 @@ constexpr fi_ops_av av_ops = {
 	.lookup = av_lookup,
 	.straddr = av_straddr,
 	.av_set = VRMA_NOSYS(fi_ops_av, av_set),
+	.insert_auth_key = av_insert_auth_key,
+	.lookup_auth_key = av_lookup_auth_key,
+	.set_user_id = av_set_user_id,
 };
 
 } // namespace
@@ -607,6 +667,14 @@ fi_addr_t av_reverse(Av *av, const RdmAddr &addr) noexcept
 	return av->table.reverse(addr);
 }
 
+fi_addr_t av_reverse(Av *av, const RdmAddr &addr, fi_addr_t &report) noexcept
+{
+	std::lock_guard guard(av->lock);
+	const fi_addr_t handle = av->table.reverse(addr);
+	report = av->user_ids.load(std::memory_order_relaxed) ? av->table.report_addr(handle) : handle;
+	return handle;
+}
+
 int av_open(fid_domain *domain, fi_av_attr *attr, fid_av **av_out, void *context) noexcept
 try {
 	if (!domain || !attr || !av_out) {
@@ -618,7 +686,7 @@ try {
 		VRMA_WARN(FI_LOG_AV, "fi_av_open: named (shared) AVs and FI_READ are not supported\n");
 		return -FI_ENOSYS;
 	}
-	constexpr uint64_t kAvFlags = FI_EVENT | FI_SYMMETRIC;
+	constexpr uint64_t kAvFlags = FI_EVENT | FI_SYMMETRIC | FI_AV_USER_ID;
 	if (attr->flags & ~kAvFlags) {
 		VRMA_WARN(FI_LOG_AV, "fi_av_open: unsupported flags 0x%llx\n",
 			  static_cast<unsigned long long>(attr->flags & ~kAvFlags));
@@ -658,6 +726,8 @@ try {
 	av->type = type;
 	av->addr_format = format;
 	av->events = attr->flags & FI_EVENT;
+	av->user_id_attr = attr->flags & FI_AV_USER_ID;
+	av->user_ids.store(av->user_id_attr, std::memory_order_relaxed);
 	av->table = rdm::AvTable(type == FI_AV_MAP ? rdm::AvTable::Kind::Map
 						   : rdm::AvTable::Kind::Table);
 	if (attr->count && av->table.reserve(std::min(attr->count, av->table.max_slots())))
@@ -665,7 +735,7 @@ try {
 	av->fid.fclass = FI_CLASS_AV;
 	av->fid.context = context;
 	av->fid.ops = const_cast<fi_ops *>(&av_fi_ops);
-	av->ops = const_cast<fi_ops_av *>(&av_ops);
+	av->ops = reinterpret_cast<fi_ops_av *>(const_cast<abi::OpsAv *>(&av_ops));
 	attr->type = type;
 	dom->refs++;
 	*av_out = av.release();

@@ -17,6 +17,14 @@ struct Av final : fid_av {
 	// returns (FI_SOCKADDR_IN, FI_SOCKADDR_IN6, FI_SOCKADDR or FI_ADDR_STR).
 	uint32_t addr_format = FI_SOCKADDR_IN;
 	bool events = false; // FI_EVENT: inserts report to the bound EQ
+	// FI_AV_USER_ID in fi_av_attr::flags: every entry reports
+	// FI_ADDR_NOTAVAIL until fi_av_set_user_id names its id (the insert
+	// flag is then refused).
+	bool user_id_attr = false;
+	// Some entry may report a user id (user_id_attr, or an insert with the
+	// FI_AV_USER_ID flag). Never cleared. Setting an id bumps epoch, so
+	// that endpoints look their peers' report_addr up again.
+	std::atomic<bool> user_ids{false};
 	// Guards table and eq. Every call takes it, lookups too (an insert may
 	// reallocate the table). Hazard: the RDM data path resolves handles
 	// through av_lookup_addr; a handle the application removed must never
@@ -41,5 +49,8 @@ int av_open(fid_domain *domain, fi_av_attr *attr, fid_av **av, void *context) no
 // AV does not know). Both take the AV's lock.
 bool av_lookup_addr(Av *av, fi_addr_t fi_addr, rdm::RdmAddr &out) noexcept;
 fi_addr_t av_reverse(Av *av, const rdm::RdmAddr &addr) noexcept;
+// The same, and in `report` what completions report for it (its user id,
+// else the handle: AvTable::report_addr), under one hold of the lock.
+fi_addr_t av_reverse(Av *av, const rdm::RdmAddr &addr, fi_addr_t &report) noexcept;
 
 } // namespace vrma

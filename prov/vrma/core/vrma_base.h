@@ -37,6 +37,7 @@
 #include <rdma/fi_rma.h>
 #include <rdma/providers/fi_log.h>
 
+#include "abi_compat.h"
 #include "conn_auth.h"
 #include "key_table.h"
 #include <rdma/providers/fi_prov.h>
@@ -67,7 +68,9 @@ struct KeyAnswer;
 extern fi_provider provider;
 
 inline constexpr uint32_t kProviderVersion = FI_VERSION(0, 1);
-inline constexpr uint32_t kApiVersion = FI_VERSION(1, 17);
+// The API version vrma declares: abi::provider_version of the running core
+// (set at fi_prov_ini, read-only after).
+inline uint32_t api_version() noexcept { return provider.fi_version; }
 
 #define VRMA_WARN(subsys, ...) FI_WARN(&::vrma::provider, subsys, __VA_ARGS__)
 #define VRMA_INFO(subsys, ...) FI_INFO(&::vrma::provider, subsys, __VA_ARGS__)

@@ -500,13 +500,8 @@ ssize_t cq_readerr(fid_cq *f, fi_cq_err_entry *buf, uint64_t flags) noexcept
 		poll_to_pending(cq, 64);
 	if (cq->pending.empty() || !cq->pending.front().is_error)
 		return -FI_EAGAIN;
-	const fi_cq_err_entry &e = cq->pending.front().err;
-	// API >= 1.5: err_data/err_data_size are the caller's buffer; vrma has no
-	// provider error data to copy, so it reports none.
-	void *user_err_data = buf->err_data;
-	*buf = e;
-	buf->err_data = user_err_data;
-	buf->err_data_size = 0;
+	// Only the bytes the application's API version has (abi_compat.h).
+	abi::copy_cq_err(buf, cq->pending.front().err, cq->domain->api(), FI_ADDR_NOTAVAIL);
 	cq_dequeue(cq);
 	return 1;
 }

@@ -123,6 +123,10 @@ struct Domain final : fid_domain {
 	bool cap_atomic_write = false;
 	size_t max_wr_bytes = 0; // wr_bytes_limit() of port 1
 	int inline_size = 0; // what a QP of this domain is created with
+
+	// The API version the application asked fi_getinfo for: the sizes of
+	// the structures it hands in and reads back (abi_compat.h).
+	uint32_t api() const noexcept { return fabric->api_version; }
 	std::atomic<int> refs{0};
 	// Persistent memory. Declared by the application (fi_ext_vrma.h):
 	// RDMA writes into this domain land in the persistence domain.

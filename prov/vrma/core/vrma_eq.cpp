@@ -118,10 +118,19 @@ ssize_t eq_readerr(fid_eq *f, fi_eq_err_entry *buf, uint64_t flags) noexcept
 	if (eq->queue.empty() || !eq->queue.front().is_error)
 		return -FI_EAGAIN;
 	EqEntry &e = eq->queue.front();
-	void *user_data = buf->err_data;
-	size_t user_size = buf->err_data_size;
-	*buf = e.err;
-	if (user_data && user_size) {
+	// Before API 1.5 the entry ends at err_data (the provider's storage):
+	// err_data_size is past the caller's structure, neither read nor written.
+	const bool legacy = eq->fabric->api_version < abi::kV1_5;
+	void *user_data = legacy ? nullptr : buf->err_data;
+	size_t user_size = legacy ? 0 : buf->err_data_size;
+	if (legacy)
+		memcpy(buf, &e.err, offsetof(fi_eq_err_entry, err_data));
+	else
+		*buf = e.err;
+	if (legacy) {
+		eq->last_err_data = std::move(e.data);
+		buf->err_data = eq->last_err_data.empty() ? nullptr : eq->last_err_data.data();
+	} else if (user_data && user_size) {
 		// The caller supplied the buffer (API >= 1.5).
 		size_t n = std::min(user_size, e.data.size());
 		memcpy(user_data, e.data.data(), n);

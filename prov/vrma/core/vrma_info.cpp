@@ -189,7 +189,7 @@ void *dup_addr(const sockaddr *sa, size_t *len)
 }
 
 // The most this port offers: the capability info hints are matched against.
-fi_info *build_cap_info(const Port &p, const PortAddr &a, int inline_size)
+fi_info *build_cap_info(uint32_t api, const Port &p, const PortAddr &a, int inline_size)
 {
 	fi_info *info = fi_allocinfo();
 	if (!info)
@@ -206,7 +206,7 @@ fi_info *build_cap_info(const Port &p, const PortAddr &a, int inline_size)
 	tx.mode = 0;
 	tx.op_flags = kTxOpFlags;
 	tx.msg_order = kMsgOrder;
-	tx.comp_order = FI_ORDER_STRICT | FI_ORDER_DATA;
+	tx.comp_order = abi::kOrderStrict | abi::kOrderData;
 	// What an endpoint grants (fi_endpoint computes it the same way).
 	tx.inject_size = msg_inject_size(static_cast<size_t>(inline_size), params.inject_size, 0,
 					 wr_bytes_limit(p.attr.max_msg_sz, params.max_wr_size));
@@ -220,7 +220,7 @@ fi_info *build_cap_info(const Port &p, const PortAddr &a, int inline_size)
 	rx.mode = 0;
 	rx.op_flags = kRxOpFlags;
 	rx.msg_order = kMsgOrder;
-	rx.comp_order = FI_ORDER_STRICT | FI_ORDER_DATA;
+	rx.comp_order = abi::kOrderStrict | abi::kOrderData;
 	rx.total_buffered_recv = 0;
 	rx.size = static_cast<size_t>(d.max_qp_wr);
 	rx.iov_limit = std::min(static_cast<size_t>(d.max_sge), kMaxSge);
@@ -274,11 +274,20 @@ fi_info *build_cap_info(const Port &p, const PortAddr &a, int inline_size)
 	dom.mode = 0;
 	dom.max_err_data = wire::kCmUserDataMax;
 	dom.mr_cnt = static_cast<size_t>(d.max_mr);
+	// The fields of newer APIs (written only where the caller's has them):
+	// MSG endpoints take no job key, no peer groups; counters are 64-bit
+	// software counters.
+	abi::DomainTail tail;
+	tail.max_ep_auth_key = 0;
+	tail.max_group_id = 0;
+	tail.max_cntr_value = UINT64_MAX;
+	tail.max_err_cntr_value = UINT64_MAX;
+	abi::set_domain_tail(dom, api, tail);
 
 	fi_fabric_attr &fab = *info->fabric_attr;
 	fab.name = strdup(fabric_name_for(p, a).c_str());
 	fab.prov_version = kProviderVersion;
-	fab.api_version = kApiVersion;
+	fab.api_version = api_version();
 	if (!dom.name || !fab.name || !info->src_addr) {
 		fi_freeinfo(info);
 		return nullptr;
@@ -297,12 +306,17 @@ void default_manual_data_progress(fi_info &out, const fi_info *hints)
 
 // The most an RDM endpoint on this port offers: messages and tagged
 // messages over on-demand connections, no memory registration needed.
-fi_info *build_rdm_cap_info(const Port &p, const PortAddr &a, int inline_size)
+fi_info *build_rdm_cap_info(uint32_t api, const Port &p, const PortAddr &a, int inline_size)
 {
-	fi_info *info = build_cap_info(p, a, inline_size);
+	fi_info *info = build_cap_info(api, p, a, inline_size);
 	if (!info)
 		return nullptr;
-	info->caps = kRdmCaps;
+	// Receives name their source (FI_DIRECTED_RECV) for both kinds, for
+	// tagged ones only (FI_TAGGED_DIRECTED_RECV), or always
+	// (FI_EXACT_DIRECTED_RECV); completions report the AV's user ids
+	// (FI_AV_USER_ID). The 2.0 bits only where the API has them.
+	const uint64_t directed = abi::caps_for(api, abi::kTaggedDirectedRecv | abi::kExactDirectedRecv);
+	info->caps = kRdmCaps | FI_AV_USER_ID | directed;
 	fi_tx_attr &tx = *info->tx_attr;
 	tx.caps = kRdmCaps &
 		  (FI_MSG | FI_TAGGED | FI_RMA | FI_ATOMIC | FI_FENCE | FI_RMA_PMEM | kTxDirections);
@@ -311,17 +325,18 @@ fi_info *build_rdm_cap_info(const Port &p, const PortAddr &a, int inline_size)
 	tx.msg_order = order;
 	// A rendezvous send completes when the receiver has read it: later
 	// eager sends may complete first.
-	tx.comp_order = FI_ORDER_NONE;
+	tx.comp_order = abi::kOrderNone;
 	tx.inject_size = rdm_params.eager_size;
 	tx.size = rdm_params.tx_buffers;
 	tx.iov_limit = kRdmIovLimit;
 	tx.rma_iov_limit = kMaxRmaIov;
 	fi_rx_attr &rx = *info->rx_attr;
-	rx.caps = kRdmCaps & (FI_MSG | FI_TAGGED | FI_RMA | FI_ATOMIC | FI_RMA_EVENT | FI_RMA_PMEM |
-			      FI_DIRECTED_RECV | FI_MULTI_RECV | FI_SOURCE | kRxDirections);
+	rx.caps = (kRdmCaps & (FI_MSG | FI_TAGGED | FI_RMA | FI_ATOMIC | FI_RMA_EVENT | FI_RMA_PMEM |
+			       FI_DIRECTED_RECV | FI_MULTI_RECV | FI_SOURCE | kRxDirections)) |
+		  directed;
 	rx.op_flags = kRdmRxOpFlags;
 	rx.msg_order = order;
-	rx.comp_order = FI_ORDER_NONE;
+	rx.comp_order = abi::kOrderNone;
 	rx.total_buffered_recv = rdm_unexpected_max(); // rx_budget.h
 	rx.size = 65536; // receives wait in memory, not in a device queue
 	rx.iov_limit = kRdmIovLimit;
@@ -348,6 +363,11 @@ fi_info *build_rdm_cap_info(const Port &p, const PortAddr &a, int inline_size)
 	// Job keys (vrma_rdm_conn.cpp): apply_hints gives an info the hints'.
 	dom.auth_key_size = auth::kKeyMax;
 	info->ep_attr->auth_key_size = auth::kKeyMax;
+	dom.caps |= FI_AV_USER_ID;
+	// One job key per endpoint (its domain's or its own).
+	abi::DomainTail tail = abi::domain_tail(dom, api);
+	tail.max_ep_auth_key = 1;
+	abi::set_domain_tail(dom, api, tail);
 	return info;
 }
 
@@ -381,7 +401,8 @@ bool rdm_pmem_caps(fi_info &info, const fi_info *hints)
 		return true;
 	}
 	constexpr uint64_t kNotRma = FI_MSG | FI_TAGGED | FI_SEND | FI_RECV | FI_ATOMIC |
-				     FI_DIRECTED_RECV | FI_MULTI_RECV;
+				     FI_DIRECTED_RECV | FI_MULTI_RECV | abi::kTaggedDirectedRecv |
+				     abi::kExactDirectedRecv;
 	if ((asked && !(asked & FI_RMA_PMEM)) || (asked & kNotRma) || !(info.caps & FI_RMA)) {
 		VRMA_INFO(FI_LOG_CORE, "RDM: a default FI_COMMIT_COMPLETE needs FI_RMA and FI_RMA_PMEM, and is honoured for RMA writes only (no FI_MSG, FI_TAGGED or FI_ATOMIC)\n");
 		return false;
@@ -692,7 +713,7 @@ private:
 int add_rdm_info(uint32_t api, const Port &p, const PortAddr &a, const fi_info *hints, Query &q,
 		 InfoList &out)
 {
-	FiInfoPtr rcap(build_rdm_cap_info(p, a, probe_inline_size(p.ctx)));
+	FiInfoPtr rcap(build_rdm_cap_info(api, p, a, probe_inline_size(p.ctx)));
 	if (!rcap)
 		return -FI_ENOMEM;
 	std::string rwhy;
@@ -726,6 +747,13 @@ int add_rdm_info(uint32_t api, const Port &p, const PortAddr &a, const fi_info *
 		return -FI_ENOMEM;
 	apply_hints(api, *rout, hints, rdm_params.tx_buffers, 65536, kRdmIovLimit, 0);
 	default_manual_data_progress(*rout, hints);
+	// Modifiers that narrow what a receive may name: only when asked for
+	// (an application that names no caps keeps FI_ADDR_UNSPEC receives).
+	if (const uint64_t unasked = (abi::kTaggedDirectedRecv | abi::kExactDirectedRecv) &
+				     ~(hints ? hints->caps : 0)) {
+		rout->caps &= ~unasked;
+		rout->rx_attr->caps &= ~unasked;
+	}
 	if (!rdm_pmem_caps(*rout, hints))
 		return 0;
 	if (q.have_dest) {
@@ -769,7 +797,7 @@ FiInfoPtr msg_info(uint32_t api, const Port &p, const fi_info &cap, const fi_inf
 			drop_caps(kMsgCaps);
 		// A commit completes when the target answers: later operations
 		// may complete before it.
-		out->tx_attr->comp_order &= ~FI_ORDER_STRICT;
+		out->tx_attr->comp_order &= ~abi::kOrderStrict;
 	} else {
 		drop_caps(kOwnRxCaps);
 	}
@@ -783,7 +811,7 @@ FiInfoPtr msg_info(uint32_t api, const Port &p, const fi_info &cap, const fi_inf
 		// operations complete when the answer comes.
 		out->mode &= ~FI_RX_CQ_DATA;
 		out->rx_attr->mode &= ~FI_RX_CQ_DATA;
-		out->tx_attr->comp_order &= ~FI_ORDER_STRICT;
+		out->tx_attr->comp_order &= ~abi::kOrderStrict;
 	}
 	if (out->caps & (FI_MSG | FI_SEND | FI_RECV)) {
 		// Staged receives carry at most kStagedMsgMax; taking on
@@ -852,7 +880,7 @@ try {
 		const PortAddr *a = port_address(p);
 		if (!a)
 			continue;
-		FiInfoPtr cap(build_cap_info(p, *a, probe_inline_size(p.ctx)));
+		FiInfoPtr cap(build_cap_info(api, p, *a, probe_inline_size(p.ctx)));
 		if (!cap)
 			return -FI_ENOMEM;
 		std::string why;

@@ -69,7 +69,7 @@ size_t rdm_unexpected_max() noexcept
 
 fi_provider provider = {
 	.version = kProviderVersion,
-	.fi_version = kApiVersion,
+	.fi_version = abi::kApiMin,
 	.context = {},
 	.name = "vrma",
 	.getinfo = getinfo_entry,
@@ -268,6 +268,9 @@ void lock_check_failed(const char *lock, const char *func, const char *file, int
 // calls it once.
 extern "C" __attribute__((visibility("default"))) fi_provider *fi_prov_ini(void)
 {
+	// A core lists a provider only for API versions up to its fi_version:
+	// declare every version vrma implements that this core knows.
+	vrma::provider.fi_version = vrma::abi::provider_version(fi_version());
 	vrma::params_init();
 	return &vrma::provider;
 }

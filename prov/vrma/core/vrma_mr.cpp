@@ -191,17 +191,10 @@ constexpr fi_ops mr_fi_ops = {
 	.ops_set = fid_no_ops_set,
 };
 
-int mr_regattr(fid *f, const fi_mr_attr *attr, uint64_t flags, fid_mr **mr_out) noexcept
+// Registers one region of `dom`; `attr` has the 1.17 fields only (the later
+// ones were checked by the caller).
+int mr_register(Domain *dom, const fi_mr_attr *attr, uint64_t flags, fid_mr **mr_out) noexcept
 try {
-	if (!f || f->fclass != FI_CLASS_DOMAIN) {
-		VRMA_WARN(FI_LOG_MR, "fi_mr_reg: not a domain\n");
-		return -FI_EINVAL;
-	}
-	Domain *dom = from_fid<Domain>(f);
-	if (!attr || !mr_out) {
-		VRMA_WARN(FI_LOG_MR, "fi_mr_regattr: NULL attribute or output\n");
-		return -FI_EINVAL;
-	}
 	// The top bits are libfabric's internal flags (ofi_rxm passes its
 	// registration-cache bit to the core provider): ignored.
 	constexpr uint64_t kPrivateFlags = ~((1ULL << 59) - 1);
@@ -324,9 +317,48 @@ try {
 	return -FI_ENOMEM;
 }
 
+// fi_mr_regattr: `attr` is the application's, of its API version's size
+// (abi_compat.h): the fields after 1.17 are read where that version has them.
+int mr_regattr(fid *f, const fi_mr_attr *attr, uint64_t flags, fid_mr **mr_out) noexcept
+{
+	if (!f || f->fclass != FI_CLASS_DOMAIN) {
+		VRMA_WARN(FI_LOG_MR, "fi_mr_reg: not a domain\n");
+		return -FI_EINVAL;
+	}
+	Domain *dom = from_fid<Domain>(f);
+	if (!attr || !mr_out) {
+		VRMA_WARN(FI_LOG_MR, "fi_mr_regattr: NULL attribute or output\n");
+		return -FI_EINVAL;
+	}
+	if (flags & abi::kMrDmabuf) {
+		VRMA_WARN(FI_LOG_MR, "fi_mr_regattr: FI_MR_DMABUF: vrma registers host memory only\n");
+		return -FI_EOPNOTSUPP;
+	}
+	const abi::MrTail tail = abi::mr_tail(*attr, dom->api());
+	if (tail.base_mr) {
+		VRMA_WARN(FI_LOG_MR, "fi_mr_regattr: base_mr: vrma creates no sub-regions\n");
+		return -FI_EOPNOTSUPP;
+	}
+	if (tail.hmem_data) {
+		VRMA_WARN(FI_LOG_MR, "fi_mr_regattr: hmem_data is reserved and must be NULL\n");
+		return -FI_EINVAL;
+	}
+	// page_size and sub_mr_cnt are hints: the device picks its pages, and
+	// there are no sub-regions to prepare for.
+	return mr_register(dom, attr, flags, mr_out);
+}
+
 int mr_regv(fid *f, const iovec *iov, size_t count, uint64_t access, uint64_t offset,
 	    uint64_t requested_key, uint64_t flags, fid_mr **mr, void *context) noexcept
 {
+	if (!f || f->fclass != FI_CLASS_DOMAIN) {
+		VRMA_WARN(FI_LOG_MR, "fi_mr_reg: not a domain\n");
+		return -FI_EINVAL;
+	}
+	if (!mr) {
+		VRMA_WARN(FI_LOG_MR, "fi_mr_reg: NULL output\n");
+		return -FI_EINVAL;
+	}
 	fi_mr_attr attr{};
 	attr.mr_iov = iov;
 	attr.iov_count = count;
@@ -335,7 +367,8 @@ int mr_regv(fid *f, const iovec *iov, size_t count, uint64_t access, uint64_t of
 	attr.requested_key = requested_key; // the key with scalable keys; else ignored
 	attr.context = context;
 	attr.iface = FI_HMEM_SYSTEM;
-	return mr_regattr(f, &attr, flags, mr);
+	// vrma's own attribute, of the 1.17 size: not mr_regattr's reading.
+	return mr_register(from_fid<Domain>(f), &attr, flags, mr);
 }
 
 int mr_reg(fid *f, const void *buf, size_t len, uint64_t access, uint64_t offset,
@@ -401,7 +434,7 @@ bool domain_scalable_keys(const fi_info &info) noexcept
 	const int mode = info.domain_attr->mr_mode;
 	const bool rma = !info.caps || (info.caps & (FI_RMA | FI_ATOMIC));
 	return rma && info.ep_attr && info.ep_attr->type == FI_EP_RDM &&
-	       ((mode & FI_MR_SCALABLE) || !(mode & (FI_MR_BASIC | FI_MR_PROV_KEY)));
+	       ((mode & abi::kMrScalable) || !(mode & (abi::kMrBasic | FI_MR_PROV_KEY)));
 }
 
 int domain_open_key_table(Domain *dom) noexcept

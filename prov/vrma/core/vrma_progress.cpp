@@ -112,7 +112,6 @@ int run_ticks(Progress *p) noexcept
 
 void run(Progress *p) noexcept
 {
-	pthread_setname_np(pthread_self(), "vrma-progress");
 	epoll_event ev[16];
 	int timeout = -1;
 	for (;;) {
@@ -172,6 +171,9 @@ int start(Progress *p)
 	} catch (...) {
 		return -FI_ENOMEM;
 	}
+	// Named before the caller goes on (by the thread itself it would race
+	// whoever lists threads right after fi_enable).
+	pthread_setname_np(p->thread.native_handle(), "vrma-progress");
 	VRMA_INFO(FI_LOG_DOMAIN, "%s: progress thread started\n", p->domain->ctx->device->name);
 	return 0;
 }

@@ -296,8 +296,11 @@ struct RdmPeer {
 	// sends wait for it rather than connect again, until this deadline.
 	std::chrono::steady_clock::time_point expect_until{};
 	int error = 0; // the last connection failure (FI_E*, positive), for the next send
-	// FI_SOURCE: the AV handle of addr, computed again when the AV changed.
+	// FI_SOURCE: the AV handle of addr, and what completions report for it
+	// (its FI_AV_USER_ID id, else the handle), computed again when the AV
+	// changed (fi_av_set_user_id changes it too).
 	fi_addr_t fi_addr = FI_ADDR_NOTAVAIL;
+	fi_addr_t report_addr = FI_ADDR_NOTAVAIL;
 	uint64_t av_epoch = ~0ULL;
 	uint32_t next_msg_id = 1;
 	std::unordered_map<uint32_t, RdmTxOp *> waiting; // by msg_id
@@ -361,7 +364,12 @@ struct SrqSlot : SlotHeader {
 // both from the connection header) and everything below.
 struct RdmEp final : EpBase {
 	Av *av = nullptr;
-	bool directed = false;      // FI_DIRECTED_RECV
+	// How each kind's receives (MatchKind) use their src: kSrcAny ignores
+	// it, kSrcDirected matches it (FI_ADDR_UNSPEC: any), kSrcExact also
+	// refuses FI_ADDR_UNSPEC (FI_DIRECTED_RECV, FI_TAGGED_DIRECTED_RECV,
+	// FI_EXACT_DIRECTED_RECV: rdm_src_modes).
+	enum SrcMode : uint8_t { kSrcAny, kSrcDirected, kSrcExact };
+	SrcMode src_mode[2] = {kSrcAny, kSrcAny};
 	bool auto_progress = false; // FI_PROGRESS_AUTO: the engine progresses data
 	size_t min_multi_recv = 0;  // FI_OPT_MIN_MULTI_RECV
 	size_t eager_size = 0;
@@ -644,6 +652,8 @@ inline CqPending rdm_error_entry(void *context, uint64_t flags, void *buf, size_
 // A successful receive: counted, and its entry (without building a
 // CqPending) when `report`.
 void rdm_complete_rx(RdmEp *ep, bool report, const Completion &c, fi_addr_t src) noexcept;
+// The endpoint's src_mode of each MatchKind from its caps (vrma_rdm_ep.cpp).
+void rdm_src_modes(uint64_t caps, RdmEp::SrcMode (&mode)[2]) noexcept;
 
 // Room for n more send requests within the internal CQ's reserve (after
 // a reclaim, when short).
@@ -797,6 +807,13 @@ inline fi_addr_t rdm_peer_fi_addr(RdmPeer *peer) noexcept
 	if (peer->av_epoch != epoch) [[unlikely]]
 		return rdm_peer_fi_addr_lookup(peer, epoch);
 	return peer->fi_addr;
+}
+// The source a completion reports for peer: its handle, or its
+// FI_AV_USER_ID id. Matching keeps using the handle (rdm_peer_fi_addr).
+inline fi_addr_t rdm_peer_report_addr(RdmPeer *peer) noexcept
+{
+	(void)rdm_peer_fi_addr(peer);
+	return peer->report_addr;
 }
 // At close: every connection down, drained, freed.
 void rdm_close_peers(RdmEp *ep) noexcept;

@@ -485,7 +485,7 @@ rdma_cm_id *accept_request(RdmEp *ep, rdma_cm_event *ev)
 
 fi_addr_t rdm_peer_fi_addr_lookup(RdmPeer *peer, uint64_t epoch) noexcept
 {
-	peer->fi_addr = av_reverse(peer->ep->av, peer->addr);
+	peer->fi_addr = av_reverse(peer->ep->av, peer->addr, peer->report_addr);
 	peer->av_epoch = epoch;
 	return peer->fi_addr;
 }

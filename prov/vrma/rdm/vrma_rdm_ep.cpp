@@ -896,6 +896,19 @@ void rdm_complete_rx(RdmEp *ep, bool report, const Completion &c, fi_addr_t src)
 		cq_complete(ep->rx_cq, c, src);
 }
 
+void rdm_src_modes(uint64_t caps, RdmEp::SrcMode (&mode)[2]) noexcept
+{
+	// FI_EXACT_DIRECTED_RECV alone directs both kinds; with
+	// FI_TAGGED_DIRECTED_RECV (and without FI_DIRECTED_RECV) tagged ones only.
+	const bool exact = caps & abi::kExactDirectedRecv;
+	const bool tagged_only = (caps & abi::kTaggedDirectedRecv) && !(caps & FI_DIRECTED_RECV);
+	const bool msg = (caps & FI_DIRECTED_RECV) || (exact && !tagged_only);
+	const bool tagged = msg || (caps & abi::kTaggedDirectedRecv) || exact;
+	const RdmEp::SrcMode on = exact ? RdmEp::kSrcExact : RdmEp::kSrcDirected;
+	mode[static_cast<int>(MatchKind::kMsg)] = msg ? on : RdmEp::kSrcAny;
+	mode[static_cast<int>(MatchKind::kTagged)] = tagged ? on : RdmEp::kSrcAny;
+}
+
 int rdm_ep_open(fid_domain *domain, fi_info *info, fid_ep **ep_out, void *context) noexcept
 try {
 	Domain *dom = from_fid<Domain>(&domain->fid);
@@ -904,13 +917,17 @@ try {
 	ep->info.reset(fi_dupinfo(info));
 	if (!ep->info)
 		return -FI_ENOMEM;
+	// The 2.0 receive bits only where the application's API has them.
+	const uint64_t offered =
+		kRdmCaps | FI_AV_USER_ID |
+		abi::caps_for(dom->api(), abi::kTaggedDirectedRecv | abi::kExactDirectedRecv);
 	const uint64_t caps = info->caps ? info->caps : kRdmCaps;
-	if (caps & ~kRdmCaps) {
+	if (caps & ~offered) {
 		VRMA_WARN(FI_LOG_EP_CTRL, "fi_endpoint: RDM endpoints do not offer caps 0x%llx\n",
-			  static_cast<unsigned long long>(caps & ~kRdmCaps));
+			  static_cast<unsigned long long>(caps & ~offered));
 		return -FI_EINVAL;
 	}
-	ep->directed = caps & FI_DIRECTED_RECV;
+	rdm_src_modes(caps, ep->src_mode);
 	ep->rma_events = caps & FI_RMA_EVENT;
 	ep->rma_pmem = caps & FI_RMA_PMEM;
 	ep->scalable_keys = dom->scalable_keys;
@@ -927,7 +944,8 @@ try {
 		ep->auth_replays = std::make_unique<auth::ReplayCache>(RdmEp::kAuthReplayMax);
 	}
 	ep->native_atomics = rdm_params.native_atomics && dom->dev_attr.atomic_cap != IBV_ATOMIC_NONE;
-	ep->matcher.directed(ep->directed);
+	ep->matcher.directed(MatchKind::kMsg, ep->src_mode[0] != RdmEp::kSrcAny);
+	ep->matcher.directed(MatchKind::kTagged, ep->src_mode[1] != RdmEp::kSrcAny);
 	ep->tx_op_flags = info->tx_attr ? info->tx_attr->op_flags & kRdmTxOpFlags : 0;
 	ep->rx_op_flags = info->rx_attr ? info->rx_attr->op_flags & kRdmRxOpFlags : 0;
 	ep->auto_progress = dom->info && dom->info->domain_attr &&

@@ -107,6 +107,13 @@ void report_nomsg(RdmEp *ep, void *context, MatchKind kind)
 						FI_ADDR_NOTAVAIL, FI_ENOMSG));
 }
 
+[[gnu::cold]] ssize_t exact_src_refused() noexcept
+{
+	VRMA_WARN(FI_LOG_EP_DATA,
+		  "RDM recv: FI_ADDR_UNSPEC on an endpoint with FI_EXACT_DIRECTED_RECV: name the source\n");
+	return -FI_EINVAL;
+}
+
 } // namespace
 
 ssize_t rdm_recv(RdmEp *ep, const iovec *iov, size_t count, fi_addr_t src, uint64_t tag,
@@ -123,10 +130,13 @@ ssize_t rdm_recv(RdmEp *ep, const iovec *iov, size_t count, fi_addr_t src, uint6
 		VRMA_WARN(FI_LOG_EP_DATA, "RDM recv: FI_MULTI_RECV takes one buffer\n");
 		return -FI_EINVAL;
 	}
+	const RdmEp::SrcMode mode = ep->src_mode[static_cast<int>(kind)];
+	if (mode == RdmEp::kSrcExact && src == FI_ADDR_UNSPEC) [[unlikely]]
+		return exact_src_refused();
 	RecvKey key;
 	key.tag = tag;
 	key.ignore = ignore;
-	key.src = ep->directed ? src : FI_ADDR_UNSPEC;
+	key.src = mode != RdmEp::kSrcAny ? src : FI_ADDR_UNSPEC;
 	std::lock_guard guard(ep->lock);
 	if (!ep->enabled) [[unlikely]] {
 		VRMA_WARN(FI_LOG_EP_DATA, "RDM recv before fi_enable\n");
@@ -190,7 +200,9 @@ ssize_t rdm_recv_one(RdmEp *ep, void *buf, size_t len, fi_addr_t src, uint64_t t
 		     uint64_t ignore, void *context, MatchKind kind) noexcept
 {
 	const uint64_t flags = ep->rx_op_flags;
-	if ((flags & FI_MULTI_RECV) || (!buf && len)) [[unlikely]] {
+	const RdmEp::SrcMode mode = ep->src_mode[static_cast<int>(kind)];
+	if ((flags & FI_MULTI_RECV) || (!buf && len) ||
+	    (mode == RdmEp::kSrcExact && src == FI_ADDR_UNSPEC)) [[unlikely]] {
 		const iovec iov{buf, len};
 		return rdm_recv(ep, &iov, 1, src, tag, ignore, flags, context, kind);
 	}
@@ -206,7 +218,7 @@ ssize_t rdm_recv_one(RdmEp *ep, void *buf, size_t len, fi_addr_t src, uint64_t t
 	fill_recv(r, kind, context, &iov, 1, len, ep->rx_reports(flags));
 	r->key.tag = tag;
 	r->key.ignore = ignore;
-	r->key.src = ep->directed ? src : FI_ADDR_UNSPEC;
+	r->key.src = mode != RdmEp::kSrcAny ? src : FI_ADDR_UNSPEC;
 	return post_recv(ep, r, kind);
 }
 

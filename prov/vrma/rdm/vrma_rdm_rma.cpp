@@ -465,7 +465,7 @@ void rdm_report_rma_event(RdmEp *ep, RdmPeer *peer, uint32_t qp_num, uint64_t fl
 	// without the application's receives: past the CQ's size the peer is
 	// paused (last: it may lose its connection).
 	cq_complete(ep->rx_cq, {nullptr, flags | FI_REMOTE_CQ_DATA, h.length, nullptr, h.cq_data, 0},
-		    rdm_peer_fi_addr(peer));
+		    rdm_peer_report_addr(peer));
 	if (ep->rx_cq->queued.load(std::memory_order_relaxed) > ep->rx_cq->limit) [[unlikely]]
 		rdm_flow_cq_over(peer, qp_num);
 }

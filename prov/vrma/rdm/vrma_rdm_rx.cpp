@@ -128,6 +128,8 @@ void handle_message(RdmEp *ep, const ibv_wc &wc, const uint8_t *buf)
 	const fi_addr_t src = rdm_peer_fi_addr(peer);
 	const MatchKind kind = rdm::is_tagged(h.type) ? MatchKind::kTagged : MatchKind::kMsg;
 	MsgKey key{h.tag, src, src != FI_ADDR_NOTAVAIL};
+	// Matching takes the handle (key), completions report this.
+	const fi_addr_t report = peer->report_addr;
 	switch (h.type) {
 	case rdm::MsgType::Eager:
 	case rdm::MsgType::EagerTagged: {
@@ -138,7 +140,7 @@ void handle_message(RdmEp *ep, const ibv_wc &wc, const uint8_t *buf)
 			return;
 		}
 		if (RdmRecv *r = ep->matcher.find_posted(kind, key)) {
-			rdm_place_eager(ep, r, peer, h, payload, src);
+			rdm_place_eager(ep, r, peer, h, payload, report);
 			return;
 		}
 		const size_t cost = rdm_unexpected_cost(false, h);
@@ -154,7 +156,7 @@ void handle_message(RdmEp *ep, const ibv_wc &wc, const uint8_t *buf)
 		m->key = key;
 		m->peer = peer;
 		m->kind = kind;
-		m->src = src;
+		m->src = report;
 		m->hdr = h;
 		copy_bytes(m->payload_bytes(), payload, h.length);
 		(void)ep->matcher.append_unexpected(kind, *m);
@@ -169,7 +171,7 @@ void handle_message(RdmEp *ep, const ibv_wc &wc, const uint8_t *buf)
 			return;
 		}
 		if (RdmRecv *r = ep->matcher.find_posted(kind, key)) {
-			rdm_start_rndv(ep, r, peer, h, segs, n, src);
+			rdm_start_rndv(ep, r, peer, h, segs, n, report);
 			return;
 		}
 		const size_t cost = rdm_unexpected_cost(true, h);
@@ -188,7 +190,7 @@ void handle_message(RdmEp *ep, const ibv_wc &wc, const uint8_t *buf)
 		m->key = key;
 		m->peer = peer;
 		m->kind = kind;
-		m->src = src;
+		m->src = report;
 		m->hdr = h;
 		m->rndv = true;
 		std::copy(segs, segs + n, m->segs);
