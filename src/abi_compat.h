@@ -218,6 +218,19 @@ inline void copy_cq_err(fi_cq_err_entry *to, const fi_cq_err_entry &from, uint32
 		detail::store<fi_addr_t>(to, kCqErrSrcAddrAt, src_addr);
 }
 
+// fi_dupinfo that keeps the fields of newer APIs. Hazard: a provider built
+// against older headers calls the core's compatibility fi_dupinfo of that
+// ABI (FABRIC_1.3 for 1.17), which copies only the older structures and
+// zeroes the rest; both infos are the running core's, of its size, which
+// `api` (never above the core's version) fits in.
+inline fi_info *dup_info(const fi_info *src, uint32_t api) noexcept
+{
+	fi_info *d = fi_dupinfo(src);
+	if (d && src && src->domain_attr && d->domain_attr)
+		set_domain_tail(*d->domain_attr, api, domain_tail(*src->domain_attr, api));
+	return d;
+}
+
 // ---- fi_ops_av as of 1.20 (insert_auth_key, lookup_auth_key, set_user_id
 // appended; fi_av_* check .size before calling them). vrma's table has this
 // layout whatever the headers; the core and applications read it as theirs.

@@ -742,7 +742,7 @@ int add_rdm_info(uint32_t api, const Port &p, const PortAddr &a, const fi_info *
 			return 0;
 		}
 	}
-	FiInfoPtr rout(fi_dupinfo(rcap.get()));
+	FiInfoPtr rout(abi::dup_info(rcap.get(), api));
 	if (!rout)
 		return -FI_ENOMEM;
 	apply_hints(api, *rout, hints, rdm_params.tx_buffers, 65536, kRdmIovLimit, 0);
@@ -769,7 +769,7 @@ int add_rdm_info(uint32_t api, const Port &p, const PortAddr &a, const fi_info *
 // hints matched), or none when the hints rule it out. Throws bad_alloc.
 FiInfoPtr msg_info(uint32_t api, const Port &p, const fi_info &cap, const fi_info *hints, Query &q)
 {
-	FiInfoPtr out(fi_dupinfo(&cap));
+	FiInfoPtr out(abi::dup_info(&cap, api));
 	if (!out)
 		throw std::bad_alloc();
 	apply_hints(api, *out, hints, params.tx_size, params.rx_size, params.iov_limit, kOptionalModes);

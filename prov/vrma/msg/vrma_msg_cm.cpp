@@ -180,7 +180,7 @@ rdma_cm_id *handle_connect_request(Eq *eq, rdma_cm_event *ev)
 		rdma_reject(ev->id, nullptr, 0);
 		return ev->id;
 	}
-	FiInfoPtr info(fi_dupinfo(pep->info.get()));
+	FiInfoPtr info(abi::dup_info(pep->info.get(), api_version()));
 	auto cr = std::make_unique<ConnReq>();
 	if (!info) {
 		rdma_reject(ev->id, nullptr, 0);

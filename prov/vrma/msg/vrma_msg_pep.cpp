@@ -185,7 +185,7 @@ try {
 	}
 	auto pep = std::make_unique<Pep>();
 	pep->fabric = from_fid<Fabric>(&fabric->fid);
-	pep->info.reset(fi_dupinfo(info));
+	pep->info.reset(abi::dup_info(info, api_version()));
 	if (!pep->info)
 		return -FI_ENOMEM;
 	if (info->src_addr) {
