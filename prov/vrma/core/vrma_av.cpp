@@ -214,6 +214,9 @@ int finish_insert(Av *av, const char *call, Batch &b, fi_addr_t *fi_addr, uint64
 	{
 		std::lock_guard guard(av->lock);
 		eq = av->eq;
+		// Before any entry's epoch: endpoints that see it look ids up.
+		if (flags & FI_AV_USER_ID)
+			av->user_ids.store(true, std::memory_order_relaxed);
 		for (size_t i = 0; i < n; i++) {
 			fi_addr_t handle = FI_ADDR_NOTAVAIL;
 			int &err = b.errors[i];
@@ -223,10 +226,7 @@ int finish_insert(Av *av, const char *call, Batch &b, fi_addr_t *fi_addr, uint64
 				err = av->table.insert(b.addrs[i], handle);
 				av->epoch.fetch_add(1, std::memory_order_release);
 			}
-			// FI_AV_USER_ID: fi_addr[i] is the entry's id on input
-			// (user_ids set before the epoch moves past this insert).
-			if (flags & FI_AV_USER_ID)
-				av->user_ids.store(true, std::memory_order_relaxed);
+			// FI_AV_USER_ID: fi_addr[i] is the entry's id on input.
 			if (!err && (flags & FI_AV_USER_ID))
 				(void)av->table.set_user_id(handle, fi_addr[i]);
 			else if (!err && av->user_id_attr)
@@ -659,12 +659,6 @@ bool av_lookup_addr(Av *av, fi_addr_t fi_addr, RdmAddr &out) noexcept
 		return false;
 	out = e->addr;
 	return true;
-}
-
-fi_addr_t av_reverse(Av *av, const RdmAddr &addr) noexcept
-{
-	std::lock_guard guard(av->lock);
-	return av->table.reverse(addr);
 }
 
 fi_addr_t av_reverse(Av *av, const RdmAddr &addr, fi_addr_t &report) noexcept

@@ -48,9 +48,8 @@ int av_open(fid_domain *domain, fi_av_attr *attr, fid_av **av, void *context) no
 // lowest live one; FI_ADDR_NOTAVAIL when absent: FI_SOURCE of a peer the
 // AV does not know). Both take the AV's lock.
 bool av_lookup_addr(Av *av, fi_addr_t fi_addr, rdm::RdmAddr &out) noexcept;
-fi_addr_t av_reverse(Av *av, const rdm::RdmAddr &addr) noexcept;
-// The same, and in `report` what completions report for it (its user id,
-// else the handle: AvTable::report_addr), under one hold of the lock.
+// av_reverse also sets `report` to what completions report for the
+// handle (its user id, else the handle: AvTable::report_addr).
 fi_addr_t av_reverse(Av *av, const rdm::RdmAddr &addr, fi_addr_t &report) noexcept;
 
 } // namespace vrma

@@ -121,16 +121,16 @@ ssize_t eq_readerr(fid_eq *f, fi_eq_err_entry *buf, uint64_t flags) noexcept
 	// Before API 1.5 the entry ends at err_data (the provider's storage):
 	// err_data_size is past the caller's structure, neither read nor written.
 	const bool legacy = eq->fabric->api_version < abi::kV1_5;
-	void *user_data = legacy ? nullptr : buf->err_data;
-	size_t user_size = legacy ? 0 : buf->err_data_size;
-	if (legacy)
-		memcpy(buf, &e.err, offsetof(fi_eq_err_entry, err_data));
-	else
-		*buf = e.err;
+	void *user_data = nullptr;
+	size_t user_size = 0;
 	if (legacy) {
-		eq->last_err_data = std::move(e.data);
-		buf->err_data = eq->last_err_data.empty() ? nullptr : eq->last_err_data.data();
-	} else if (user_data && user_size) {
+		memcpy(buf, &e.err, offsetof(fi_eq_err_entry, err_data));
+	} else {
+		user_data = buf->err_data;
+		user_size = buf->err_data_size;
+		*buf = e.err;
+	}
+	if (user_data && user_size) {
 		// The caller supplied the buffer (API >= 1.5).
 		size_t n = std::min(user_size, e.data.size());
 		memcpy(user_data, e.data.data(), n);
@@ -140,7 +140,8 @@ ssize_t eq_readerr(fid_eq *f, fi_eq_err_entry *buf, uint64_t flags) noexcept
 		// Provider storage, valid until the next fi_eq_readerr.
 		eq->last_err_data = std::move(e.data);
 		buf->err_data = eq->last_err_data.empty() ? nullptr : eq->last_err_data.data();
-		buf->err_data_size = eq->last_err_data.size();
+		if (!legacy)
+			buf->err_data_size = eq->last_err_data.size();
 	}
 	if (!(flags & FI_PEEK))
 		eq->queue.pop_front();

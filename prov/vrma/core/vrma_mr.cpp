@@ -317,15 +317,23 @@ try {
 	return -FI_ENOMEM;
 }
 
+// The domain of a registration call's fid, or null after one warning.
+Domain *mr_domain(fid *f) noexcept
+{
+	if (!f || f->fclass != FI_CLASS_DOMAIN) {
+		VRMA_WARN(FI_LOG_MR, "fi_mr_reg: not a domain\n");
+		return nullptr;
+	}
+	return from_fid<Domain>(f);
+}
+
 // fi_mr_regattr: `attr` is the application's, of its API version's size
 // (abi_compat.h): the fields after 1.17 are read where that version has them.
 int mr_regattr(fid *f, const fi_mr_attr *attr, uint64_t flags, fid_mr **mr_out) noexcept
 {
-	if (!f || f->fclass != FI_CLASS_DOMAIN) {
-		VRMA_WARN(FI_LOG_MR, "fi_mr_reg: not a domain\n");
+	Domain *dom = mr_domain(f);
+	if (!dom)
 		return -FI_EINVAL;
-	}
-	Domain *dom = from_fid<Domain>(f);
 	if (!attr || !mr_out) {
 		VRMA_WARN(FI_LOG_MR, "fi_mr_regattr: NULL attribute or output\n");
 		return -FI_EINVAL;
@@ -351,10 +359,9 @@ int mr_regattr(fid *f, const fi_mr_attr *attr, uint64_t flags, fid_mr **mr_out) 
 int mr_regv(fid *f, const iovec *iov, size_t count, uint64_t access, uint64_t offset,
 	    uint64_t requested_key, uint64_t flags, fid_mr **mr, void *context) noexcept
 {
-	if (!f || f->fclass != FI_CLASS_DOMAIN) {
-		VRMA_WARN(FI_LOG_MR, "fi_mr_reg: not a domain\n");
+	Domain *dom = mr_domain(f);
+	if (!dom)
 		return -FI_EINVAL;
-	}
 	if (!mr) {
 		VRMA_WARN(FI_LOG_MR, "fi_mr_reg: NULL output\n");
 		return -FI_EINVAL;
@@ -368,7 +375,7 @@ int mr_regv(fid *f, const iovec *iov, size_t count, uint64_t access, uint64_t of
 	attr.context = context;
 	attr.iface = FI_HMEM_SYSTEM;
 	// vrma's own attribute, of the 1.17 size: not mr_regattr's reading.
-	return mr_register(from_fid<Domain>(f), &attr, flags, mr);
+	return mr_register(dom, &attr, flags, mr);
 }
 
 int mr_reg(fid *f, const void *buf, size_t len, uint64_t access, uint64_t offset,

@@ -901,9 +901,8 @@ void rdm_src_modes(uint64_t caps, RdmEp::SrcMode (&mode)[2]) noexcept
 	// FI_EXACT_DIRECTED_RECV alone directs both kinds; with
 	// FI_TAGGED_DIRECTED_RECV (and without FI_DIRECTED_RECV) tagged ones only.
 	const bool exact = caps & abi::kExactDirectedRecv;
-	const bool tagged_only = (caps & abi::kTaggedDirectedRecv) && !(caps & FI_DIRECTED_RECV);
-	const bool msg = (caps & FI_DIRECTED_RECV) || (exact && !tagged_only);
-	const bool tagged = msg || (caps & abi::kTaggedDirectedRecv) || exact;
+	const bool msg = (caps & FI_DIRECTED_RECV) || (exact && !(caps & abi::kTaggedDirectedRecv));
+	const bool tagged = caps & (FI_DIRECTED_RECV | abi::kTaggedDirectedRecv | abi::kExactDirectedRecv);
 	const RdmEp::SrcMode on = exact ? RdmEp::kSrcExact : RdmEp::kSrcDirected;
 	mode[static_cast<int>(MatchKind::kMsg)] = msg ? on : RdmEp::kSrcAny;
 	mode[static_cast<int>(MatchKind::kTagged)] = tagged ? on : RdmEp::kSrcAny;
