@@ -362,6 +362,131 @@ START_TEST(shutdown_after_delivery)
 }
 END_TEST
 
+// A 4 MiB message from the server to the client, sent from another thread
+// (soft-RoCE carries the message in that thread's call); the constructor
+// returns once its first bytes landed, `midway` says whether its last had
+// not.
+struct MessageInFlight {
+	static constexpr size_t kLen = 4 << 20;
+	Region src, dst;
+	int rctx = 0, sctx = 0;
+	ssize_t send_rc = 1;
+	bool midway = false;
+	std::thread sender;
+	MessageInFlight(Env &env, Pair &p, uint8_t seed)
+	    : src(env, kLen, FI_SEND), dst(env, kLen, FI_RECV)
+	{
+		src.fill(seed);
+		ck_assert_int_eq(fi_recv(p.client.ep, dst.buf.data(), kLen, dst.desc(), 0, &rctx), 0);
+		sender = std::thread([this, &p] {
+			send_rc = fi_send(p.server.ep, src.buf.data(), kLen, src.desc(), 0, &sctx);
+		});
+		const volatile uint8_t *first = dst.buf.data(), *last = dst.buf.data() + kLen - 1;
+		const uint8_t before = *last;
+		Deadline until(kTimeoutMs);
+		while (*first != src.buf[0] && !until.expired())
+			;
+		midway = *last == before;
+	}
+	void join()
+	{
+		sender.join();
+		ck_assert_int_eq(send_rc, 0);
+		if (!midway)
+			fprintf(stderr, "the message had arrived before the shutdown\n");
+	}
+	// The server's send: one successful completion.
+	void expect_sent(Pair &p)
+	{
+		fi_cq_data_entry e{};
+		fi_cq_err_entry err{};
+		ssize_t n = wait_cq(p.server.cq, &e, &err);
+		ck_assert_msg(n == 1, "the send ended %zd (err %d, prov_errno %d)", n, err.err, err.prov_errno);
+		ck_assert_ptr_eq(e.op_context, &sctx);
+		ck_assert_uint_eq(e.flags, FI_SEND | FI_MSG);
+		expect_no_completion(p.server.cq, 0);
+	}
+};
+
+// The peer shuts down while this side's message is still arriving: the
+// send in flight keeps its connection (the QP and the answer to the peer's
+// request wait for it), so the message is delivered and both sides'
+// completions succeed. A send ended at the disconnect request would flush
+// (FI_ECANCELED here, and the peer's receive with it).
+START_TEST(shutdown_during_a_send)
+{
+	Env env;
+	Pair p(env);
+	MessageInFlight m(env, p, 0x5a);
+	ck_assert_int_eq(fi_shutdown(p.client.ep, 0), 0);
+	m.join();
+	alignas(fi_eq_cm_entry) uint8_t buf[sizeof(fi_eq_cm_entry) + 64];
+	uint32_t event;
+	ck_assert_int_eq(wait_eq(p.server.eq, &event, buf, sizeof buf), sizeof(fi_eq_cm_entry));
+	ck_assert_uint_eq(event, FI_SHUTDOWN);
+	m.expect_sent(p);
+	fi_cq_data_entry e{};
+	fi_cq_err_entry err{};
+	ssize_t n = wait_cq(p.client.cq, &e, &err);
+	ck_assert_msg(n == 1, "the receive ended %zd (err %d, prov_errno %d)", n, err.err, err.prov_errno);
+	ck_assert_ptr_eq(e.op_context, &m.rctx);
+	ck_assert_uint_eq(e.len, m.kLen);
+	ck_assert(m.dst.check(0x5a, m.kLen));
+	expect_no_completion(p.client.cq, 0);
+}
+END_TEST
+
+// The same, with the reader closing its endpoint right after fi_shutdown
+// (fabtests' finalize): fi_close waits for the peer's answer, which comes
+// once the peer's send completed, so the QP still acknowledges the rest of
+// the message and the send succeeds. The close runs on another thread while
+// this one reads the sender's CQ (the sender's lingering ends when its
+// application has read the send's completion or after a deadline).
+START_TEST(shutdown_and_close_during_a_send)
+{
+	Env env;
+	Pair p(env);
+	MessageInFlight m(env, p, 0x33);
+	int shutdown_rc = 1, close_rc = 1;
+	std::thread closer([&] {
+		shutdown_rc = fi_shutdown(p.client.ep, 0);
+		close_rc = fi_close(&p.client.ep->fid);
+	});
+	m.join();
+	m.expect_sent(p);
+	closer.join();
+	p.client.ep = nullptr;
+	ck_assert_int_eq(shutdown_rc, 0);
+	ck_assert_int_eq(close_rc, 0);
+}
+END_TEST
+
+// A send the peer never takes (no receive posted: the device retries it)
+// does not hold the connection for ever: once the wait for sends in flight
+// ends, it completes FI_ECANCELED, once, and the peer gets its answer.
+START_TEST(shutdown_with_a_send_never_taken)
+{
+	Env env;
+	Pair p(env);
+	Region src(env, 64, FI_SEND);
+	int sctx;
+	ck_assert_int_eq(fi_send(p.server.ep, src.buf.data(), 64, src.desc(), 0, &sctx), 0);
+	ck_assert_int_eq(fi_shutdown(p.client.ep, 0), 0);
+	alignas(fi_eq_cm_entry) uint8_t buf[sizeof(fi_eq_cm_entry) + 64];
+	uint32_t event;
+	ck_assert_int_eq(wait_eq(p.server.eq, &event, buf, sizeof buf), sizeof(fi_eq_cm_entry));
+	ck_assert_uint_eq(event, FI_SHUTDOWN);
+	fi_cq_err_entry err = expect_error(p.server.cq);
+	ck_assert_int_eq(err.err, FI_ECANCELED);
+	ck_assert_ptr_eq(err.op_context, &sctx);
+	ck_assert_uint_eq(err.flags, FI_SEND | FI_MSG);
+	expect_no_completion(p.server.cq, 0);
+	// The client's own FI_SHUTDOWN, queued by fi_shutdown.
+	ck_assert_int_eq(wait_eq(p.client.eq, &event, buf, sizeof buf), sizeof(fi_eq_cm_entry));
+	ck_assert_uint_eq(event, FI_SHUTDOWN);
+}
+END_TEST
+
 START_TEST(pep_setname_then_listen)
 {
 	Env env;
@@ -493,6 +618,9 @@ Suite *cm_suite()
 	tcase_add_test(tc, connect_without_listener);
 	tcase_add_test(tc, shutdown_reaches_peer);
 	tcase_add_test(tc, shutdown_after_delivery);
+	tcase_add_test(tc, shutdown_during_a_send);
+	tcase_add_test(tc, shutdown_and_close_during_a_send);
+	tcase_add_test(tc, shutdown_with_a_send_never_taken);
 	tcase_add_test(tc, pep_setname_then_listen);
 	tcase_add_test(tc, ep_takes_pep_address);
 	tcase_add_test(tc, cm_bad_arguments);

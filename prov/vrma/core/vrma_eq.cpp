@@ -25,6 +25,7 @@ void progress(Eq *eq)
 		if (refused)
 			rdma_destroy_id(refused);
 	}
+	(void)eq_linger_check(eq);
 }
 
 // The EQ's control-progress thread: reads rdma_cm events as they arrive and
@@ -32,25 +33,31 @@ void progress(Eq *eq)
 void progress_loop(Eq *eq)
 {
 	Fd ep_fd;
-	if (int rc = wait_epoll_create(ep_fd, {eq->channel->fd, eq->stop_fd.get()})) {
+	if (int rc = wait_epoll_create(ep_fd, {eq->channel->fd, eq->stop_fd.get(), eq->kick_fd.get()})) {
 		VRMA_WARN(FI_LOG_EQ, "EQ progress thread: %s\n", fi_strerror(-rc));
 		return;
 	}
-	const Deadline forever(-1);
+	// While endpoints linger (Eq::lingering), a tick checks their sends.
+	constexpr int kLingerTickMs = 2;
+	bool ticking = false;
 	for (;;) {
-		int ready[2];
-		int n = wait_epoll(ep_fd.get(), forever, ready, 2);
+		int ready[3];
+		int n = wait_epoll(ep_fd.get(), Deadline(ticking ? kLingerTickMs : -1), ready, 3);
 		if (n < 0) {
 			VRMA_WARN(FI_LOG_EQ, "EQ progress thread: %s\n", fi_strerror(-n));
 			return;
 		}
-		for (int i = 0; i < n; i++)
+		for (int i = 0; i < n; i++) {
 			if (ready[i] == eq->stop_fd.get())
 				return;
+			if (ready[i] == eq->kick_fd.get())
+				eventfd_clear(eq->kick_fd.get());
+		}
 		bool have;
 		{
 			std::lock_guard guard(eq->lock);
 			progress(eq);
+			ticking = !eq->lingering.empty();
 			have = !eq->queue.empty();
 		}
 		if (have)
@@ -324,6 +331,9 @@ try {
 	}
 	eq->stop_fd.reset(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
 	if (eq->stop_fd.get() < 0)
+		return errno_to_fi(errno);
+	eq->kick_fd.reset(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+	if (eq->kick_fd.get() < 0)
 		return errno_to_fi(errno);
 	eq->progress_thread = std::thread(progress_loop, eq.get());
 	eq->fid.fclass = FI_CLASS_EQ;

@@ -30,6 +30,13 @@ struct Eq final : fid_eq {
 	// application waits on another object.
 	std::thread progress_thread;
 	Fd stop_fd;
+	// MSG endpoints whose peer ended the connection while their sends were
+	// in flight (eq_linger_*, vrma_msg_cm.cpp): each keeps its QP up and
+	// the peer's request unanswered until those sends completed or its
+	// deadline passed. Under lock; the thread ticks while it is not empty,
+	// kick_fd wakes it to start.
+	std::vector<Ep *> lingering;
+	Fd kick_fd;
 };
 
 // vrma_eq.cpp

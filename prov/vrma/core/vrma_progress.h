@@ -40,8 +40,10 @@
 //    rings' tails). CQ reads, counters, a full send queue's reclaim, the
 //    engine and the PmemService thread. RdmHooks::lock: a CQ's or
 //    counter's list of RDM endpoints.
-//  - Eq::lock: the EQ queue; rdma_cm events are handled under it
-//    (eq_handle_cm_event): the EQ thread, fi_eq_read, fi_close.
+//  - Eq::lock: the EQ queue and its lingering endpoints (Eq::lingering);
+//    rdma_cm events are handled under it (eq_handle_cm_event), the
+//    lingering checked (eq_linger_check): the EQ thread, fi_eq_read,
+//    fi_close.
 //  - Cntr::lock: the feeding CQs, polled under it.
 //  - PmemService::lock: served endpoints, retries; held by its thread for a
 //    whole iteration. ServiceEp::lock (the commits table),

@@ -243,6 +243,81 @@ try {
 	VRMA_WARN(FI_LOG_EQ, "out of memory reporting a failed connection\n");
 }
 
+namespace {
+
+// The connection is over on both sides: outstanding operations complete
+// with FI_ECANCELED, held ones too.
+void end_connection(Ep *ep) noexcept
+{
+	ep_set_error(ep);
+	ep_cancel_held(ep);
+	if (ep->service)
+		pmem_connection_lost(ep);
+}
+
+// The peer ended the connection and this side is done with it: flush, and
+// answer the peer's request so that its side learns the end (its
+// DISCONNECTED: the QP it kept up for its own ACKs goes down) without
+// waiting for this endpoint's fi_close or the request's timeout.
+void end_peer_disconnect(Ep *ep) noexcept
+{
+	end_connection(ep);
+	if (rdma_disconnect(ep->conn.id.get()))
+		VRMA_INFO(FI_LOG_EP_CTRL, "answering the peer's disconnect: %s\n", strerror(errno));
+}
+
+// Hazard (the other half of ep_disconnect's): the peer's request can
+// overtake the ACKs of this side's last sends. On soft-RoCE the peer's
+// responder completes a receive before it sends the ACK, and a thread of
+// this side that posts the send carries both through the device; a peer
+// that reads the message and shuts down at once can have its request
+// handled here while that thread is still between the two. The error state
+// now would flush a send the peer has: it would end FI_ECANCELED. So while
+// sends are in flight the QP stays up and the request unanswered (the peer
+// keeps its QP up until the answer: its ACKs still leave), until the sends
+// completed (the application reads them) or kLingerMs passed. False: end
+// the connection now (nothing in flight, FI_MORE holds requests, fi_close
+// is under way, or no memory to remember it).
+bool linger_begin(Eq *eq, Ep *ep) noexcept
+try {
+	VRMA_ASSERT_HELD(eq->lock);
+	Conn &conn = ep->conn;
+	if (!conn.qp || conn.tx.outstanding() == 0 || conn.closing.load() ||
+	    conn.more_held.load(std::memory_order_relaxed))
+		return false;
+	ep->linger_until = std::chrono::steady_clock::now() + std::chrono::milliseconds(kLingerMs);
+	eq->lingering.push_back(ep);
+	eventfd_signal(eq->kick_fd.get());
+	return true;
+} catch (...) {
+	return false;
+}
+
+} // namespace
+
+bool eq_linger_check(Eq *eq) noexcept
+{
+	VRMA_ASSERT_HELD(eq->lock);
+	const auto now = std::chrono::steady_clock::now();
+	std::erase_if(eq->lingering, [now](Ep *ep) {
+		const size_t left = ep->conn.tx.outstanding();
+		if (left && now < ep->linger_until)
+			return false;
+		if (left)
+			VRMA_INFO(FI_LOG_EP_CTRL, "QP %u: %zu requests still in flight %d ms after the peer's disconnect; flushing them\n",
+				  ep->conn.qp->qp_num, left, kLingerMs);
+		end_peer_disconnect(ep);
+		return true;
+	});
+	return !eq->lingering.empty();
+}
+
+void eq_linger_forget(Eq *eq, Ep *ep) noexcept
+{
+	VRMA_ASSERT_HELD(eq->lock);
+	std::erase(eq->lingering, ep);
+}
+
 rdma_cm_id *eq_handle_cm_event(Eq *eq, rdma_cm_event *ev) noexcept
 try {
 	VRMA_ASSERT_HELD(eq->lock);
@@ -293,24 +368,19 @@ try {
 		break;
 	case RDMA_CM_EVENT_DISCONNECTED: {
 		EpState was = ep->conn.state.exchange(EpState::Shutdown);
-		// Outstanding operations complete with FI_ECANCELED, held ones
-		// too.
-		ep_set_error(ep);
-		ep_cancel_held(ep);
-		if (ep->service)
-			pmem_connection_lost(ep);
+		ep->disconnect_answered.store(true, std::memory_order_release);
 		if (was == EpState::Connected || was == EpState::Connecting) {
-			// The peer ended the connection: answer its disconnect
-			// request now, so that its side learns the end (its
-			// DISCONNECTED, its FI_SHUTDOWN) without waiting for this
-			// endpoint's fi_close or the request's timeout.
-			if (rdma_disconnect(ev->id))
-				VRMA_INFO(FI_LOG_EP_CTRL, "answering the peer's disconnect: %s\n",
-					  strerror(errno));
+			// The peer ended the connection: FI_SHUTDOWN now (no new
+			// operation is taken from here on); the QP and the answer
+			// may wait for the sends in flight (linger_begin).
 			report_shutdown(ep, eq);
+			if (!linger_begin(eq, ep))
+				end_peer_disconnect(ep);
+		} else {
+			// This side ended it (fi_shutdown, a failed request), which
+			// reported FI_SHUTDOWN already; this is the peer's answer.
+			end_connection(ep);
 		}
-		// Otherwise this side ended it (fi_shutdown, a failed request),
-		// which reported FI_SHUTDOWN already.
 		break;
 	}
 	case RDMA_CM_EVENT_DEVICE_REMOVAL:
@@ -531,6 +601,8 @@ int cm_shutdown(fid_ep *f, uint64_t flags) noexcept
 		int err = errno;
 		VRMA_WARN(FI_LOG_EP_CTRL, "rdma_disconnect: %s\n", strerror(err));
 		rc = errno_to_fi(err);
+	} else if (was == EpState::Connected) {
+		ep->disconnect_sent.store(true, std::memory_order_release);
 	}
 	// Cancelled, not discarded: what FI_MORE held flushes into the CQ now
 	// (posted operations flush with the QP), each operation once.

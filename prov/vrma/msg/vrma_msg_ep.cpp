@@ -6,6 +6,7 @@
 #include <rdma/fi_collective.h>
 #include <rdma/fi_tagged.h>
 
+#include <thread>
 #include <utility>
 
 namespace vrma {
@@ -78,12 +79,25 @@ void release_cq(Ep *ep)
 int ep_close(fid *f) noexcept
 {
 	Ep *ep = from_fid<Ep>(f);
+	// After fi_shutdown, the QP runs until the peer answers (ep_disconnect):
+	// the peer answers once its own sends in flight completed (its
+	// lingering), whose ACKs this QP still owes. Closing first would drop
+	// them, and those delivered sends would end FI_ECANCELED; so fi_close
+	// waits for the answer, bounded by the peer's lingering.
+	if (ep->disconnect_sent.load(std::memory_order_acquire)) {
+		const Deadline until(kLingerMs + 100);
+		while (!ep->disconnect_answered.load(std::memory_order_acquire) && !until.expired())
+			std::this_thread::sleep_for(std::chrono::milliseconds(1));
+	}
 	ep->conn.closing.store(true);
 	if (ep->eq) {
 		// The EQ's progress thread handles events under the EQ lock: once the
 		// id no longer names the endpoint, no event handler touches it.
 		std::lock_guard guard(ep->eq->lock);
 		ep->conn.id->context = nullptr;
+		// A lingering connection ends here (the QP goes to the error
+		// state below; destroying the id answers the peer).
+		eq_linger_forget(ep->eq, ep);
 	}
 	if (ep->service)
 		pmem_ep_quiesce(ep);

@@ -148,6 +148,11 @@ struct Ep final : EpBase {
 	// connection ends, whichever side or failure ended it
 	// (report_shutdown, vrma_msg_cm.cpp).
 	std::atomic<bool> shutdown_reported{false};
+	// In Eq::lingering until then (under the EQ lock).
+	std::chrono::steady_clock::time_point linger_until{};
+	// fi_shutdown sent the disconnect request; the peer's answer (or the
+	// CM giving up) arrived: fi_close waits for it (kLingerMs).
+	std::atomic<bool> disconnect_sent{false}, disconnect_answered{false};
 	uint8_t responder_resources = 0;
 	uint8_t initiator_depth = 0;
 
@@ -254,6 +259,17 @@ const sockaddr *setname_addr(const void *addr, size_t addrlen);
 // Handles one rdma_cm event for the EQ (called with eq->lock held). Returns
 // an id to destroy once the event was acked (a refused connection request).
 rdma_cm_id *eq_handle_cm_event(Eq *eq, rdma_cm_event *event) noexcept;
+// How long an endpoint whose peer ended the connection waits for its own
+// sends in flight (Eq::lingering), and so at most how long the peer's
+// fi_close waits for the answer to its fi_shutdown. Ample for an ACK on a
+// working fabric (and a retransmission or two); far below the seconds
+// after which a CM repeats a disconnect request nobody answered.
+inline constexpr int kLingerMs = 500;
+// Ends the lingering connections (Eq::lingering) whose sends completed or
+// whose deadline passed; the EQ lock held. True while some still linger.
+bool eq_linger_check(Eq *eq) noexcept;
+// Forgets a closing endpoint (the EQ lock held): fi_close ends it.
+void eq_linger_forget(Eq *eq, Ep *ep) noexcept;
 // A work request failed (not flushed): the QP is dead. Reports FI_SHUTDOWN
 // on the endpoint's EQ once and disconnects.
 void ep_connection_failed(Ep *ep) noexcept;
