@@ -175,6 +175,12 @@ util=${VRMA_SRCDIR:-$builddir/..}/util
 upstream "fabtests against -p vrma (test/fabtests/vrma.list)" "${VRMA_FABTESTS_BIN:-}" \
 	"${VRMA_FABTESTS_SKIPPED:-}" "$util/vrma-fabtests" run --out "$builddir/test/fabtests-run"
 
+# 5b. fabtests 2.6 (unit, functional, short, threaded) under libfabric 2.6's
+# own core against -p vrma, judged by test/fabtests/vrma-2.6.list.
+upstream "fabtests 2.6 under the 2.6 core against -p vrma (test/fabtests/vrma-2.6.list)" \
+	"${VRMA_FABTESTS26_BIN:-}" "${VRMA_CORE26_SKIPPED:-}" \
+	"$util/vrma-fabtests" run --core 2.6 --out "$builddir/test/fabtests26-run"
+
 # 6. Memory: fi_rdm_atomic registers a result and a compare buffer as large
 # as its message buffers (1 GiB each here) and touches a few bytes of
 # them. vrma registers such mostly untouched regions on demand
@@ -256,6 +262,39 @@ if [ -x "$mpi_test" ]; then
 	fi
 else
 	echo "mpi: skipped (no mpicc on the host when device.sh ran)"
+fi
+
+# 8b. Open MPI (two-sided and one-sided) and OpenSHMEM once more, under
+# libfabric 2.6's core: both link libfabric.so.1, so LD_LIBRARY_PATH
+# switches the core under them; vrma's start-up line (FI_LOG_LEVEL=info,
+# its core subsystem only) must name that core in every run.
+# core26 NAME LOG LOGS COMMAND...: LOGS, a file or directory, holds the
+# processes' standard error.
+core26() {
+	name=$1 log=$2 logs=$3
+	shift 3
+	if LD_LIBRARY_PATH="$VRMA_CORE26/lib" FI_LOG_LEVEL=info FI_LOG_PROV=vrma FI_LOG_SUBSYS=core \
+		timeout 900 "$@" >"$log" 2>&1 &&
+		grep -rq "libfabric core 2\.6: declaring API 2\.6" "$logs"; then
+		pass "$name under the libfabric 2.6 core"
+	else
+		fail "$name under the libfabric 2.6 core"
+		grep -v "libfabric core" "$log" | tail -40
+	fi
+}
+if [ -n "${VRMA_CORE26:-}" ] && [ -x "$mpi_test" ]; then
+	mpi_run=${VRMA_SRCDIR:-$builddir/..}/test/mpi/run-mpi.sh
+	core26 "Open MPI over vrma RDM, 2 ranks," /tmp/mpi26 /tmp/mpi26 "$mpi_run" "$mpi_test" vrma -np 2
+	core26 "Open MPI one-sided (osc rdma, btl ofi) over vrma RDM, 2 ranks," /tmp/mpi-osc26 /tmp/mpi-osc26 \
+		"$mpi_run" "$builddir/test/mpi/vrma_mpi_osc" vrma-osc -np 2 -- -c
+	if [ -n "${VRMA_SOS_DIR:-}" ]; then
+		# One test per kind of call: start-up, RMA, atomics, locks,
+		# collectives (the whole ci set runs under the 1.17 core above).
+		core26 "tests-sos (hello, rma_coverage, atomic_inc, cswap, test_lock, barrier)" /tmp/sos26 \
+			"$builddir/test/sos26-run/logs" "$util/vrma-sos" run --set ci --builds default \
+			--tests '^default [a-z_-]+/(hello|rma_coverage|atomic_inc|cswap|test_lock|barrier) -n 2$' \
+			--out "$builddir/test/sos26-run"
+	fi
 fi
 
 # 9. The device suites left from section 1, each against its sanitized

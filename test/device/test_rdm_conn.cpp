@@ -395,6 +395,52 @@ START_TEST(rdm_conn_peer_closed)
 }
 END_TEST
 
+// A peer not listening yet (its endpoint not enabled: a job starts its
+// ranks at once): the connect requests are refused for want of a listener
+// and tried again, so a send posted before the peer exists waits
+// (-FI_EAGAIN) and is delivered once it does. Nobody listening for the
+// connection timeout: the send is refused.
+START_TEST(rdm_conn_peer_not_yet_listening)
+{
+	RdmEnv env;
+	RdmNode a(env);
+	auto closed_port = [&env] {
+		RdmNode gone(env);
+		return gone.port();
+	};
+	sockaddr_in addr = a.name;
+	addr.sin_port = htons(closed_port());
+	const fi_addr_t dest = a.insert_addr(addr);
+	std::vector<uint8_t> m = pattern(64, 1620);
+	fi_context ctx, rctx;
+	Deadline early(300);
+	while (!early.expired()) {
+		const ssize_t rc = fi_send(a.ep, m.data(), m.size(), nullptr, dest, &ctx);
+		ck_assert_msg(rc == -FI_EAGAIN, "a send to a peer not listening yet returned %zd (%s)", rc,
+			      fi_strerror(int(-rc)));
+		a.poll();
+		settle(5);
+	}
+	RdmNodeOptions o;
+	o.port = ntohs(addr.sin_port);
+	RdmNode b(env, o);
+	RecvBuf r(64);
+	ck_assert_int_eq(fi_recv(b.ep, r.data(), r.len, nullptr, FI_ADDR_UNSPEC, &rctx), 0);
+	ck_assert_int_eq(post_retry([&] { return fi_send(a.ep, m.data(), m.size(), nullptr, dest, &ctx); }), 0);
+	expect_ok(a, &ctx, kSendMsg, "the send posted before the peer listened");
+	ck_assert_uint_eq(expect_ok(b, &rctx, kRecvMsg, "its receive").e.len, 64);
+	r.check(64, 1620, "the message sent before the peer listened");
+	// Nobody ever listens there: refused once the timeout passed.
+	sockaddr_in nowhere = a.name;
+	nowhere.sin_port = htons(closed_port());
+	const fi_addr_t none = a.insert_addr(nowhere);
+	const ssize_t rc = post_retry([&] { return fi_send(a.ep, m.data(), m.size(), nullptr, none, &ctx); });
+	ck_assert_msg(rc == -FI_ECONNREFUSED, "a send to nobody returned %zd (%s)", rc, fi_strerror(int(-rc)));
+	expect_none(a);
+	expect_none(b);
+}
+END_TEST
+
 // FI_VRMA_RDM_MAX_PEERS: an endpoint whose table holds 4 peers, all
 // connected, turns a fifth away (its sends return -FI_EAGAIN as to a peer
 // still connecting: its connect requests are refused as busy and tried
@@ -561,6 +607,6 @@ void add_rdm_conn_tcases(Suite *s)
 {
 	rdm_add_tcase(s, "rdm_conn", 120,
 		      {rdm_conn_crossing_interleaved, rdm_conn_crossing_threads, rdm_conn_unknown_sender,
-		       rdm_conn_peer_closed, rdm_conn_av_remove, rdm_conn_more_close, rdm_conn_more_peer_gone,
+		       rdm_conn_peer_closed, rdm_conn_peer_not_yet_listening, rdm_conn_av_remove, rdm_conn_more_close, rdm_conn_more_peer_gone,
 		       rdm_rndv_receiver_closes, rdm_rndv_sender_closes, rdm_peer_limit});
 }

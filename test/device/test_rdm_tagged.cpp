@@ -196,6 +196,55 @@ START_TEST(rdm_tagged_directed_recv)
 }
 END_TEST
 
+// Messages from senders the receiver's AV does not hold yet wait unexpected;
+// once the receiver inserts the senders, receives directed at each take its
+// own message (eager and rendezvous) and name it, and a receive directed
+// at the other sender leaves it (fabtests' fi_unexpected_msg -e rdm).
+START_TEST(rdm_tagged_directed_after_insert)
+{
+	RdmEnv env;
+	RdmNode r(env), s1(env), s2(env);
+	s1.insert(r);
+	s2.insert(r);
+	const size_t len1 = 64, len2 = 200 * KiB;
+	std::vector<uint8_t> m1 = pattern(len1, 1701), m2 = pattern(len2, 1702), m3 = pattern(32, 1703);
+	fi_context sc1, sc2, sc3, pk;
+	ck_assert_int_eq(post_retry([&] { return fi_tsend(s1.ep, m1.data(), len1, nullptr, s1.addr_of(r), 7, &sc1); }), 0);
+	ck_assert_int_eq(post_retry([&] { return fi_tsend(s2.ep, m2.data(), len2, nullptr, s2.addr_of(r), 8, &sc2); }), 0);
+	ck_assert_uint_eq(peek_until_found(r, 7, &pk).src, FI_ADDR_NOTAVAIL);
+	ck_assert_uint_eq(peek_until_found(r, 8, &pk).src, FI_ADDR_NOTAVAIL);
+	const fi_addr_t f2 = r.insert(s2), f1 = r.insert(s1);
+	ck_assert_uint_ne(f1, f2);
+	RecvBuf b1(len1), b2(len2), b3(32);
+	fi_context rc1, rc2, rc3;
+	// Directed at s2, tag 7: s1's message stays where it is.
+	ck_assert_int_eq(fi_trecv(r.ep, b3.data(), b3.len, nullptr, f2, 7, 0, &rc3), 0);
+	expect_none(r, 300, "receive directed at s2, s1's message waiting");
+	ck_assert_int_eq(fi_trecv(r.ep, b1.data(), b1.len, nullptr, f1, 7, 0, &rc1), 0);
+	Completion c = expect_ok(r, &rc1, kRecvTag, "directed at s1, after the insert");
+	ck_assert_msg(c.src == f1, "source %" PRIu64 ", expected %" PRIu64, c.src, f1);
+	ck_assert_uint_eq(c.e.len, len1);
+	b1.check(len1, 1701, "s1's eager message");
+	ck_assert_int_eq(fi_trecv(r.ep, b2.data(), b2.len, nullptr, f2, 8, 0, &rc2), 0);
+	c = expect_ok(r, &rc2, kRecvTag, "directed at s2, after the insert");
+	ck_assert_msg(c.src == f2, "source %" PRIu64 ", expected %" PRIu64, c.src, f2);
+	ck_assert_uint_eq(c.e.len, len2);
+	b2.check(len2, 1702, "s2's rendezvous message");
+	// s2's next tag-7 message takes the receive directed at it.
+	ck_assert_int_eq(post_retry([&] { return fi_tsend(s2.ep, m3.data(), 32, nullptr, s2.addr_of(r), 7, &sc3); }), 0);
+	c = expect_ok(r, &rc3, kRecvTag, "directed at s2, its own message");
+	ck_assert_msg(c.src == f2, "source %" PRIu64 ", expected %" PRIu64, c.src, f2);
+	b3.check(32, 1703, "s2's tag-7 message");
+	Tracker t1, t2;
+	t1.expect(&sc1, 1, kSendTag, "s1's send");
+	t2.expect(&sc2, 1, kSendTag, "s2's rendezvous send");
+	t2.expect(&sc3, 1, kSendTag, "s2's second send");
+	t1.wait(s1);
+	t2.wait(s2);
+	expect_none(r);
+}
+END_TEST
+
 START_TEST(rdm_tagged_any_source)
 {
 	RdmEnv env;
@@ -808,7 +857,7 @@ END_TEST
 void add_rdm_tagged_tcases(Suite *s)
 {
 	rdm_add_tcase(s, "rdm_tagged", 180,
-		      {rdm_tagged_match_ignore, rdm_tagged_directed_recv, rdm_tagged_any_source, rdm_tagged_unexpected,
+		      {rdm_tagged_match_ignore, rdm_tagged_directed_recv, rdm_tagged_directed_after_insert, rdm_tagged_any_source, rdm_tagged_unexpected,
 		       rdm_tagged_inject_data, rdm_tagged_peek_claim_discard, rdm_tagged_cancel, rdm_tagged_large_unexpected,
 		       rdm_tagged_order_small_large, rdm_rndv_read_credits, rdm_unexpected_backpressure, rdm_drain_timeout});
 }

@@ -270,7 +270,10 @@ extern "C" __attribute__((visibility("default"))) fi_provider *fi_prov_ini(void)
 {
 	// A core lists a provider only for API versions up to its fi_version:
 	// declare every version vrma implements that this core knows.
-	vrma::provider.fi_version = vrma::abi::provider_version(fi_version());
+	const uint32_t core = fi_version();
+	vrma::provider.fi_version = vrma::abi::provider_version(core);
 	vrma::params_init();
+	VRMA_INFO(FI_LOG_CORE, "libfabric core %u.%u: declaring API %u.%u\n", FI_MAJOR(core), FI_MINOR(core),
+		  FI_MAJOR(vrma::provider.fi_version), FI_MINOR(vrma::provider.fi_version));
 	return &vrma::provider;
 }

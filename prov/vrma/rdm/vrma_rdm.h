@@ -295,6 +295,10 @@ struct RdmPeer {
 	// The peer will connect to us (it kept its own crossing connection):
 	// sends wait for it rather than connect again, until this deadline.
 	std::chrono::steady_clock::time_point expect_until{};
+	// The first of a run of refusals for want of a listener (the peer's
+	// endpoint not enabled yet): connecting is tried again until
+	// cm_timeout_ms after it (zero: no such run).
+	std::chrono::steady_clock::time_point unheard_since{};
 	int error = 0; // the last connection failure (FI_E*, positive), for the next send
 	// FI_SOURCE: the AV handle of addr, and what completions report for it
 	// (its FI_AV_USER_ID id, else the handle), computed again when the AV
@@ -370,6 +374,11 @@ struct RdmEp final : EpBase {
 	// FI_EXACT_DIRECTED_RECV: rdm_src_modes).
 	enum SrcMode : uint8_t { kSrcAny, kSrcDirected, kSrcExact };
 	SrcMode src_mode[2] = {kSrcAny, kSrcAny};
+	// An unexpected message from a sender not in the AV is queued (it
+	// matches only receives from any source) and had not been looked up
+	// again since the AV's epoch unknown_src_epoch (rdm_resolve_sources).
+	bool unknown_src_pending = false;
+	uint64_t unknown_src_epoch = ~0ULL;
 	bool auto_progress = false; // FI_PROGRESS_AUTO: the engine progresses data
 	size_t min_multi_recv = 0;  // FI_OPT_MIN_MULTI_RECV
 	size_t eager_size = 0;
@@ -807,6 +816,17 @@ inline fi_addr_t rdm_peer_fi_addr(RdmPeer *peer) noexcept
 	if (peer->av_epoch != epoch) [[unlikely]]
 		return rdm_peer_fi_addr_lookup(peer, epoch);
 	return peer->fi_addr;
+}
+// Unexpected messages that came from senders not in the AV name them once
+// the AV has them (the application inserts a sender after its first
+// message: a directed receive then takes it, FI_SOURCE reports it). Runs
+// before a receive meets the unexpected queues; the walk happens only
+// after the AV changed while such messages wait. RdmEp::lock held.
+void rdm_resolve_sources_slow(RdmEp *ep) noexcept;
+inline void rdm_resolve_sources(RdmEp *ep) noexcept
+{
+	if (ep->unknown_src_pending) [[unlikely]]
+		rdm_resolve_sources_slow(ep);
 }
 // The source a completion reports for peer: its handle, or its
 // FI_AV_USER_ID id. Matching keeps using the handle (rdm_peer_fi_addr).

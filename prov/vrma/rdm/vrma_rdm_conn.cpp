@@ -631,6 +631,8 @@ void rdm_conn_failed(RdmPeer *peer, Conn *conn, int err) noexcept
 		rdm_fail_waiting(peer, err ? err : FI_ECONNRESET);
 		if (was_connecting && err)
 			peer->error = err;
+		if (err)
+			peer->unheard_since = {}; // a run of refusals ends with any failure
 	}
 }
 
@@ -756,6 +758,28 @@ namespace {
 // How long an initiator turned away with kConnFlagBusy waits before it tries
 // again: a few probes.
 constexpr auto kBusyRetry = std::chrono::milliseconds(250);
+// The connection manager's reason for a request nobody listens for
+// (IB_CM_REJ_INVALID_SERVICE_ID): the peer's endpoint may be still on its
+// way to fi_enable, as when jobs start all their ranks at once (fabtests'
+// client may connect before its server listens). Tried again every
+// kUnheardRetry until cm_timeout_ms after the first, then refused.
+constexpr int kRejNoListener = 8;
+constexpr auto kUnheardRetry = std::chrono::milliseconds(50);
+
+// Whether a refusal for want of a listener is tried again (its retry time
+// set) rather than reported.
+bool retry_unheard(RdmPeer *peer)
+{
+	const auto now = std::chrono::steady_clock::now();
+	if (peer->unheard_since == std::chrono::steady_clock::time_point{})
+		peer->unheard_since = now;
+	if (now - peer->unheard_since >= std::chrono::milliseconds(params.cm_timeout_ms)) {
+		peer->unheard_since = {};
+		return false;
+	}
+	peer->expect_until = now + kUnheardRetry;
+	return true;
+}
 
 // The acceptor's challenge (a kConnFlagChallenge reject of c): answered with
 // a new connection once the acceptor proved the key; c ends either way.
@@ -882,6 +906,12 @@ void rdm_cm_event(RdmEp *ep, rdma_cm_event *ev, rdma_cm_id *&destroy) noexcept
 			answer_challenge(ep, peer, c, h);
 			break;
 		}
+		if (!decoded && ev->status == kRejNoListener && retry_unheard(peer)) {
+			VRMA_DBG(FI_LOG_EP_CTRL, "RDM: nobody listens at %s yet: trying again\n",
+				 AddrStr(peer->addr).c_str());
+			rdm_conn_failed(peer, c, 0);
+			break;
+		}
 		if (peer->auth_answered)
 			VRMA_WARN(FI_LOG_EP_CTRL, "RDM: %s refused our answer to its challenge (another job key?)\n",
 				  AddrStr(peer->addr).c_str());
@@ -923,6 +953,7 @@ void rdm_conn_established(RdmPeer *peer, Conn *c) noexcept
 		if (peer->ep->connecting)
 			peer->ep->connecting--;
 		peer->error = 0;
+		peer->unheard_since = {};
 	}
 	// What the queue pair issues at once, as rdma_cm settled it with the
 	// peer's responder resources (both sides' limits).

@@ -54,6 +54,7 @@ bool deliver_unexpected(RdmEp *ep, RdmRecv *r, RdmMsg *m)
 // unexpected messages until it is released or none is left.
 ssize_t post_recv(RdmEp *ep, RdmRecv *r, MatchKind kind)
 {
+	rdm_resolve_sources(ep);
 	for (;;) {
 		RdmMsg *m = ep->matcher.post(kind, *r);
 		if (!m) [[likely]]
@@ -66,7 +67,7 @@ ssize_t post_recv(RdmEp *ep, RdmRecv *r, MatchKind kind)
 // A discarded message still owes its sender an answer.
 void discard_msg(RdmEp *ep, RdmMsg *m)
 {
-		(void)ep->matcher.remove(*m);
+	(void)ep->matcher.remove(*m);
 	rdm_unexpected_gone(ep, m->cost, true);
 	uint8_t a[kHdr];
 	if (m->stale) {
@@ -116,6 +117,31 @@ void report_nomsg(RdmEp *ep, void *context, MatchKind kind)
 
 } // namespace
 
+void rdm_resolve_sources_slow(RdmEp *ep) noexcept
+{
+	VRMA_ASSERT_HELD(ep->lock);
+	const uint64_t epoch = ep->av->epoch.load(std::memory_order_acquire);
+	if (epoch == ep->unknown_src_epoch)
+		return;
+	ep->unknown_src_epoch = epoch;
+	bool unknown_left = false;
+	for (MatchKind kind : {MatchKind::kMsg, MatchKind::kTagged}) {
+		for (RdmMsg *m = ep->matcher.unexpected_front(kind); m; m = ep->matcher.next(*m)) {
+			if (m->key.src_known)
+				continue;
+			const fi_addr_t src = rdm_peer_fi_addr(m->peer);
+			if (src == FI_ADDR_NOTAVAIL) {
+				unknown_left = true;
+				continue;
+			}
+			m->key.src = src;
+			m->key.src_known = true;
+			m->src = rdm_peer_report_addr(m->peer);
+		}
+	}
+	ep->unknown_src_pending = unknown_left;
+}
+
 ssize_t rdm_recv(RdmEp *ep, const iovec *iov, size_t count, fi_addr_t src, uint64_t tag,
 		 uint64_t ignore, uint64_t flags, void *context, MatchKind kind) noexcept
 {
@@ -154,6 +180,7 @@ ssize_t rdm_recv(RdmEp *ep, const iovec *iov, size_t count, fi_addr_t src, uint6
 		return r;
 	};
 	if (flags & FI_PEEK) {
+		rdm_resolve_sources(ep);
 		RdmMsg *m = ep->matcher.find_unexpected(kind, key);
 		if (!m) {
 			report_nomsg(ep, context, kind);
@@ -200,9 +227,10 @@ ssize_t rdm_recv_one(RdmEp *ep, void *buf, size_t len, fi_addr_t src, uint64_t t
 		     uint64_t ignore, void *context, MatchKind kind) noexcept
 {
 	const uint64_t flags = ep->rx_op_flags;
-	const RdmEp::SrcMode mode = ep->src_mode[static_cast<int>(kind)];
+	// The source mode is read again after rdm_get_recv rather than kept
+	// across the call (a register fewer to spill on this path).
 	if ((flags & FI_MULTI_RECV) || (!buf && len) ||
-	    (mode == RdmEp::kSrcExact && src == FI_ADDR_UNSPEC)) [[unlikely]] {
+	    (src == FI_ADDR_UNSPEC && ep->src_mode[static_cast<int>(kind)] == RdmEp::kSrcExact)) [[unlikely]] {
 		const iovec iov{buf, len};
 		return rdm_recv(ep, &iov, 1, src, tag, ignore, flags, context, kind);
 	}
@@ -218,7 +246,7 @@ ssize_t rdm_recv_one(RdmEp *ep, void *buf, size_t len, fi_addr_t src, uint64_t t
 	fill_recv(r, kind, context, &iov, 1, len, ep->rx_reports(flags));
 	r->key.tag = tag;
 	r->key.ignore = ignore;
-	r->key.src = mode != RdmEp::kSrcAny ? src : FI_ADDR_UNSPEC;
+	r->key.src = ep->src_mode[static_cast<int>(kind)] != RdmEp::kSrcAny ? src : FI_ADDR_UNSPEC;
 	return post_recv(ep, r, kind);
 }
 

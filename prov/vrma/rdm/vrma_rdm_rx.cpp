@@ -159,6 +159,7 @@ void handle_message(RdmEp *ep, const ibv_wc &wc, const uint8_t *buf)
 		m->src = report;
 		m->hdr = h;
 		copy_bytes(m->payload_bytes(), payload, h.length);
+		ep->unknown_src_pending |= !key.src_known;
 		(void)ep->matcher.append_unexpected(kind, *m);
 		return;
 	}
@@ -195,6 +196,7 @@ void handle_message(RdmEp *ep, const ibv_wc &wc, const uint8_t *buf)
 		m->rndv = true;
 		std::copy(segs, segs + n, m->segs);
 		m->nsegs = n;
+		ep->unknown_src_pending |= !key.src_known;
 		(void)ep->matcher.append_unexpected(kind, *m);
 		return;
 	}
