@@ -25,7 +25,7 @@ void progress(Eq *eq)
 		if (refused)
 			rdma_destroy_id(refused);
 	}
-	(void)eq_linger_check(eq);
+	eq_linger_check(eq);
 }
 
 // The EQ's control-progress thread: reads rdma_cm events as they arrive and

@@ -295,7 +295,7 @@ try {
 
 } // namespace
 
-bool eq_linger_check(Eq *eq) noexcept
+void eq_linger_check(Eq *eq) noexcept
 {
 	VRMA_ASSERT_HELD(eq->lock);
 	const auto now = std::chrono::steady_clock::now();
@@ -309,7 +309,6 @@ bool eq_linger_check(Eq *eq) noexcept
 		end_peer_disconnect(ep);
 		return true;
 	});
-	return !eq->lingering.empty();
 }
 
 void eq_linger_forget(Eq *eq, Ep *ep) noexcept

@@ -266,8 +266,8 @@ rdma_cm_id *eq_handle_cm_event(Eq *eq, rdma_cm_event *event) noexcept;
 // after which a CM repeats a disconnect request nobody answered.
 inline constexpr int kLingerMs = 500;
 // Ends the lingering connections (Eq::lingering) whose sends completed or
-// whose deadline passed; the EQ lock held. True while some still linger.
-bool eq_linger_check(Eq *eq) noexcept;
+// whose deadline passed; the EQ lock held.
+void eq_linger_check(Eq *eq) noexcept;
 // Forgets a closing endpoint (the EQ lock held): fi_close ends it.
 void eq_linger_forget(Eq *eq, Ep *ep) noexcept;
 // A work request failed (not flushed): the QP is dead. Reports FI_SHUTDOWN

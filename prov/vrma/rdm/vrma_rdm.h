@@ -374,6 +374,16 @@ struct RdmEp final : EpBase {
 	// FI_EXACT_DIRECTED_RECV: rdm_src_modes).
 	enum SrcMode : uint8_t { kSrcAny, kSrcDirected, kSrcExact };
 	SrcMode src_mode[2] = {kSrcAny, kSrcAny};
+	// The source a receive of `kind` for src matches (RecvKey::src).
+	fi_addr_t recv_src(MatchKind kind, fi_addr_t src) const noexcept
+	{
+		return src_mode[static_cast<int>(kind)] != kSrcAny ? src : FI_ADDR_UNSPEC;
+	}
+	// FI_EXACT_DIRECTED_RECV refuses a receive of `kind` from any source.
+	bool refuses_any_src(MatchKind kind, fi_addr_t src) const noexcept
+	{
+		return src == FI_ADDR_UNSPEC && src_mode[static_cast<int>(kind)] == kSrcExact;
+	}
 	// An unexpected message from a sender not in the AV is queued (it
 	// matches only receives from any source) and had not been looked up
 	// again since the AV's epoch unknown_src_epoch (rdm_resolve_sources).

@@ -156,13 +156,12 @@ ssize_t rdm_recv(RdmEp *ep, const iovec *iov, size_t count, fi_addr_t src, uint6
 		VRMA_WARN(FI_LOG_EP_DATA, "RDM recv: FI_MULTI_RECV takes one buffer\n");
 		return -FI_EINVAL;
 	}
-	const RdmEp::SrcMode mode = ep->src_mode[static_cast<int>(kind)];
-	if (mode == RdmEp::kSrcExact && src == FI_ADDR_UNSPEC) [[unlikely]]
+	if (ep->refuses_any_src(kind, src)) [[unlikely]]
 		return exact_src_refused();
 	RecvKey key;
 	key.tag = tag;
 	key.ignore = ignore;
-	key.src = mode != RdmEp::kSrcAny ? src : FI_ADDR_UNSPEC;
+	key.src = ep->recv_src(kind, src);
 	std::lock_guard guard(ep->lock);
 	if (!ep->enabled) [[unlikely]] {
 		VRMA_WARN(FI_LOG_EP_DATA, "RDM recv before fi_enable\n");
@@ -227,10 +226,9 @@ ssize_t rdm_recv_one(RdmEp *ep, void *buf, size_t len, fi_addr_t src, uint64_t t
 		     uint64_t ignore, void *context, MatchKind kind) noexcept
 {
 	const uint64_t flags = ep->rx_op_flags;
-	// The source mode is read again after rdm_get_recv rather than kept
-	// across the call (a register fewer to spill on this path).
-	if ((flags & FI_MULTI_RECV) || (!buf && len) ||
-	    (src == FI_ADDR_UNSPEC && ep->src_mode[static_cast<int>(kind)] == RdmEp::kSrcExact)) [[unlikely]] {
+	// The source mode is read again after rdm_get_recv (recv_src) rather
+	// than kept across the call (a register fewer to spill on this path).
+	if ((flags & FI_MULTI_RECV) || (!buf && len) || ep->refuses_any_src(kind, src)) [[unlikely]] {
 		const iovec iov{buf, len};
 		return rdm_recv(ep, &iov, 1, src, tag, ignore, flags, context, kind);
 	}
@@ -246,7 +244,7 @@ ssize_t rdm_recv_one(RdmEp *ep, void *buf, size_t len, fi_addr_t src, uint64_t t
 	fill_recv(r, kind, context, &iov, 1, len, ep->rx_reports(flags));
 	r->key.tag = tag;
 	r->key.ignore = ignore;
-	r->key.src = ep->src_mode[static_cast<int>(kind)] != RdmEp::kSrcAny ? src : FI_ADDR_UNSPEC;
+	r->key.src = ep->recv_src(kind, src);
 	return post_recv(ep, r, kind);
 }
 

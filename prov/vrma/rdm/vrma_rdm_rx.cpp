@@ -109,6 +109,22 @@ RdmTxOp *answered_op(RdmPeer *peer, uint32_t qp_num, const rdm::RdmHeader &h)
 	return op;
 }
 
+// Queues an arriving message no receive matched (its payload or segments
+// already in m): one from a sender not in the AV marks the endpoint for
+// rdm_resolve_sources.
+void queue_unexpected(RdmEp *ep, RdmMsg *m, size_t cost, RdmPeer *peer, MatchKind kind, const MsgKey &key,
+		      fi_addr_t report, const rdm::RdmHeader &h)
+{
+	m->cost = cost;
+	m->key = key;
+	m->peer = peer;
+	m->kind = kind;
+	m->src = report;
+	m->hdr = h;
+	ep->unknown_src_pending |= !key.src_known;
+	(void)ep->matcher.append_unexpected(kind, *m);
+}
+
 void handle_message(RdmEp *ep, const ibv_wc &wc, const uint8_t *buf)
 {
 	RdmPeer *peer = ep->by_qp.find(wc.qp_num);
@@ -152,15 +168,8 @@ void handle_message(RdmEp *ep, const ibv_wc &wc, const uint8_t *buf)
 			rdm_unexpected_gone(ep, cost, false);
 			return;
 		}
-		m->cost = cost;
-		m->key = key;
-		m->peer = peer;
-		m->kind = kind;
-		m->src = report;
-		m->hdr = h;
 		copy_bytes(m->payload_bytes(), payload, h.length);
-		ep->unknown_src_pending |= !key.src_known;
-		(void)ep->matcher.append_unexpected(kind, *m);
+		queue_unexpected(ep, m, cost, peer, kind, key, report, h);
 		return;
 	}
 	case rdm::MsgType::RndvRequest:
@@ -187,17 +196,10 @@ void handle_message(RdmEp *ep, const ibv_wc &wc, const uint8_t *buf)
 			rdm_send_answer(ep, peer, a);
 			return;
 		}
-		m->cost = cost;
-		m->key = key;
-		m->peer = peer;
-		m->kind = kind;
-		m->src = report;
-		m->hdr = h;
 		m->rndv = true;
 		std::copy(segs, segs + n, m->segs);
 		m->nsegs = n;
-		ep->unknown_src_pending |= !key.src_known;
-		(void)ep->matcher.append_unexpected(kind, *m);
+		queue_unexpected(ep, m, cost, peer, kind, key, report, h);
 		return;
 	}
 	case rdm::MsgType::RmaEvent:
