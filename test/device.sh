@@ -130,5 +130,19 @@ else
 	rc=0
 	"$srcdir/util/vrma-vm" --timeout "${VRMA_VM_TIMEOUT:-4500}" --mem "${VRMA_VM_MEM:-4096}" -- sh test/run-in-vm.sh || rc=$?
 fi
+# The two-host boot (util/vrma-vm --hosts 2): two guests, each with its own
+# kernel and rxe0 on its own NIC, one emulated link between them; the
+# servers of test/device/run-2hosts.sh run on one, the clients on the
+# other. Not on a host with an RDMA device (no second host to boot).
+if [ -n "$host_device" ]; then
+	echo "device.sh: the two-host tests need the VM test bed (util/vrma-vm --hosts 2): skipped on this host"
+elif [ "${VRMA_TWO_HOSTS:-}" = skip ]; then
+	echo "device.sh: the two-host tests skipped (VRMA_TWO_HOSTS=skip)"
+else
+	cp "$srcdir/test/device/run-2hosts.sh" "$builddir/test/run-2hosts.sh"
+	rc2=0
+	"$srcdir/util/vrma-vm" --hosts 2 --timeout "${VRMA_VM_TIMEOUT_2HOSTS:-900}" --mem 2048 -- sh test/run-2hosts.sh || rc2=$?
+	[ "$rc" -ne 0 ] || rc=$rc2
+fi
 san_unit || { [ "$rc" -ne 0 ] || rc=1; }
 exit "$rc"

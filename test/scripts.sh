@@ -72,6 +72,14 @@ vm_dry() {
 }
 check "vrma-vm --dry-run reports the missing package and goes on to the boot" vm_dry
 
+# vrma-vm boots one host or two, nothing else: one line, before any install.
+vm_hosts() {
+	run "$tmp/h" env VRMA_VM_CACHE="$tmp/cache" "$util/vrma-vm" --hosts 3 true
+	[[ $rc -eq 125 ]] && [[ $(errors "$tmp/h.err") -eq 1 ]] &&
+		grep -q '^vrma-vm: error: bad --hosts: 3 (1 or 2)$' "$tmp/h.err" || show "$tmp/h"
+}
+check "vrma-vm --hosts takes 1 or 2, and says so in one line" vm_hosts
+
 # A package apt cannot install: one line that names it, non-zero status.
 deps_fail() {
 	run "$tmp/f" env VRMA_EXTRA_PACKAGES="$fake" "$util/install-deps"

@@ -327,8 +327,13 @@ if [ -n "${VRMA_SAN_STATUS:-}" ]; then
 	st=$(cat "$VRMA_SAN_STATUS" 2>/dev/null) || st="the sanitizer builds did not end within 40 minutes"
 	if [ "$st" = ok ]; then
 		echo "sanitizer builds: waited $(secs) for them"
-		sanitized ASan+UBSan "$VRMA_SAN_ADDRESS" "$VRMA_SAN_ADDRESS_PRELOAD" "$asan_suites" \
-			ASAN_OPTIONS=halt_on_error=1:detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1
+		# One device_tests per suite: in one process these suites take a
+		# quarter longer under ASan (684 s against 545 s),
+		# and each suite's time is printed.
+		for s in $asan_suites; do
+			sanitized ASan+UBSan "$VRMA_SAN_ADDRESS" "$VRMA_SAN_ADDRESS_PRELOAD" "$s" \
+				ASAN_OPTIONS=halt_on_error=1:detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1
+		done
 		for s in "$tsan_suites" $tsan_cases; do
 			sanitized TSan "$VRMA_SAN_THREAD" "$VRMA_SAN_THREAD_PRELOAD" "$s" \
 				TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
