@@ -327,9 +327,9 @@ if [ -n "${VRMA_SAN_STATUS:-}" ]; then
 	st=$(cat "$VRMA_SAN_STATUS" 2>/dev/null) || st="the sanitizer builds did not end within 40 minutes"
 	if [ "$st" = ok ]; then
 		echo "sanitizer builds: waited $(secs) for them"
-		# One device_tests per suite: in one process these suites take a
-		# quarter longer under ASan (684 s against 545 s),
-		# and each suite's time is printed.
+		# One device_tests per suite: each suite's time is printed (a
+		# long-lived parent is suspected of slowing the forks: 684 s in
+		# one process against 545 s one by one, in two boots).
 		for s in $asan_suites; do
 			sanitized ASan+UBSan "$VRMA_SAN_ADDRESS" "$VRMA_SAN_ADDRESS_PRELOAD" "$s" \
 				ASAN_OPTIONS=halt_on_error=1:detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1
