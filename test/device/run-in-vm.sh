@@ -30,6 +30,13 @@ asan_suites="$rdm_suites $msg_checked_suites"
 tsan_suites="msg_auto cntr objects staged"
 tsan_cases="rdm:rdm_conn rdm:rdm_threads rdm:rdm_auto rdm_rma:rdm_rma_events rdm_rma:rdm_rma_persist"
 secs() { echo "$(($(date +%s) - t0)) s"; }
+# Every device_tests run writes check's XML log (test/ck-NAME.xml): each
+# test's duration. ck_slowest FILE prints the five slowest on one line.
+ck_slowest() {
+	[ -f "$1" ] || return 0
+	awk -F'[<>]' '/<id>/ { id = $3 } /<duration>/ { print $3, id }' "$1" | sort -rn | head -5 |
+		awk '{ printf "%s%s %.0f s", (NR > 1 ? ", " : "slowest: "), $2, $1 } END { print "" }'
+}
 t0=$(date +%s)
 # A block device whose writes each take VRMA_TEST_SLOW_MS (dm-delay over a
 # loop device): msync into it is slow, and a commit persisted there must not
@@ -48,17 +55,19 @@ if slow_device; then
 else
 	echo "run-in-vm: no slow block device (losetup, dmsetup or the loop and dm_delay modules failed): rdm_rma_persist fails"
 fi
+ck=$builddir/test/ck-plain.xml
 if [ -n "${VRMA_SAN_STATUS:-}" ]; then
-	if VRMA_TEST_SKIP="$rdm_suites $tsan_suites" "$builddir/test/device_tests"; then
+	if CK_XML_LOG_FILE_NAME=$ck VRMA_TEST_SKIP="$rdm_suites $tsan_suites" "$builddir/test/device_tests"; then
 		pass "device_tests, the suites run without a sanitizer ($(secs))"
 	else
 		fail "device_tests, the suites run without a sanitizer"
 	fi
-elif "$builddir/test/device_tests"; then
+elif CK_XML_LOG_FILE_NAME=$ck "$builddir/test/device_tests"; then
 	pass "device_tests ($(secs))"
 else
 	fail "device_tests"
 fi
+ck_slowest "$ck"
 
 # 2. The stock fi_info lists vrma on each RDMA device.
 out=$(fi_info -p vrma -v 2>&1)
@@ -187,8 +196,12 @@ upstream "fabtests 2.6 under the 2.6 core against -p vrma (test/fabtests/vrma-2.
 # (FI_VRMA_MR_ON_DEMAND), so its peak resident memory stays within 1.25x
 # that of the sockets provider, which pins nothing (before: 3x, the whole
 # buffers pinned). Both in this boot, data checked by the test itself.
+# Debian's python3 itself: a wrapper first in PATH (pyenv's shims) costs
+# seconds per start in the guest.
+py=/usr/bin/python3
+[ -x "$py" ] || py=python3
 peak_rss() { # output file, command...: runs it, writes its peak RSS in KiB
-	python3 -c 'import resource, subprocess, sys
+	"$py" -c 'import resource, subprocess, sys
 rc = subprocess.run(sys.argv[2:]).returncode
 open(sys.argv[1], "w").write("%d\n" % resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
 sys.exit(rc)' "$@"
@@ -312,12 +325,14 @@ sanitized() {
 	*:*) set -- CK_RUN_CASE="${suites#*:}" "$@" ;;
 	esac
 	t0=$(date +%s)
-	if env LD_PRELOAD="$preload" FI_PROVIDER_PATH="$dir/.libs" "$@" \
+	ck=$builddir/test/ck-$(echo "$name-$suites" | tr -c 'A-Za-z0-9_\n-' _).xml
+	if env LD_PRELOAD="$preload" FI_PROVIDER_PATH="$dir/.libs" "$@" CK_XML_LOG_FILE_NAME="$ck" \
 		VRMA_TEST_SUITES="${suites%%:*}" "$builddir/test/device_tests"; then
 		pass "device_tests ($suites) against the $name provider ($(secs))"
 	else
 		fail "device_tests ($suites) against the $name provider"
 	fi
+	ck_slowest "$ck"
 }
 if [ -n "${VRMA_SAN_STATUS:-}" ]; then
 	t0=$(date +%s)
