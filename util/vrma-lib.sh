@@ -139,9 +139,14 @@ vrma_build() {
 	# ccache's compiler links first in PATH, for this build and every one
 	# the tests start (the sanitizer builds, distcheck's): a clean clone
 	# then recompiles only what changed since the last run (its cache:
-	# ccache's default, ~/.cache/ccache). VRMA_CCACHE=no builds without it.
-	if [[ ${VRMA_CCACHE:-} != no && -d /usr/lib/ccache && :$PATH: != *:/usr/lib/ccache:* ]]; then
-		export PATH=/usr/lib/ccache:$PATH
+	# ccache's default, ~/.cache/ccache). Paths under the clone are hashed
+	# relative to it and the working directory not at all, so a clone
+	# elsewhere hits the same entries (debug information then names the
+	# directory of the build that filled the cache). VRMA_CCACHE=no builds
+	# without it.
+	if [[ ${VRMA_CCACHE:-} != no && -d /usr/lib/ccache ]]; then
+		[[ :$PATH: == *:/usr/lib/ccache:* ]] || export PATH=/usr/lib/ccache:$PATH
+		export CCACHE_BASEDIR=$top CCACHE_NOHASHDIR=1
 	fi
 	if [[ ! -x $top/configure ]]; then (cd "$top" && ./autogen.sh) || vrma_die "./autogen.sh failed"; fi
 	mkdir -p "$top/build"

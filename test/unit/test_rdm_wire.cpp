@@ -3,7 +3,10 @@
 // round-trip with their bytes where the layout says; every malformed one is
 // refused; crossing connections resolve to exactly one on both sides.
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <random>
 #include <vector>
 
 #include "wire/rdm_wc.h"
@@ -1540,21 +1543,22 @@ START_TEST(atomic_read_count_bounded)
 }
 END_TEST
 
-// Every decoder refuses every truncation of a well-formed message (an eager
-// piece excepted: its payload may be shorter than the message) and counts
-// past its limits.
-START_TEST(truncated_and_huge_counts_refused)
+namespace {
+
+// One well-formed message of each type that carries a body, each in a
+// vector of exactly its size.
+std::vector<std::vector<uint8_t>> body_samples()
 {
 	std::vector<std::vector<uint8_t>> msgs;
-	auto keep = [&](const uint8_t *b, size_t n) { msgs.emplace_back(b, b + n); };
-	uint8_t buf[kCommitRequestMax];
-	const RndvSegment segs[2] = {{0x1000, 10, 1}, {0x2000, 20, 2}};
-	keep(buf, encode_rndv_request(buf, header(MsgType::RndvRequest, 0, 30), segs, 2));
-	const uint64_t ev_keys[2] = {5, 6};
-	RdmHeader ev = header(MsgType::RmaEvent, 0, 77);
+	auto keep = [&](const uint8_t *p, size_t len) { msgs.emplace_back(p, p + len); };
+	uint8_t buf[kCommitRequestMax + kRmaEventMsgMax];
+	const RndvSegment segs[3] = {{0x1000, 10, 1}, {0x2000, 20, 2}, {0x9000, 4096, 3}};
+	keep(buf, encode_rndv_request(buf, header(MsgType::RndvRequestTagged, 0, 4126), segs, 3));
+	const uint64_t ev_keys[3] = {5, 6, 7};
+	RdmHeader ev = header(MsgType::RmaEvent, 0, 8);
 	ev.msg_id = 0;
 	ev.status = uint8_t(RmaKind::Write);
-	keep(buf, encode_rma_event(buf, ev, ev_keys, 2));
+	keep(buf, encode_rma_event(buf, ev, ev_keys, 3));
 	const CommitRange ranges[2] = {{0x1000, 8, 1}, {0x3000, 8, 2}};
 	RdmHeader ch;
 	ch.msg_id = 9;
@@ -1567,13 +1571,32 @@ START_TEST(truncated_and_huge_counts_refused)
 	keep(buf, kKeyAnswerBytes);
 	const uint8_t old[16] = {1, 2, 3};
 	keep(buf, encode_atomic_response(buf, 4, AtomicStatus::Ok, old, sizeof old));
-	for (auto k : {std::pair{Kind::Fetch, int(FI_ATOMIC_READ)}, std::pair{Kind::Compare, int(FI_CSWAP)},
-		       std::pair{Kind::Plain, int(FI_SUM)}}) {
-		const BuiltRequest b = build_request({k.first, k.second, FI_UINT64, {2, 1}});
+	for (const AtomicCase &c : {AtomicCase{Kind::Fetch, FI_ATOMIC_READ, FI_UINT64, {2, 1}},
+				    AtomicCase{Kind::Compare, FI_CSWAP, FI_UINT32, {3}},
+				    AtomicCase{Kind::Plain, FI_SUM, FI_DOUBLE, {1, 1, 2}},
+				    AtomicCase{Kind::Fetch, FI_BXOR, FI_UINT8, {5, 7}}}) {
+		const BuiltRequest b = build_request(c);
 		size_t len = 0;
 		const std::vector<uint8_t> req = encode_request(b, len);
 		keep(req.data(), len);
 	}
+	return msgs;
+}
+
+} // namespace
+
+// Every decoder refuses every truncation of a well-formed message (an eager
+// piece excepted: its payload may be shorter than the message) and counts
+// past its limits.
+START_TEST(truncated_and_huge_counts_refused)
+{
+	const std::vector<std::vector<uint8_t>> msgs = body_samples();
+	uint8_t buf[kCommitRequestMax];
+	RdmHeader ev = header(MsgType::RmaEvent, 0, 77);
+	ev.msg_id = 0;
+	ev.status = uint8_t(RmaKind::Write);
+	RdmHeader ch;
+	ch.msg_id = 9;
 	auto decodes_whole = [](const uint8_t *b, size_t n) {
 		RdmHeader h;
 		if (!decode_header(b, n, h))
@@ -1589,6 +1612,7 @@ START_TEST(truncated_and_huge_counts_refused)
 		AtomicResponse resp;
 		switch (h.type) {
 		case MsgType::RndvRequest:
+		case MsgType::RndvRequestTagged:
 			return decode_rndv_request(b, n, h, s, count);
 		case MsgType::RmaEvent:
 			return decode_rma_event(b, n, h, k, count);
@@ -1685,6 +1709,238 @@ START_TEST(truncated_and_huge_counts_refused)
 }
 END_TEST
 
+namespace {
+
+// Sums segment lengths as the decoders must: false past 2^64.
+template <typename Seg> bool lengths_add_up(const Seg *segs, size_t n, uint64_t want)
+{
+	uint64_t sum = 0;
+	for (size_t i = 0; i < n; i++)
+		if (!segs[i].len || __builtin_add_overflow(sum, segs[i].len, &sum))
+			return false;
+	return sum == want;
+}
+
+// p and n lie inside [buf, buf + len).
+bool inside(const uint8_t *p, size_t n, const uint8_t *buf, size_t len)
+{
+	return !n || (p >= buf && p <= buf + len && n <= size_t(buf + len - p));
+}
+
+// Decodes m (header, then its type's body) as the RDM receive path does and,
+// when it is accepted, checks what the decoder promises its callers: counts
+// within their limits, lengths that add up to the header's, arrays inside
+// the message. Returns whether it was accepted.
+bool decode_checked(const std::vector<uint8_t> &m, const char *label)
+{
+	const uint8_t *b = m.data();
+	const size_t n = m.size();
+	RdmHeader h;
+	if (!decode_header(b, n, h))
+		return false;
+	size_t count = 0;
+	switch (h.type) {
+	case MsgType::RndvRequest:
+	case MsgType::RndvRequestTagged: {
+		RndvSegment s[kMaxRndvSegments];
+		if (!decode_rndv_request(b, n, h, s, count))
+			return false;
+		ck_assert_msg(count >= 1 && count <= kMaxRndvSegments && n == rndv_msg_bytes(count) &&
+				      lengths_add_up(s, count, h.length),
+			      "%s: a rendezvous request of %zu segments accepted", label, count);
+		return true;
+	}
+	case MsgType::RmaEvent: {
+		uint64_t k[kMaxRmaEventKeys];
+		if (!decode_rma_event(b, n, h, k, count))
+			return false;
+		ck_assert_msg(count <= kMaxRmaEventKeys && n == kRdmHeaderBytes + 8 + count * 8,
+			      "%s: an RMA event of %zu keys accepted in %zu bytes", label, count, n);
+		return true;
+	}
+	case MsgType::CommitRequest: {
+		CommitRange c[kMaxCommitRanges];
+		if (!decode_commit_request(b, n, h, c, count))
+			return false;
+		ck_assert_msg(count >= 1 && count <= kMaxCommitRanges && lengths_add_up(c, count, h.length),
+			      "%s: a commit request of %zu ranges accepted", label, count);
+		return true;
+	}
+	case MsgType::KeyRequest: {
+		uint64_t key = 0;
+		uint8_t access = 0;
+		if (!decode_key_request(b, n, h, key, access))
+			return false;
+		ck_assert_msg(access && n == kKeyRequestBytes, "%s: a key request accepted", label);
+		return true;
+	}
+	case MsgType::KeyAnswer: {
+		KeyAnswer a;
+		if (!decode_key_answer(b, n, h, a))
+			return false;
+		ck_assert_msg(n == kKeyAnswerBytes, "%s: a key answer of %zu bytes accepted", label, n);
+		return true;
+	}
+	case MsgType::KeyTable: {
+		KeyTableRef t;
+		if (!decode_key_table(b, n, t))
+			return false;
+		ck_assert_msg(valid_key_table_buckets(t.buckets), "%s: %u key table buckets accepted", label,
+			      t.buckets);
+		return true;
+	}
+	case MsgType::AtomicRequest: {
+		AtomicRequest r;
+		if (!decode_atomic_request(b, n, h, r))
+			return false;
+		uint64_t total = 0;
+		bool sums = r.nseg >= 1 && r.nseg <= kMaxAtomicSegments;
+		for (size_t i = 0; sums && i < r.nseg; i++)
+			sums = !__builtin_add_overflow(total, r.segs[i].count, &total);
+		ck_assert_msg(sums && total == h.length && r.data_bytes <= kAtomicDataMax &&
+				      inside(r.operand, r.operand_bytes, b, n) &&
+				      inside(r.compare, r.compare_bytes, b, n) && r.operand_bytes <= r.data_bytes &&
+				      r.compare_bytes <= r.data_bytes,
+			      "%s: an atomic request of %zu segments, %zu data bytes accepted", label, r.nseg,
+			      r.data_bytes);
+		return true;
+	}
+	case MsgType::AtomicResponse: {
+		AtomicResponse resp;
+		if (!decode_atomic_response(b, n, h, resp))
+			return false;
+		ck_assert_msg(inside(resp.data, resp.bytes, b, n) && resp.bytes <= kAtomicDataMax,
+			      "%s: an atomic response of %zu bytes accepted in %zu", label, resp.bytes, n);
+		return true;
+	}
+	case MsgType::Eager:
+	case MsgType::EagerTagged:
+		// The piece's payload follows the header and fits the message.
+		ck_assert_msg(n - kRdmHeaderBytes <= h.length, "%s: an eager piece of %zu bytes for %llu",
+			      label, n - kRdmHeaderBytes, static_cast<unsigned long long>(h.length));
+		return true;
+	default:
+		return true; // the header says it all (decode_header)
+	}
+}
+
+} // namespace
+
+// The mutation fuzzer of the device suite (hostile_fuzz), here against the
+// decoders alone, where a run of 200,000 mutations costs a second: every
+// well-formed message type, mutated at random (bits flipped, bytes and
+// length fields set to edge values, cut, extended), each in a buffer of
+// exactly its size (a read past it is a fault under the sanitizers), and
+// what a decoder accepts must keep its promises (decode_checked). Seeded:
+// VRMA_TEST_SEED reproduces a run; VRMA_TEST_FUZZ sets the count.
+START_TEST(mutated_messages_decoded_safely)
+{
+	const char *seed_env = getenv("VRMA_TEST_SEED");
+	const uint64_t seed = seed_env ? strtoull(seed_env, nullptr, 0) : std::random_device{}();
+	const char *n_env = getenv("VRMA_TEST_FUZZ");
+	const size_t total = n_env ? strtoull(n_env, nullptr, 0) * 20 : 200000;
+	std::mt19937_64 rng(seed);
+	std::vector<std::vector<uint8_t>> templates = body_samples();
+	auto keep = [&](const uint8_t *p, size_t len) { templates.emplace_back(p, p + len); };
+	uint8_t buf[kRdmHeaderBytes + 64];
+	encode_header(buf, header(MsgType::EagerTagged, kFlagLastPiece, 64));
+	memset(buf + kRdmHeaderBytes, 0xab, 64);
+	keep(buf, kRdmHeaderBytes + 64);
+	encode_header(buf, header(MsgType::Eager, kFlagLastPiece | kFlagDeliveryComplete, 16));
+	keep(buf, kRdmHeaderBytes + 16);
+	encode_key_table(buf, {0x7f0000002000ULL, 0x55, 64});
+	keep(buf, kRdmHeaderBytes + 16);
+	encode_rndv_done(buf, 5, RndvStatus::Ok);
+	keep(buf, kRdmHeaderBytes);
+	encode_delivery_ack(buf, 6);
+	keep(buf, kRdmHeaderBytes);
+	encode_commit_answer(buf, 7, CommitStatus::Ok);
+	keep(buf, kRdmHeaderBytes);
+	encode_flow(buf, FlowStatus::Pause);
+	keep(buf, kRdmHeaderBytes);
+	for (const auto &t : templates)
+		ck_assert_msg(decode_checked(t, "a template"), "template of type %u refused", t[0]);
+
+	static constexpr uint64_t edges[] = {0, 1, 2, 7, 8, 31, 32, 63, 64, 4095, 4096, 8192, 8193, 1u << 20,
+					     (1u << 20) + 1, 1ull << 31, 1ull << 32, 1ull << 60, 1ull << 61,
+					     1ull << 63, ~0ull, ~0ull - 7};
+	auto pick = [&](size_t n) { return static_cast<size_t>(rng() % n); };
+	size_t accepted = 0;
+	char label[96];
+	for (size_t i = 0; i < total; i++) {
+		const size_t ti = pick(templates.size());
+		std::vector<uint8_t> m = templates[ti];
+		for (size_t r = 0, rounds = 1 + pick(4); r < rounds; r++) {
+			switch (pick(8)) {
+			case 7: { // a count with the size its layout gives, elements
+				  // copied, the header's length their sum or not
+				const auto t = m.empty() ? MsgType(0) : MsgType(m[0]);
+				const size_t elem = t == MsgType::RmaEvent ? 8
+						    : is_rndv_request(t) || t == MsgType::CommitRequest ? 24
+													  : 0;
+				if (!elem || m.size() < kRdmHeaderBytes + 8 + elem)
+					break;
+				const size_t first = kRdmHeaderBytes + 8, cnt = pick(3) ? 1 + pick(20) : rng() & 0xff;
+				const std::vector<uint8_t> one(m.begin() + long(first), m.begin() + long(first + elem));
+				m.resize(first);
+				m[kRdmHeaderBytes] = uint8_t(cnt);
+				uint64_t sum = 0;
+				for (size_t e = 0; e < cnt; e++) {
+					m.insert(m.end(), one.begin(), one.end());
+					if (elem == 24)
+						sum += le::get64(one.data() + 8);
+				}
+				if (elem == 24 && pick(2))
+					le::put64(m.data() + 24, sum);
+				break;
+			}
+			case 0: // a bit flipped
+				if (!m.empty())
+					m[pick(m.size())] ^= uint8_t(1u << pick(8));
+				break;
+			case 1: { // a byte set to an edge value
+				static constexpr uint8_t e8[] = {0, 1, 2, 4, 16, 17, 0x7f, 0x80, 0xfe, 0xff};
+				if (!m.empty())
+					m[pick(m.size())] = e8[pick(std::size(e8))];
+				break;
+			}
+			case 2: // the header's length
+				if (m.size() >= kRdmHeaderBytes)
+					le::put64(m.data() + 24, edges[pick(std::size(edges))]);
+				break;
+			case 3: // a 64-bit word of the body
+				if (m.size() >= kRdmHeaderBytes + 8) {
+					const size_t off = kRdmHeaderBytes + 8 * pick((m.size() - kRdmHeaderBytes) / 8);
+					le::put64(m.data() + off, edges[pick(std::size(edges))]);
+				}
+				break;
+			case 4: // the body's count byte (segments, keys, ranges)
+				if (m.size() > kRdmHeaderBytes + 3)
+					m[kRdmHeaderBytes + pick(4)] = uint8_t(pick(2) ? pick(34) : rng());
+				break;
+			case 5: // cut
+				m.resize(pick(m.size() + 1));
+				break;
+			case 6: // extended
+				m.resize(m.size() + 1 + pick(64), uint8_t(rng()));
+				break;
+			}
+		}
+		m.shrink_to_fit(); // exactly its size: a read past it is a fault under ASan
+		snprintf(label, sizeof label, "seed %llu (VRMA_TEST_SEED), mutation %zu of template %zu",
+			 static_cast<unsigned long long>(seed), i, ti);
+		accepted += decode_checked(m, label);
+	}
+	fprintf(stderr, "mutated_messages_decoded_safely: seed %llu (VRMA_TEST_SEED), %zu of %zu accepted\n",
+		static_cast<unsigned long long>(seed), accepted, total);
+	// Mutations that keep a message well formed (a payload byte, an
+	// address) are accepted: the fuzzer reaches past the first checks.
+	ck_assert_msg(accepted > total / 100 && accepted < total,
+		      "seed %llu: %zu of %zu mutated messages accepted", static_cast<unsigned long long>(seed),
+		      accepted, total);
+}
+END_TEST
+
 // Issue 26, item 4: a receive completion is decoded only when it is a plain
 // send that fits its buffer; a send-queue completion only with an opcode
 // its request posts.
@@ -1762,6 +2018,7 @@ Suite *rdm_wire_suite()
 	tcase_add_test(tc, checked_products);
 	tcase_add_test(tc, atomic_read_count_bounded);
 	tcase_add_test(tc, truncated_and_huge_counts_refused);
+	tcase_add_test(tc, mutated_messages_decoded_safely);
 	tcase_add_test(tc, work_completion_checks);
 	suite_add_tcase(s, tc);
 	return s;
