@@ -7,6 +7,7 @@
 // peer's traffic and completions are exact.
 #include "hostile_peer.h"
 #include "rdm_atomic_harness.h"
+#include "../wire_mutation.h"
 
 #include <algorithm>
 #include <cinttypes>
@@ -923,9 +924,7 @@ START_TEST(hostile_fuzz)
 		rdm::le::put64(event.data() + rdm::kRdmHeaderBytes + 8, target.key());
 		templates.push_back(event);
 	}
-	static constexpr uint64_t edges[] = {0, 1, 2, 7, 8, 31, 32, 63, 64, 4095, 4096, 8192, 8193, 1u << 20,
-					     (1u << 20) + 1, 1ull << 31, 1ull << 32, 1ull << 60, 1ull << 61,
-					     1ull << 63, ~0ull, ~0ull - 7};
+	const auto &edges = wire_mutation::kEdges;
 	auto pick = [&](size_t n) { return static_cast<size_t>(rng() % n); };
 	auto mutate = [&](std::vector<uint8_t> m) {
 		const size_t rounds = 1 + pick(4);

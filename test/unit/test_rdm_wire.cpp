@@ -11,6 +11,7 @@
 
 #include "wire/rdm_wc.h"
 #include "wire/rdm_wire.h"
+#include "../wire_mutation.h"
 
 #include <array>
 #include "unit.h"
@@ -1583,134 +1584,6 @@ std::vector<std::vector<uint8_t>> body_samples()
 	return msgs;
 }
 
-} // namespace
-
-// Every decoder refuses every truncation of a well-formed message (an eager
-// piece excepted: its payload may be shorter than the message) and counts
-// past its limits.
-START_TEST(truncated_and_huge_counts_refused)
-{
-	const std::vector<std::vector<uint8_t>> msgs = body_samples();
-	uint8_t buf[kCommitRequestMax];
-	RdmHeader ev = header(MsgType::RmaEvent, 0, 77);
-	ev.msg_id = 0;
-	ev.status = uint8_t(RmaKind::Write);
-	RdmHeader ch;
-	ch.msg_id = 9;
-	auto decodes_whole = [](const uint8_t *b, size_t n) {
-		RdmHeader h;
-		if (!decode_header(b, n, h))
-			return false;
-		RndvSegment s[kMaxRndvSegments];
-		uint64_t k[kMaxRmaEventKeys];
-		CommitRange c[kMaxCommitRanges];
-		size_t count = 0;
-		uint64_t key = 0;
-		uint8_t access = 0;
-		KeyAnswer a;
-		AtomicRequest r;
-		AtomicResponse resp;
-		switch (h.type) {
-		case MsgType::RndvRequest:
-		case MsgType::RndvRequestTagged:
-			return decode_rndv_request(b, n, h, s, count);
-		case MsgType::RmaEvent:
-			return decode_rma_event(b, n, h, k, count);
-		case MsgType::CommitRequest:
-			return decode_commit_request(b, n, h, c, count);
-		case MsgType::KeyRequest:
-			return decode_key_request(b, n, h, key, access);
-		case MsgType::KeyAnswer:
-			return decode_key_answer(b, n, h, a);
-		case MsgType::AtomicRequest:
-			return decode_atomic_request(b, n, h, r);
-		case MsgType::AtomicResponse:
-			return decode_atomic_response(b, n, h, resp);
-		default:
-			return false;
-		}
-	};
-	for (const std::vector<uint8_t> &m : msgs) {
-		ck_assert_msg(decodes_whole(m.data(), m.size()), "type %u", m[0]);
-		// Each truncation in a buffer of its own size, so that a read
-		// past it is a fault under a sanitizer, not a silent pass.
-		size_t accepted = 0;
-		for (size_t n = 0; n < m.size(); n++) {
-			const std::vector<uint8_t> cut(m.begin(), m.begin() + long(n));
-			accepted += decodes_whole(cut.data(), n);
-		}
-		ck_assert_msg(accepted == 0, "type %u: %zu truncations accepted", m[0], accepted);
-	}
-
-	// Counts past their limits, in a buffer long enough for any of them.
-	std::vector<uint8_t> big(kRdmHeaderBytes + 8 + 255 * 24, 0);
-	RdmHeader h;
-	RndvSegment s[kMaxRndvSegments];
-	uint64_t k[kMaxRmaEventKeys];
-	CommitRange c[kMaxCommitRanges];
-	AtomicRequest r;
-	size_t count = 0;
-	size_t refused = 0, tried = 0;
-	for (unsigned n = 0; n < 256; n++) {
-		// Rendezvous segments past kMaxRndvSegments, each of length 1.
-		if (n == 0 || n > kMaxRndvSegments) {
-			std::fill(big.begin(), big.end(), 0);
-			encode_header(big.data(), header(MsgType::RndvRequest, 0, n));
-			big[kRdmHeaderBytes] = uint8_t(n);
-			for (unsigned i = 0; i < n; i++)
-				big[kRdmHeaderBytes + 8 + i * 24 + 8] = 1;
-			tried++;
-			refused += !decode_rndv_request(big.data(), rndv_msg_bytes(n), h, s, count);
-		}
-		if (n > kMaxRmaEventKeys) {
-			std::fill(big.begin(), big.end(), 0);
-			RdmHeader e = ev;
-			encode_header(big.data(), e);
-			big[kRdmHeaderBytes] = uint8_t(n);
-			tried++;
-			refused += !decode_rma_event(big.data(), kRdmHeaderBytes + 8 + n * 8, h, k, count);
-		}
-		if (n == 0 || n > kMaxCommitRanges) {
-			std::fill(big.begin(), big.end(), 0);
-			RdmHeader x = header(MsgType::CommitRequest, 0, n);
-			encode_header(big.data(), x);
-			big[kRdmHeaderBytes] = uint8_t(n);
-			for (unsigned i = 0; i < n; i++)
-				big[kRdmHeaderBytes + 8 + i * 24 + 8] = 1;
-			tried++;
-			refused += !decode_commit_request(big.data(), kRdmHeaderBytes + 8 + n * 24, h, c,
-							  count);
-		}
-		if (n == 0 || n > kMaxAtomicSegments) {
-			std::fill(big.begin(), big.end(), 0);
-			encode_header(big.data(), header(MsgType::AtomicRequest, 0, n ? n : 1));
-			big[kRdmHeaderBytes] = FI_ATOMIC_READ;
-			big[kRdmHeaderBytes + 1] = FI_UINT8;
-			big[kRdmHeaderBytes + 2] = uint8_t(Kind::Fetch);
-			big[kRdmHeaderBytes + 3] = uint8_t(n);
-			for (unsigned i = 0; i < n; i++)
-				big[kRdmHeaderBytes + 8 + i * 24 + 8] = 1;
-			tried++;
-			refused += !decode_atomic_request(big.data(), atomic_request_head_bytes(n), h, r);
-		}
-	}
-	ck_assert_uint_eq(refused, tried);
-	// Lengths that add up past 2^64 and wrap to the header's.
-	const RndvSegment wrap[2] = {{0, UINT64_MAX, 1}, {0, 2, 1}};
-	const size_t rlen = encode_rndv_request(buf, header(MsgType::RndvRequest, 0, 1), wrap, 2);
-	ck_assert(!decode_rndv_request(buf, rlen, h, s, count));
-	const CommitRange cwrap[2] = {{0, UINT64_MAX, 1}, {0, 2, 1}};
-	const size_t clen = encode_commit_request(buf, ch, cwrap, 2); // length: the wrapped sum, 1
-	ck_assert(!decode_commit_request(buf, clen, h, c, count));
-	// An atomic response whose length says more than follows.
-	encode_header(buf, header(MsgType::AtomicResponse, 0, UINT64_MAX));
-	AtomicResponse resp;
-	ck_assert(!decode_atomic_response(buf, kRdmHeaderBytes + 8, h, resp));
-}
-END_TEST
-
-namespace {
-
 // Sums segment lengths as the decoders must: false past 2^64.
 template <typename Seg> bool lengths_add_up(const Seg *segs, size_t n, uint64_t want)
 {
@@ -1826,6 +1699,97 @@ bool decode_checked(const std::vector<uint8_t> &m, const char *label)
 
 } // namespace
 
+// Every decoder refuses every truncation of a well-formed message (an eager
+// piece excepted: its payload may be shorter than the message) and counts
+// past its limits.
+START_TEST(truncated_and_huge_counts_refused)
+{
+	const std::vector<std::vector<uint8_t>> msgs = body_samples();
+	uint8_t buf[kCommitRequestMax];
+	RdmHeader ev = header(MsgType::RmaEvent, 0, 77);
+	ev.msg_id = 0;
+	ev.status = uint8_t(RmaKind::Write);
+	RdmHeader ch;
+	ch.msg_id = 9;
+	for (const std::vector<uint8_t> &m : msgs) {
+		ck_assert_msg(decode_checked(m, "a sample"), "type %u", m[0]);
+		// Each truncation in a buffer of its own size, so that a read
+		// past it is a fault under a sanitizer, not a silent pass.
+		size_t accepted = 0;
+		for (size_t n = 0; n < m.size(); n++) {
+			const std::vector<uint8_t> cut(m.begin(), m.begin() + long(n));
+			accepted += decode_checked(cut, "a truncation");
+		}
+		ck_assert_msg(accepted == 0, "type %u: %zu truncations accepted", m[0], accepted);
+	}
+
+	// Counts past their limits, in a buffer long enough for any of them.
+	std::vector<uint8_t> big(kRdmHeaderBytes + 8 + 255 * 24, 0);
+	RdmHeader h;
+	RndvSegment s[kMaxRndvSegments];
+	uint64_t k[kMaxRmaEventKeys];
+	CommitRange c[kMaxCommitRanges];
+	AtomicRequest r;
+	size_t count = 0;
+	size_t refused = 0, tried = 0;
+	for (unsigned n = 0; n < 256; n++) {
+		// Rendezvous segments past kMaxRndvSegments, each of length 1.
+		if (n == 0 || n > kMaxRndvSegments) {
+			std::fill(big.begin(), big.end(), 0);
+			encode_header(big.data(), header(MsgType::RndvRequest, 0, n));
+			big[kRdmHeaderBytes] = uint8_t(n);
+			for (unsigned i = 0; i < n; i++)
+				big[kRdmHeaderBytes + 8 + i * 24 + 8] = 1;
+			tried++;
+			refused += !decode_rndv_request(big.data(), rndv_msg_bytes(n), h, s, count);
+		}
+		if (n > kMaxRmaEventKeys) {
+			std::fill(big.begin(), big.end(), 0);
+			RdmHeader e = ev;
+			encode_header(big.data(), e);
+			big[kRdmHeaderBytes] = uint8_t(n);
+			tried++;
+			refused += !decode_rma_event(big.data(), kRdmHeaderBytes + 8 + n * 8, h, k, count);
+		}
+		if (n == 0 || n > kMaxCommitRanges) {
+			std::fill(big.begin(), big.end(), 0);
+			RdmHeader x = header(MsgType::CommitRequest, 0, n);
+			encode_header(big.data(), x);
+			big[kRdmHeaderBytes] = uint8_t(n);
+			for (unsigned i = 0; i < n; i++)
+				big[kRdmHeaderBytes + 8 + i * 24 + 8] = 1;
+			tried++;
+			refused += !decode_commit_request(big.data(), kRdmHeaderBytes + 8 + n * 24, h, c,
+							  count);
+		}
+		if (n == 0 || n > kMaxAtomicSegments) {
+			std::fill(big.begin(), big.end(), 0);
+			encode_header(big.data(), header(MsgType::AtomicRequest, 0, n ? n : 1));
+			big[kRdmHeaderBytes] = FI_ATOMIC_READ;
+			big[kRdmHeaderBytes + 1] = FI_UINT8;
+			big[kRdmHeaderBytes + 2] = uint8_t(Kind::Fetch);
+			big[kRdmHeaderBytes + 3] = uint8_t(n);
+			for (unsigned i = 0; i < n; i++)
+				big[kRdmHeaderBytes + 8 + i * 24 + 8] = 1;
+			tried++;
+			refused += !decode_atomic_request(big.data(), atomic_request_head_bytes(n), h, r);
+		}
+	}
+	ck_assert_uint_eq(refused, tried);
+	// Lengths that add up past 2^64 and wrap to the header's.
+	const RndvSegment wrap[2] = {{0, UINT64_MAX, 1}, {0, 2, 1}};
+	const size_t rlen = encode_rndv_request(buf, header(MsgType::RndvRequest, 0, 1), wrap, 2);
+	ck_assert(!decode_rndv_request(buf, rlen, h, s, count));
+	const CommitRange cwrap[2] = {{0, UINT64_MAX, 1}, {0, 2, 1}};
+	const size_t clen = encode_commit_request(buf, ch, cwrap, 2); // length: the wrapped sum, 1
+	ck_assert(!decode_commit_request(buf, clen, h, c, count));
+	// An atomic response whose length says more than follows.
+	encode_header(buf, header(MsgType::AtomicResponse, 0, UINT64_MAX));
+	AtomicResponse resp;
+	ck_assert(!decode_atomic_response(buf, kRdmHeaderBytes + 8, h, resp));
+}
+END_TEST
+
 // The mutation fuzzer of the device suite (hostile_fuzz), here against the
 // decoders alone, where a run of 200,000 mutations costs a second: every
 // well-formed message type, mutated at random (bits flipped, bytes and
@@ -1861,9 +1825,7 @@ START_TEST(mutated_messages_decoded_safely)
 	for (const auto &t : templates)
 		ck_assert_msg(decode_checked(t, "a template"), "template of type %u refused", t[0]);
 
-	static constexpr uint64_t edges[] = {0, 1, 2, 7, 8, 31, 32, 63, 64, 4095, 4096, 8192, 8193, 1u << 20,
-					     (1u << 20) + 1, 1ull << 31, 1ull << 32, 1ull << 60, 1ull << 61,
-					     1ull << 63, ~0ull, ~0ull - 7};
+	const auto &edges = wire_mutation::kEdges;
 	auto pick = [&](size_t n) { return static_cast<size_t>(rng() % n); };
 	size_t accepted = 0;
 	char label[96];
