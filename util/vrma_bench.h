@@ -9,6 +9,9 @@
 //  - vrma_bench_twosided.cpp  two-sided messages (send, tagged) over
 //                             FI_EP_RDM, and over FI_EP_MSG as the floor RDM
 //                             is held to
+//  - vrma_bench_peers.cpp    the many-peer mode: what N peers cost one
+//                             FI_EP_RDM endpoint (memory, pinned pages,
+//                             queue pairs, descriptors, setup time)
 //  - vrma_bench_ctl.cpp       the TCP control connection of the FI_EP_RDM
 //                             runs (and of the two-sided FI_EP_MSG ones)
 //  - vrma_bench_runner.cpp    what both modules share: a side's fabric
@@ -268,6 +271,16 @@ struct Options {
 	bool verify_all = false;    // two-sided: compare every byte of every message
 	std::string json_out, plot_out;
 	std::vector<std::string> json_in;
+	// The many-peer mode (vrma_bench_peers.cpp): the hub of hub_peers peer
+	// endpoints, or a process of peer_eps of them numbered from peer_base;
+	// both meet in peers_dir.
+	size_t hub_peers = 0;
+	size_t peer_eps = 0;
+	size_t peer_base = 0;
+	std::string peers_dir;
+	uint32_t peer_rounds = 10; // rounds of 8-byte messages after the first
+	uint32_t large_rounds = 2; // rounds of `large`-byte messages
+	size_t large = 64u << 10;
 };
 
 // The sizes a client measures: -S, or the mode's default (powers of two up
@@ -326,6 +339,17 @@ std::string sockaddr_host(const sockaddr *sa);
 inline uint8_t pattern_byte(size_t i, uint8_t salt)
 {
 	return static_cast<uint8_t>(i * 131 + (i >> 8) * 7 + salt);
+}
+
+// The index of the element of `slots` at ctx (a completion's op_context
+// points at its operation's slot); nothing when ctx is not one of theirs.
+template <class Slot> std::optional<size_t> index_of_context(const std::vector<Slot> &slots, const void *ctx)
+{
+	const auto addr = reinterpret_cast<uintptr_t>(ctx);
+	const auto first = reinterpret_cast<uintptr_t>(slots.data());
+	if (addr < first || addr >= first + slots.size() * sizeof(Slot) || (addr - first) % sizeof(Slot))
+		return std::nullopt;
+	return (addr - first) / sizeof(Slot);
 }
 
 // ---------------------------------------------------------------- control connection (vrma_bench_ctl.cpp)
@@ -459,15 +483,9 @@ protected:
 	// Closes the fabric objects in teardown order.
 	void close_fabric();
 
-	// The index of the slot of `slots` whose context is ctx; nothing when
-	// ctx is not one of theirs.
 	static std::optional<size_t> slot_index(const std::vector<Slot> &slots, const void *ctx)
 	{
-		const auto addr = reinterpret_cast<uintptr_t>(ctx);
-		const auto first = reinterpret_cast<uintptr_t>(slots.data());
-		if (addr < first || addr >= first + slots.size() * sizeof(Slot) || (addr - first) % sizeof(Slot))
-			return std::nullopt;
-		return (addr - first) / sizeof(Slot);
+		return index_of_context(slots, ctx);
 	}
 
 	// Reads the completion queue into `entries`: how many it read, 0 when
@@ -761,6 +779,10 @@ int run_rma(const Options &opt);
 
 // vrma_bench_twosided.cpp: two-sided messages over FI_EP_RDM or FI_EP_MSG.
 int run_two_sided(const Options &opt);
+
+// vrma_bench_peers.cpp: one FI_EP_RDM endpoint and many peers (--hub,
+// --peer-eps).
+int run_peers(const Options &opt);
 
 } // namespace vrma_bench
 

@@ -18,6 +18,8 @@ namespace {
 const char kUsage[] =
 	"usage: vrma_bench [-p PROVIDER] [-d DOMAIN] [--loopback | --server | -s ADDR] [options]\n"
 	"       vrma_bench --plot FILE.png --json-in A.json [--json-in B.json ...]\n"
+	"       vrma_bench [-p PROVIDER] --hub N --dir DIR [--rounds R] [--large N] [--large-rounds R]\n"
+	"       vrma_bench [-p PROVIDER] --peer-eps M --peer-base B --dir DIR\n"
 	"\n"
 	"roles:\n"
 	"  --loopback            server and client in one process over the device's own address (default)\n"
@@ -66,6 +68,15 @@ const char kUsage[] =
 	"  --progress            progress line on stderr even when it is not a terminal\n"
 	"  --plot FILE.png       plot --json-in files with gnuplot (no benchmark run)\n"
 	"  --json-in FILE        a result file to plot (repeatable)\n"
+	"many peers (FI_EP_RDM, caps FI_TAGGED; the peer processes take the hub's round options):\n"
+	"  --hub N               one endpoint talking to N peer endpoints; prints what they cost it\n"
+	"  --peer-eps M          a process of M peer endpoints (one CQ, one AV) ...\n"
+	"  --peer-base B         ... numbered B .. B+M-1 (the processes' numbers tile 0 .. N-1)\n"
+	"  --dir DIR             where they meet (rounds, hub.addr, peers-B.addr, go, done); empty for each run,\n"
+	"                        shared by both hosts when the peers run on another\n"
+	"  --rounds R            rounds of 8-byte messages after the first (default 10)\n"
+	"  --large N             size of the large rounds' messages (default 64k: the rendezvous)\n"
+	"  --large-rounds R      rounds of --large messages (default 2)\n"
 	"\n"
 	"RMA lat mode: the client writes SIZE bytes into the server's buffer, the server waits for\n"
 	"the last byte (writedata: for the remote CQ data) and writes back; one-way latency = round\n"
@@ -98,6 +109,15 @@ const char kUsage[] =
 	"outstanding, the receiver pre-posts its receives and acknowledges the last message, timed\n"
 	"up to that ack; rate: the same with 8-byte messages (Mops/s: million messages per second).\n"
 	"Buffers are registered only when the provider's mr_mode has FI_MR_LOCAL.\n"
+	"Many peers: a round posts one tagged receive per partner, then sends one message to each\n"
+	"(the hub to every peer endpoint, each peer endpoint to the hub) and waits for all of it;\n"
+	"every completion's context, length, tag and first and last bytes are checked. The first\n"
+	"round (8 bytes) makes the connections: its time is the setup time. The hub reads its\n"
+	"process's VmRSS, VmPin, VmLck and threads (/proc/self/status), heap in use (mallinfo2),\n"
+	"open descriptors and queue pairs (rdma resource show qp) after its endpoint and buffers\n"
+	"exist and before the peers are inserted, and again after the last round: the difference\n"
+	"per peer is what a peer costs. --json appends one line. Set FI_UNIVERSE_SIZE for\n"
+	"providers that size their peer tables by it (verbs;ofi_rxm).\n"
 	"exit status: 0 success, 1 error, 2 not supported by the provider (or no gnuplot)\n";
 
 enum LongOption {
@@ -119,6 +139,13 @@ enum LongOption {
 	kOptProgress,
 	kOptAutoProgress,
 	kOptVerifyAll,
+	kOptHub,
+	kOptPeerEps,
+	kOptPeerBase,
+	kOptDir,
+	kOptRounds,
+	kOptLarge,
+	kOptLargeRounds,
 };
 
 [[noreturn]] __attribute__((format(printf, 1, 2))) void usage_error(const char *fmt, ...)
@@ -131,6 +158,10 @@ enum LongOption {
 	fprintf(stderr, "vrma_bench: %s\n(vrma_bench -h for help)\n", msg);
 	throw BenchError{kExitError};
 }
+
+// The most peers one hub or one peer process takes: the AV and the
+// buffers are sized by it.
+constexpr size_t kMaxPeers = 65536;
 
 uint64_t parse_count(const char *text, const char *what)
 {
@@ -212,6 +243,13 @@ Options parse_args(int argc, char **argv)
 		{"progress", no_argument, nullptr, kOptProgress},
 		{"auto-progress", no_argument, nullptr, kOptAutoProgress},
 		{"verify-all", no_argument, nullptr, kOptVerifyAll},
+		{"hub", required_argument, nullptr, kOptHub},
+		{"peer-eps", required_argument, nullptr, kOptPeerEps},
+		{"peer-base", required_argument, nullptr, kOptPeerBase},
+		{"dir", required_argument, nullptr, kOptDir},
+		{"rounds", required_argument, nullptr, kOptRounds},
+		{"large", required_argument, nullptr, kOptLarge},
+		{"large-rounds", required_argument, nullptr, kOptLargeRounds},
 		{"help", no_argument, nullptr, 'h'},
 		{nullptr, 0, nullptr, 0},
 	};
@@ -288,6 +326,25 @@ Options parse_args(int argc, char **argv)
 		case kOptProgress: opt.progress = true; break;
 		case kOptAutoProgress: opt.auto_progress = true; break;
 		case kOptVerifyAll: opt.verify_all = true; break;
+		case kOptHub:
+			opt.hub_peers = parse_count(optarg, "--hub");
+			if (opt.hub_peers == 0 || opt.hub_peers > kMaxPeers)
+				usage_error("--hub: %s peers is out of range (1 .. %zu)", optarg, kMaxPeers);
+			break;
+		case kOptPeerEps:
+			opt.peer_eps = parse_count(optarg, "--peer-eps");
+			if (opt.peer_eps == 0 || opt.peer_eps > kMaxPeers)
+				usage_error("--peer-eps: %s endpoints is out of range (1 .. %zu)", optarg, kMaxPeers);
+			break;
+		case kOptPeerBase:
+			opt.peer_base = parse_count(optarg, "--peer-base");
+			if (opt.peer_base >= kMaxPeers)
+				usage_error("--peer-base: %s is out of range (0 .. %zu)", optarg, kMaxPeers - 1);
+			break;
+		case kOptDir: opt.peers_dir = optarg; break;
+		case kOptRounds: opt.peer_rounds = static_cast<uint32_t>(std::min<uint64_t>(parse_count(optarg, "--rounds"), 1u << 20)); break;
+		case kOptLarge: opt.large = parse_size(optarg, "--large"); break;
+		case kOptLargeRounds: opt.large_rounds = static_cast<uint32_t>(std::min<uint64_t>(parse_count(optarg, "--large-rounds"), 1u << 20)); break;
 		case ':': usage_error("%s needs an argument", argv[optind - 1]);
 		default: usage_error("unknown option %s", argv[optind - 1]);
 		}
@@ -301,6 +358,19 @@ Options parse_args(int argc, char **argv)
 	}
 	if (!opt.json_in.empty())
 		usage_error("--json-in goes with --plot");
+	if (opt.hub_peers || opt.peer_eps) {
+		if (opt.hub_peers && opt.peer_eps)
+			usage_error("give one of --hub and --peer-eps");
+		if (opt.peers_dir.empty())
+			usage_error("--hub and --peer-eps need --dir DIR");
+		if (server || loopback || !opt.server_addr.empty())
+			usage_error("--hub and --peer-eps meet in --dir: no --server, --loopback or -s");
+		if (opt.large < 8 || opt.large > (64u << 20))
+			usage_error("--large: %zu is out of range (8 .. 64m)", opt.large);
+		return opt;
+	}
+	if (!opt.peers_dir.empty())
+		usage_error("--dir goes with --hub or --peer-eps");
 	if (int(server) + int(loopback) + int(!opt.server_addr.empty()) > 1)
 		usage_error("give one of --server, --loopback and -s ADDR");
 	opt.role = server ? Role::server : !opt.server_addr.empty() ? Role::client : Role::loopback;
@@ -352,6 +422,8 @@ int main(int argc, char **argv)
 		const Options opt = parse_args(argc, argv);
 		if (!opt.plot_out.empty())
 			return plot(opt);
+		if (opt.hub_peers || opt.peer_eps)
+			return run_peers(opt);
 		return is_two_sided(opt.op) ? run_two_sided(opt) : run_rma(opt);
 	} catch (const BenchError &e) {
 		return e.status;

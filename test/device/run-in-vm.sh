@@ -165,6 +165,31 @@ bench "inject_write rate (verbs)" -p verbs -o inject_write -m rate -I 1000
 bench "tagged lat (rdm)" -p vrma -e rdm -m lat -S 8,65536 -I 200
 bench "send bw (rdm) --verify-all" -p vrma -e rdm -o send -m bw -S 4096,1m -I 40 --verify-all
 bench "send lat (msg)" -p vrma -e msg -o send -m lat -S 8,4096 -I 200
+# The many-peer mode: a hub and 24 peer endpoints in two processes (8 and
+# 16), 8-byte and 64 KiB rounds (every message checked by the bench); the
+# hub's figures must show one queue pair per peer and no file descriptor
+# per peer (one cm event channel per endpoint). About 5 s.
+peers_dir=/tmp/vrma-peers
+rm -rf "$peers_dir" /tmp/peers.json
+mkdir -p "$peers_dir"
+"$builddir/util/vrma_bench" -p vrma --peer-eps 8 --peer-base 0 --dir "$peers_dir" --timeout 60 \
+	>/tmp/peers0.out 2>&1 &
+p0=$!
+"$builddir/util/vrma_bench" -p vrma --peer-eps 16 --peer-base 8 --dir "$peers_dir" --timeout 60 \
+	>/tmp/peers1.out 2>&1 &
+p1=$!
+if timeout 120 "$builddir/util/vrma_bench" -p vrma --hub 24 --dir "$peers_dir" --rounds 3 --timeout 60 \
+	--json /tmp/peers.json >/tmp/bench.out 2>&1 && wait $p0 && wait $p1 &&
+	/usr/bin/python3 -c 'import json, sys
+r = json.load(open("/tmp/peers.json"))
+qps, fds = r["qps"], r["fds"]
+sys.exit(0 if r["peers"] == 24 and qps[1] - qps[0] == 24 and fds[1] - fds[0] <= 2 else 1)'; then
+	pass "vrma_bench --hub 24 (peers in two processes)"
+else
+	fail "vrma_bench --hub 24 (peers in two processes)"
+	cat /tmp/bench.out /tmp/peers0.out /tmp/peers1.out /tmp/peers.json 2>/dev/null
+	kill $p0 $p1 2>/dev/null || true
+fi
 
 # Upstream suites device.sh built on the host: run and judged by their
 # util/ script, or the one line saying why they were skipped.

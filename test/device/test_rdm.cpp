@@ -19,6 +19,7 @@
 #include <arpa/inet.h>
 #include <unistd.h>
 
+#include <array>
 #include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
@@ -356,6 +357,43 @@ START_TEST(rdm_msg_av_table)
 }
 END_TEST
 
+// fi_sendv of three pieces of sizes s (a pattern with `salt` across them)
+// into fi_recvv of three of sizes r (the same total) by rendezvous: one
+// completion each side, every byte in place, the slack after the last
+// piece untouched.
+static void rndv_three_pieces(RdmNode &a, RdmNode &b, const std::array<size_t, 3> &s, const std::array<size_t, 3> &r,
+		       uint8_t salt, const char *what)
+{
+	const size_t total = s[0] + s[1] + s[2];
+	ck_assert_uint_eq(r[0] + r[1] + r[2], total);
+	std::vector<uint8_t> p[3], q[3];
+	iovec siov[3], riov[3];
+	size_t off = 0;
+	for (int k = 0; k < 3; k++) {
+		p[k].resize(s[k]);
+		fill_pattern(p[k].data(), s[k], salt, off);
+		off += s[k];
+		siov[k] = {p[k].data(), s[k]};
+		q[k].assign(r[k] + (k == 2 ? kSlack : 0), kSentinel);
+		riov[k] = {q[k].data(), r[k]};
+	}
+	fi_context rctx, sctx;
+	ck_assert_int_eq(fi_recvv(b.ep, riov, nullptr, 3, FI_ADDR_UNSPEC, &rctx), 0);
+	ck_assert_int_eq(post_retry([&] { return fi_sendv(a.ep, siov, nullptr, 3, a.addr_of(b), &sctx); }), 0);
+	Tracker ta, tb;
+	ta.expect(&sctx, 1, kSendMsg, what);
+	tb.expect(&rctx, 1, kRecvMsg, what);
+	tb.wait(b);
+	ta.wait(a);
+	ck_assert_uint_eq(tb.get(&rctx).e.len, total);
+	off = 0;
+	for (int k = 0; k < 3; k++) {
+		expect_pattern(q[k].data(), r[k], salt, what, off);
+		off += r[k];
+	}
+	expect_filled(q[2].data() + r[2], kSlack, kSentinel, what);
+}
+
 START_TEST(rdm_sendv_recvv)
 {
 	RdmEnv env;
@@ -378,32 +416,14 @@ START_TEST(rdm_sendv_recvv)
 	}
 	// Rendezvous: three separate pieces (100 + 50 + 150 KiB) into three
 	// others split elsewhere (120 + 80 + 100 KiB).
-	{
-		const size_t s[3] = {100 * KiB, 50 * KiB, 150 * KiB}, total = 300 * KiB;
-		std::vector<uint8_t> p[3];
-		size_t off = 0;
-		for (int k = 0; k < 3; k++) {
-			p[k].resize(s[k]);
-			fill_pattern(p[k].data(), s[k], 6, off);
-			off += s[k];
-		}
-		iovec siov[3] = {{p[0].data(), s[0]}, {p[1].data(), s[1]}, {p[2].data(), s[2]}};
-		std::vector<uint8_t> q0(120 * KiB, kSentinel), q1(80 * KiB, kSentinel), q2(100 * KiB + kSlack, kSentinel);
-		iovec riov[3] = {{q0.data(), q0.size()}, {q1.data(), q1.size()}, {q2.data(), 100 * KiB}};
-		fi_context rctx, sctx;
-		ck_assert_int_eq(fi_recvv(b.ep, riov, nullptr, 3, FI_ADDR_UNSPEC, &rctx), 0);
-		ck_assert_int_eq(post_retry([&] { return fi_sendv(a.ep, siov, nullptr, 3, a.addr_of(b), &sctx); }), 0);
-		Tracker ta, tb;
-		ta.expect(&sctx, 1, kSendMsg, "large sendv");
-		tb.expect(&rctx, 1, kRecvMsg, "large recvv");
-		tb.wait(b);
-		ta.wait(a);
-		ck_assert_uint_eq(tb.get(&rctx).e.len, total);
-		expect_pattern(q0.data(), q0.size(), 6, "recvv piece 0", 0);
-		expect_pattern(q1.data(), q1.size(), 6, "recvv piece 1", q0.size());
-		expect_pattern(q2.data(), 100 * KiB, 6, "recvv piece 2", q0.size() + q1.size());
-		expect_filled(q2.data() + 100 * KiB, kSlack, kSentinel, "after recvv piece 2");
-	}
+	rndv_three_pieces(a, b, {100 * KiB, 50 * KiB, 150 * KiB}, {120 * KiB, 80 * KiB, 100 * KiB}, 6,
+			  "large sendv/recvv");
+	// Rendezvous in many windows (FI_VRMA_RDM_RNDV_READ_SIZE 16 KiB,
+	// _RNDV_READS 8 by default: 128 KiB a window): pieces of odd sizes on
+	// both sides, so that windows and READs begin inside a piece and
+	// pieces end inside a READ.
+	rndv_three_pieces(a, b, {100 * KiB + 3, 7, 900 * KiB + 1}, {33 * KiB + 5, 1, 967 * KiB + 6}, 8,
+			  "sendv/recvv in windows");
 	// Rendezvous with empty NULL pieces on both sides (nothing to register
 	// there): 64 + 0 + 64 KiB into 0 + 128 KiB.
 	{

@@ -123,8 +123,11 @@ void params_init() noexcept
 	define_size("rdm_peer_tx_size", "RDM endpoints: send queue depth of each peer's connection (default: 128)",
 		    &rdm_params.peer_tx_size);
 	define_size("rdm_rndv_reads",
-		    "RDM endpoints: rendezvous RDMA READs a connection keeps in flight at most; 0: as many as its queue pair issues at once (max_rd_atomic) (default: 0)",
+		    "RDM endpoints: rendezvous RDMA READs a connection keeps in flight at most, up to what its queue pair issues at once (max_rd_atomic); 0: that many (default: 8)",
 		    &rdm_params.rndv_reads);
+	define_size("rdm_rndv_read_size",
+		    "RDM endpoints: bytes one rendezvous RDMA READ asks for at most; a message goes in windows of FI_VRMA_RDM_RNDV_READS such READs; 0: the device's largest (default: 16384)",
+		    &rdm_params.rndv_read_size);
 	fi_param_define(&provider, "rdm_drain_timeout", FI_PARAM_SIZE_T,
 			"RDM endpoints: milliseconds a connection's sends may make no progress (the peer takes none of them) before it fails with FI_ETIMEDOUT and its operations end with errors; 0: never; read at each fi_endpoint (default: 300000)");
 	fi_param_define(&provider, "rdm_max_peers", FI_PARAM_SIZE_T,

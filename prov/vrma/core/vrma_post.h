@@ -981,6 +981,19 @@ struct SgeCursor {
 		}
 		return n;
 	}
+	// Passes over the next `n` bytes (which must exist).
+	void skip(size_t n) noexcept
+	{
+		while (n) {
+			while (len[i] == off) {
+				i++;
+				off = 0;
+			}
+			const size_t part = std::min(n, len[i] - off);
+			off += part;
+			n -= part;
+		}
+	}
 };
 
 // Remote CQ data wider than cq_data_size (kCqDataSize: the 32-bit

@@ -280,6 +280,10 @@ struct RdmRxOp {
 	size_t count = 0;
 	UserReg regs[kRdmIovLimit];
 	bool registered = false;
+	// Bytes whose READs have been posted: the reads go in windows (one
+	// chain at a time, rdm_post_reads), the next from the last one's
+	// completion, until `len`.
+	size_t posted = 0;
 };
 
 // One peer: the connection and what waits for it.
@@ -395,6 +399,8 @@ struct RdmEp final : EpBase {
 	size_t inline_size = 0;  // bytes a send carries inline (header included)
 	size_t inject_size = 0;  // fi_inject: eager, copied at once
 	size_t peer_tx_depth = 0;
+	// Bytes one rendezvous READ asks for at most (FI_VRMA_RDM_RNDV_READ_SIZE).
+	size_t rndv_read_size = SIZE_MAX;
 	bool enabled = false;
 	// fi_close is letting what it posted go out (rdm_linger): received
 	// messages are no longer served.

@@ -59,7 +59,8 @@ struct RdmParams {
 	size_t rx_buffers = 256;   // SRQ buffers per endpoint
 	size_t tx_buffers = 256;   // registered eager send buffers per endpoint
 	size_t peer_tx_size = 128; // send queue depth per peer
-	size_t rndv_reads = 0;     // READs in flight per connection (0: max_rd_atomic)
+	size_t rndv_reads = 8;     // READs in flight per connection (0: max_rd_atomic)
+	size_t rndv_read_size = size_t(16) << 10; // bytes per rendezvous READ at most
 	size_t mr_keys = 4096;     // scalable keys a domain publishes (key_table.h)
 	bool native_atomics = false; // (U)INT64 SUM, READ, CSWAP as device atomics
 	size_t mr_on_demand = size_t(1) << 20; // Domain::on_demand_min (0: off)

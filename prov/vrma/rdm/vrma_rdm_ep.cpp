@@ -956,6 +956,7 @@ try {
 		ep->inject_size = info->tx_attr->inject_size;
 	// Internal queues: as deep as the longest operation, whatever was set.
 	ep->peer_tx_depth = rdm_peer_tx_depth(rdm_params.peer_tx_size, dom->dev_attr.max_qp_wr);
+	ep->rndv_read_size = rdm_params.rndv_read_size ? rdm_params.rndv_read_size : SIZE_MAX;
 	ep->min_multi_recv = ep->eager_size;
 	// A peer's messages (or requests) already under way: at most its send
 	// queue (in flight when the Pause arrived, or unanswered) and what it

@@ -351,9 +351,10 @@ bool rdm_start_rndv(RdmEp *ep, RdmRecv *r, RdmPeer *peer, const rdm::RdmHeader &
 	return done;
 }
 
-// Registrations and READ requests of one rendezvous receive. False when
-// they cannot go now (no room in the queues, or the connection's READ
-// credits in use): the op waits in read_backlog and is planned again.
+// Registrations and the next window of READ requests of one rendezvous
+// receive. False when they cannot go now (no room in the queues, or the
+// connection's READ credits in use): the op waits in read_backlog and is
+// planned again.
 
 bool rdm_post_reads(RdmEp *ep, RdmRxOp *op)
 {
@@ -375,9 +376,23 @@ bool rdm_post_reads(RdmEp *ep, RdmRxOp *op)
 		}
 		op->registered = true;
 	}
-	// One READ per remote piece, each at most max_wr_bytes, carving the
-	// local pieces in order.
+	// The next window: from op->posted on, one READ per remote piece, each
+	// at most the read size, as many as the connection's free READ credits
+	// take (kMaxReads at most), carving the local pieces in order.
+	// Hazard: the device answers the READs a connection has in flight back
+	// to back, and on a lossy link a lost response packet costs the
+	// requester a retry of everything after it (on rxe, when it is the last
+	// READ's, a whole ACK timeout): READs in flight and their size bound
+	// what one loss costs (FI_VRMA_RDM_RNDV_READS, _RNDV_READ_SIZE).
 	constexpr size_t kMaxReads = 64;
+	const uint32_t credits = conn->read_credits > conn->reads_out ? conn->read_credits - conn->reads_out : 0;
+	const size_t max_reads = std::min<size_t>(credits, kMaxReads);
+	if (!max_reads) {
+		if (!conn_lost(conn))
+			return false;
+		rdm_finish_rndv(ep, op, FI_ECONNRESET, 0);
+		return true;
+	}
 	ibv_send_wr wrs[kMaxReads];
 	ibv_sge sges[kMaxReads * kRdmIovLimit];
 	ibv_sge local[kRdmIovLimit];
@@ -388,16 +403,17 @@ bool rdm_post_reads(RdmEp *ep, RdmRxOp *op)
 		local_len[i] = op->dst[i].iov_len;
 	}
 	SgeCursor cursor{local, local_len};
-	size_t nwr = 0, nsge = 0;
-	const size_t chunk_max = std::min(conn->max_wr_bytes, size_t(1) << 30);
-	for (size_t s = 0; s < op->nsegs; s++) {
-		for (uint64_t done = 0; done < op->segs[s].len;) {
+	cursor.skip(op->posted);
+	size_t nwr = 0, nsge = 0, bytes = 0;
+	const size_t chunk_max = std::min({conn->max_wr_bytes, ep->rndv_read_size, size_t(1) << 30});
+	size_t skip = op->posted;
+	for (size_t s = 0; s < op->nsegs && nwr < max_reads; s++) {
+		if (skip >= op->segs[s].len) {
+			skip -= op->segs[s].len;
+			continue;
+		}
+		for (uint64_t done = skip; done < op->segs[s].len && nwr < max_reads;) {
 			const size_t chunk = std::min<uint64_t>(op->segs[s].len - done, chunk_max);
-			if (nwr == kMaxReads) {
-				VRMA_WARN(FI_LOG_EP_DATA, "RDM: a rendezvous needs more than %zu reads\n", kMaxReads);
-				rdm_finish_rndv(ep, op, FI_EMSGSIZE, 0);
-				return true;
-			}
 			ibv_send_wr &wr = wrs[nwr++];
 			wr = {};
 			wr.opcode = IBV_WR_RDMA_READ;
@@ -407,16 +423,16 @@ bool rdm_post_reads(RdmEp *ep, RdmRxOp *op)
 			wr.wr.rdma.remote_addr = op->segs[s].addr + done;
 			wr.wr.rdma.rkey = op->segs[s].rkey;
 			done += chunk;
+			bytes += chunk;
 		}
+		skip = 0;
 	}
 	// A reclaim run here (rdm_tx_room's, or the post's when the queue is
 	// full; none inside progress, which does not nest) may end the
 	// connection after its end finished the rendezvous in read_backlog:
 	// this one ends too rather than wait there (its reads must not go
 	// over a later connection, to a sender whose send already failed).
-	// A chain longer than the credits goes alone (else it never would).
-	if (!rdm_tx_room(ep, nwr) || conn->tx.outstanding() + nwr > conn->tx_depth ||
-	    (conn->reads_out && conn->reads_out + nwr > conn->read_credits)) {
+	if (!rdm_tx_room(ep, nwr) || conn->tx.outstanding() + nwr > conn->tx_depth) {
 		if (!conn_lost(conn))
 			return false;
 		rdm_finish_rndv(ep, op, FI_ECONNRESET, 0);
@@ -437,8 +453,26 @@ bool rdm_post_reads(RdmEp *ep, RdmRxOp *op)
 		rdm_finish_rndv(ep, op, FI_ECONNRESET, 0);
 	} else if (rc) {
 		rdm_finish_rndv(ep, op, static_cast<int>(-rc), 0);
+	} else {
+		op->posted += bytes;
 	}
 	return true;
+}
+
+void rdm_next_reads(RdmEp *ep, RdmRxOp *op) noexcept
+{
+	if (op->posted >= op->len) {
+		rdm_finish_rndv(ep, op, 0, 0);
+		return;
+	}
+	// Behind those already waiting, as a new rendezvous would be.
+	if (ep->read_backlog.empty() && rdm_post_reads(ep, op))
+		return;
+	try {
+		ep->read_backlog.push_back(op);
+	} catch (...) {
+		rdm_finish_rndv(ep, op, FI_ENOMEM, 0);
+	}
 }
 
 // --- back-pressure (rdm_wire.h's Flow, src/rx_budget.h) --------------------

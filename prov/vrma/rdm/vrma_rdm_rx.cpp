@@ -575,7 +575,7 @@ void rdm_handle_wc(RdmEp *ep, const ibv_wc &wc) noexcept
 			return;
 		}
 		if (ok && seq == op_end)
-			rdm_finish_rndv(ep, op, 0, 0);
+			rdm_next_reads(ep, op); // the next window, or the end
 		return;
 	}
 	case RdmTx::RndvReq:

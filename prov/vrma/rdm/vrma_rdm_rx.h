@@ -110,9 +110,12 @@ bool rdm_place_eager(RdmEp *ep, RdmRecv *r, RdmPeer *peer, const rdm::RdmHeader 
 // Returns whether r is gone.
 bool rdm_start_rndv(RdmEp *ep, RdmRecv *r, RdmPeer *peer, const rdm::RdmHeader &h,
 		    const rdm::RndvSegment *segs, size_t nsegs, fi_addr_t src);
-// Posts the RDMA READs of a rendezvous receive; false when there is no room
-// now (the caller queues it in read_backlog).
+// Posts the next window of RDMA READs of a rendezvous receive; false when
+// there is no room now (the caller queues it in read_backlog).
 bool rdm_post_reads(RdmEp *ep, RdmRxOp *op);
+// A window of op's READs landed: the next one (now, or in read_backlog), or
+// the end (rdm_finish_rndv).
+void rdm_next_reads(RdmEp *ep, RdmRxOp *op) noexcept;
 // A rendezvous receive's reads ended (err 0: all landed): its one entry,
 // its answer to the sender, and its receive's release.
 void rdm_finish_rndv(RdmEp *ep, RdmRxOp *op, int err, int prov_errno);
