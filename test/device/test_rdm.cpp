@@ -422,7 +422,7 @@ START_TEST(rdm_sendv_recvv)
 	// _RNDV_READS 8 by default: 128 KiB a window): pieces of odd sizes on
 	// both sides, so that windows and READs begin inside a piece and
 	// pieces end inside a READ.
-	rndv_three_pieces(a, b, {100 * KiB + 3, 7, 900 * KiB + 1}, {33 * KiB + 5, 1, 967 * KiB + 6}, 8,
+	rndv_three_pieces(a, b, {100 * KiB + 3, 7, 900 * KiB + 1}, {33 * KiB + 5, 1, 967 * KiB + 5}, 8,
 			  "sendv/recvv in windows");
 	// Rendezvous with empty NULL pieces on both sides (nothing to register
 	// there): 64 + 0 + 64 KiB into 0 + 128 KiB.
