@@ -36,7 +36,9 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <sstream>
+#include <string_view>
 #include <thread>
 
 namespace vrma_bench {
@@ -155,6 +157,20 @@ bool read_names(const std::string &path, std::vector<uint8_t> &names, uint32_t &
 	if (!ok)
 		fail(kExitError, "%s: not a vrma_bench names file", path.c_str());
 	return true;
+}
+
+// B of a file named peers-B.addr (B decimal digits); nothing for another.
+std::optional<size_t> peers_file_base(const char *name)
+{
+	constexpr std::string_view kHead = "peers-", kTail = ".addr";
+	const std::string_view n(name);
+	if (n.size() <= kHead.size() + kTail.size() || n.substr(0, kHead.size()) != kHead ||
+	    n.substr(n.size() - kTail.size()) != kTail)
+		return std::nullopt;
+	const std::string_view digits = n.substr(kHead.size(), n.size() - kHead.size() - kTail.size());
+	if (digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string_view::npos)
+		return std::nullopt;
+	return static_cast<size_t>(std::stoul(std::string(digits)));
 }
 
 bool file_exists(const std::string &path)
@@ -321,32 +337,28 @@ public:
 		size_t rx_posted = 0, tx_posted = 0;
 		done_ = 0;
 		Watchdog wd(opt_.timeout, hub_ ? "the hub's round" : "a peer process's round");
-		while (done_ < 2 * n) {
+		// Posts with post(i) from `posted` on until the queue is full.
+		auto post_all = [&](size_t &posted, const char *call, auto post) {
 			bool moved = false;
+			for (; posted < n; ++posted, moved = true) {
+				const ssize_t rc = post(posted);
+				if (rc == -FI_EAGAIN)
+					break;
+				if (rc)
+					fail_call(call, rc);
+			}
+			return moved;
+		};
+		while (done_ < 2 * n) {
 			// Receives first, so that a partner's message finds its buffer.
-			while (rx_posted < n) {
-				const size_t i = rx_posted;
-				const ssize_t rc =
-					fi_trecv(ep_of(i), region_.get() + i * opt_.large, len, desc_, addrs_[i],
-						 tag_of(round, id_of(i)), 0, &rx_[i].ctx);
-				if (rc == -FI_EAGAIN)
-					break;
-				if (rc)
-					fail_call("fi_trecv", rc);
-				++rx_posted;
-				moved = true;
-			}
-			while (tx_posted < n) {
-				const size_t i = tx_posted;
-				const ssize_t rc = fi_tsend(ep_of(i), send, len, desc_, addrs_[i],
-							    tag_of(round, id_of(i)), &tx_[i].ctx);
-				if (rc == -FI_EAGAIN)
-					break;
-				if (rc)
-					fail_call("fi_tsend", rc);
-				++tx_posted;
-				moved = true;
-			}
+			bool moved = post_all(rx_posted, "fi_trecv", [&](size_t i) {
+				return fi_trecv(ep_of(i), region_.get() + i * opt_.large, len, desc_, addrs_[i],
+						tag_of(round, id_of(i)), 0, &rx_[i].ctx);
+			});
+			moved |= post_all(tx_posted, "fi_tsend", [&](size_t i) {
+				return fi_tsend(ep_of(i), send, len, desc_, addrs_[i], tag_of(round, id_of(i)),
+						&tx_[i].ctx);
+			});
 			if (reap(round, len, id_of) || moved)
 				wd.progressed();
 			else
@@ -537,32 +549,30 @@ int run_hub(const Options &opt)
 		    1, sizeof r);
 	write_names(opt, "hub.addr", name, 1, addrlen);
 
-	// The peers' names: peers-*.addr files until there are n.
-	std::vector<std::pair<uint32_t, std::vector<uint8_t>>> files; // (base, names)
-	std::vector<uint32_t> counts;
+	// The peers' names: peers-B.addr files until there are n, each read
+	// once (a file appears whole: write_names renames it into place).
+	struct Announced {
+		uint32_t count;
+		std::vector<uint8_t> names;
+	};
+	std::map<size_t, Announced> files; // by base
 	size_t have = 0;
 	wait_for(opt, "the peers' names", [&] {
-		files.clear();
-		counts.clear();
-		have = 0;
 		DIR *d = opendir(opt.peers_dir.c_str());
 		if (!d)
 			fail(kExitError, "%s: %s", opt.peers_dir.c_str(), strerror(errno));
 		while (const dirent *e = readdir(d)) {
-			unsigned base;
-			char tail;
-			if (sscanf(e->d_name, "peers-%u.add%c", &base, &tail) != 2 || tail != 'r' ||
-			    strlen(e->d_name) != strlen("peers-.addr") + std::to_string(base).size())
+			const std::optional<size_t> base = peers_file_base(e->d_name);
+			if (!base || files.count(*base))
 				continue;
-			std::vector<uint8_t> names;
-			uint32_t count = 0, len = 0;
-			if (!read_names(path_in(opt, e->d_name), names, count, len))
+			Announced a;
+			uint32_t len = 0;
+			if (!read_names(path_in(opt, e->d_name), a.names, a.count, len))
 				continue;
 			if (len != addrlen)
 				fail(kExitError, "%s: names of %u bytes, the hub's have %u", e->d_name, len, addrlen);
-			files.emplace_back(base, std::move(names));
-			counts.push_back(count);
-			have += count;
+			have += a.count;
+			files.emplace(*base, std::move(a));
 		}
 		closedir(d);
 		if (have > n)
@@ -572,9 +582,9 @@ int run_hub(const Options &opt)
 	// Partner i of the hub is peer endpoint i (base + index in its file);
 	// the bases must tile 0..n-1.
 	std::vector<bool> seen(n, false);
-	for (size_t k = 0; k < files.size(); ++k)
-		for (uint32_t j = 0; j < counts[k]; ++j) {
-			const size_t id = files[k].first + size_t{j};
+	for (const auto &[base, a] : files)
+		for (uint32_t j = 0; j < a.count; ++j) {
+			const size_t id = base + size_t{j};
 			if (id >= n || seen[id])
 				fail(kExitError, "peer endpoint %zu announced twice or out of range (--peer-base)", id);
 			seen[id] = true;
@@ -582,8 +592,8 @@ int run_hub(const Options &opt)
 
 	const Usage before = read_usage();
 	const auto av_start = Clock::now();
-	for (size_t k = 0; k < files.size(); ++k)
-		side.insert(files[k].second, counts[k], files[k].first);
+	for (const auto &[base, a] : files)
+		side.insert(a.names, a.count, base);
 	const double av_seconds = seconds_since(av_start);
 	write_names(opt, "go", {}, 0, 1);
 	fid_ep *ep = side.ep(0);

@@ -338,16 +338,7 @@ bool rdm_start_rndv(RdmEp *ep, RdmRecv *r, RdmPeer *peer, const rdm::RdmHeader &
 		op->dst[op->count++] = {dst[i].iov_base, n};
 		left -= n;
 	}
-	if (!fits)
-		rdm_finish_rndv(ep, op, 0, 0);
-	else if (!ep->read_backlog.empty() || !rdm_post_reads(ep, op)) {
-		// Behind those already waiting (progress retries them).
-		try {
-			ep->read_backlog.push_back(op);
-		} catch (...) {
-			rdm_finish_rndv(ep, op, FI_ENOMEM, 0);
-		}
-	}
+	rdm_next_reads(ep, op); // its first window (none when nothing fits)
 	return done;
 }
 
@@ -465,7 +456,7 @@ void rdm_next_reads(RdmEp *ep, RdmRxOp *op) noexcept
 		rdm_finish_rndv(ep, op, 0, 0);
 		return;
 	}
-	// Behind those already waiting, as a new rendezvous would be.
+	// Behind those already waiting (progress retries them).
 	if (ep->read_backlog.empty() && rdm_post_reads(ep, op))
 		return;
 	try {

@@ -113,8 +113,9 @@ bool rdm_start_rndv(RdmEp *ep, RdmRecv *r, RdmPeer *peer, const rdm::RdmHeader &
 // Posts the next window of RDMA READs of a rendezvous receive; false when
 // there is no room now (the caller queues it in read_backlog).
 bool rdm_post_reads(RdmEp *ep, RdmRxOp *op);
-// A window of op's READs landed: the next one (now, or in read_backlog), or
-// the end (rdm_finish_rndv).
+// A rendezvous receive begins, or a window of its READs landed: the next
+// window (now, or in read_backlog), or the end (rdm_finish_rndv) when all
+// of it has landed.
 void rdm_next_reads(RdmEp *ep, RdmRxOp *op) noexcept;
 // A rendezvous receive's reads ended (err 0: all landed): its one entry,
 // its answer to the sender, and its receive's release.
