@@ -32,6 +32,20 @@ wait_listener() {
 	return 1
 }
 
+# link SPEC...: the same netem discipline on both hosts' eth0 egress (so
+# each direction of the link sees it), e.g. `link loss 1%`; `link clear`
+# takes it away. A cut is `loss 100%` (not `ip link set eth0 down`, which is
+# a local failure that rxe reports by erroring every QP on the port).
+link() {
+	if [ "$1" = clear ]; then
+		tc qdisc del dev eth0 root 2>/dev/null
+		ssh "$peer" "tc qdisc del dev eth0 root 2>/dev/null"
+		return 0
+	fi
+	tc qdisc replace dev eth0 root netem "$@" &&
+		ssh "$peer" "tc qdisc replace dev eth0 root netem $*"
+}
+
 # 1. Both hosts: their own rxe0 on their own NIC, and vrma lists it.
 for h in 10.98.0.1 $peer; do
 	if out=$(ssh "$h" "FI_PROVIDER_PATH=$FI_PROVIDER_PATH fi_info -p vrma -t FI_EP_RDM -v" 2>&1) &&
