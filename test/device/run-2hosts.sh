@@ -98,5 +98,9 @@ else
 	echo "mpi: skipped (no mpicc on the host when device.sh ran)"
 fi
 
+# 4. Faults: cuts of the link and a host that dies, last (vrma-vm2 boots
+# again in it).
+. "$srcdir/test/device/run-2hosts-faults.sh"
+
 echo "two hosts: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

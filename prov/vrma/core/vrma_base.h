@@ -106,6 +106,12 @@ struct Params {
 	size_t inject_size = 4096; // beyond the inline size: bounce buffers
 	int cm_timeout_ms = 2000;  // address/route resolution timeout
 	int listen_backlog = 1024;
+	// An RC connection's retry budget (conn_set_retry): the ACK timeout's
+	// exponent (4.096 us << n; 0: rdma_cm's, from the path: 2^17 on RoCE,
+	// 0.54 s) and the retries of an unanswered request (0..7; rxe takes 7
+	// as unlimited, hardware as seven).
+	int ack_timeout = 0;
+	int retry_count = 7;
 	size_t max_wr_size = 0;    // bytes per work request; 0: the device's max_msg_sz
 	size_t max_cqe = 0;        // entries a CQ grows to at most; 0: the device's max_cqe
 	size_t stage_buffers = wire::kMaxStagePieces; // per staged endpoint, 1..kStageBuffers

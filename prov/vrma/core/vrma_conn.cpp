@@ -30,6 +30,20 @@ bool conn_post_sentinel(Conn *conn) noexcept
 	return true;
 }
 
+void conn_set_retry(rdma_cm_id *id, rdma_conn_param &param) noexcept
+{
+	param.retry_count = static_cast<uint8_t>(params.retry_count);
+	if (!params.ack_timeout)
+		return;
+	uint8_t t = static_cast<uint8_t>(params.ack_timeout);
+	if (rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &t, sizeof t)) {
+		static std::atomic<bool> warned{false};
+		if (!warned.exchange(true))
+			VRMA_WARN(FI_LOG_EP_CTRL, "FI_VRMA_ACK_TIMEOUT: rdma_set_option: %s (rdma_cm's is used)\n",
+				  strerror(errno));
+	}
+}
+
 void report_unposted(Conn *conn, const ibv_send_wr *first, int err) noexcept
 {
 	if (conn->peer)

@@ -312,6 +312,11 @@ inline bool peer_has(const Conn &conn, uint8_t cm_flag) noexcept
 // retires every earlier unsignaled request (completed ones never report
 // again). The ring keeps one slot free for it. Whether it was posted.
 bool conn_post_sentinel(Conn *conn) noexcept;
+// The retry budget of a connection about to connect or accept on ID
+// (FI_VRMA_ACK_TIMEOUT, FI_VRMA_RETRY_COUNT): into PARAM and onto ID.
+// Beyond it an unanswered request fails the queue pair
+// (IBV_WC_RETRY_EXC_ERR) and with it the connection.
+void conn_set_retry(rdma_cm_id *id, rdma_conn_param &param) noexcept;
 
 // vrma_msg_ep.cpp: report_unposted (vrma_post.h) of a MSG endpoint's connection
 // (an RDM one's: rdm_report_unposted, vrma_rdm_api.h).

@@ -103,6 +103,20 @@ void params_init() noexcept
 		    &params.max_cqe);
 	define_int("cm_timeout", "Address and route resolution timeout in ms (default: 2000)",
 		   &params.cm_timeout_ms);
+	define_int("ack_timeout",
+		   "RC connections: the ACK timeout as an exponent, 4.096 us times 2^N, 1 to 31; a request unanswered that long is sent again; 0: rdma_cm's, from the path (RoCE: 17, 0.54 s) (default: 0)",
+		   &params.ack_timeout);
+	define_int("retry_count",
+		   "RC connections: times an unanswered request is sent again before the connection fails, 0 to 7 (soft-RoCE takes 7 as without end) (default: 7)",
+		   &params.retry_count);
+	if (params.ack_timeout < 0 || params.ack_timeout > 31) {
+		VRMA_WARN(FI_LOG_CORE, "FI_VRMA_ACK_TIMEOUT=%d is not 0 to 31: rdma_cm's is used\n", params.ack_timeout);
+		params.ack_timeout = 0;
+	}
+	if (params.retry_count < 0 || params.retry_count > 7) {
+		VRMA_WARN(FI_LOG_CORE, "FI_VRMA_RETRY_COUNT=%d is not 0 to 7: 7 is used\n", params.retry_count);
+		params.retry_count = 7;
+	}
 	define_int("listen_backlog", "Backlog of a listening passive endpoint (default: 1024)",
 		   &params.listen_backlog);
 	define_size("stage_buffers",

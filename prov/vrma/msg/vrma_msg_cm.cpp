@@ -536,7 +536,7 @@ int cm_connect(fid_ep *f, const void *addr, const void *param, size_t paramlen) 
 	cp.private_data_len = pd_len;
 	cp.responder_resources = clamp_rd_atom(ep->domain->dev_attr.max_qp_rd_atom);
 	cp.initiator_depth = clamp_rd_atom(ep->domain->dev_attr.max_qp_init_rd_atom);
-	cp.retry_count = 7;
+	conn_set_retry(ep->conn.id.get(), cp);
 	cp.rnr_retry_count = 7; // infinite: a send waits for the peer's receive
 	ep->conn.state.store(EpState::Connecting);
 	if (rdma_connect(ep->conn.id.get(), &cp)) {
@@ -573,7 +573,7 @@ int cm_accept(fid_ep *f, const void *param, size_t paramlen) noexcept
 					  clamp_rd_atom(ep->domain->dev_attr.max_qp_rd_atom));
 	cp.initiator_depth = std::min(ep->initiator_depth,
 				      clamp_rd_atom(ep->domain->dev_attr.max_qp_init_rd_atom));
-	cp.retry_count = 7;
+	conn_set_retry(ep->conn.id.get(), cp);
 	cp.rnr_retry_count = 7;
 	ep->conn.state.store(EpState::Connecting);
 	if (rdma_accept(ep->conn.id.get(), &cp)) {

@@ -174,7 +174,6 @@ void fill_param(RdmEp *ep, ConnParam &p, uint16_t flags, RdmPeer *peer = nullptr
 	const ibv_device_attr &d = ep->domain->dev_attr;
 	p.param.responder_resources = static_cast<uint8_t>(std::min(d.max_qp_rd_atom, 16));
 	p.param.initiator_depth = static_cast<uint8_t>(std::min(d.max_qp_init_rd_atom, 16));
-	p.param.retry_count = 7;
 	p.param.rnr_retry_count = 7; // infinite: the SRQ refills as progress runs
 }
 
@@ -206,8 +205,11 @@ uint64_t auth_now()
 // A zero-byte RDMA WRITE on a connection that is up: a live peer's device
 // acknowledges it and its vrma sees nothing (no key is checked for zero
 // bytes, no receive is consumed); a dead peer's does not, and the failed
-// completion (retries exhausted) fails the connection in rdm_handle_wc. At
-// most one per kProbeInterval per peer.
+// completion (retries exhausted) fails the connection in rdm_handle_wc, or
+// (a device that retries without end) the drain watch does, seeing it
+// outstanding. Signaled: an unsignaled request on an otherwise quiet
+// connection would stay outstanding and look stalled to the watch. At most
+// one per kProbeInterval per peer.
 constexpr auto kProbeInterval = std::chrono::milliseconds(100);
 void probe(RdmEp *ep, RdmPeer *peer, Conn *c)
 {
@@ -220,6 +222,7 @@ void probe(RdmEp *ep, RdmPeer *peer, Conn *c)
 		return; // nested progress ended it, or no room: the next request probes
 	ibv_send_wr wr{};
 	wr.opcode = IBV_WR_RDMA_WRITE;
+	wr.send_flags = IBV_SEND_SIGNALED;
 	if (post_send_one(c, wr, nullptr, 0, 0, false, nullptr, false, rdm_aux(RdmTx::Internal, 0)) == 0)
 		ep->tx_wrs++;
 }
@@ -461,6 +464,7 @@ rdma_cm_id *accept_request(RdmEp *ep, rdma_cm_event *ev)
 	// resources, and the other way round: never more than it offered.
 	p.param.initiator_depth = std::min(p.param.initiator_depth, ev->param.conn.responder_resources);
 	p.param.responder_resources = std::min(p.param.responder_resources, ev->param.conn.initiator_depth);
+	conn_set_retry(id, p.param);
 	if (rdma_accept(id, &p.param)) {
 		VRMA_WARN(FI_LOG_EP_CTRL, "RDM: rdma_accept: %s\n", strerror(errno));
 		ep->by_qp.erase(c->qp->qp_num);
@@ -647,8 +651,21 @@ void rdm_watch_drain(RdmEp *ep) noexcept
 	for (auto &[addr, p] : ep->peers) {
 		RdmPeer *peer = p.get();
 		Conn *c = peer->conn.get();
-		if (!c || c->state.load(std::memory_order_relaxed) != EpState::Connected || !c->tx.outstanding()) {
+		if (!c || c->state.load(std::memory_order_relaxed) != EpState::Connected) {
 			peer->stalled_since = {};
+			continue;
+		}
+		if (!c->tx.outstanding()) {
+			peer->stalled_since = {};
+			// Operations that wait for the peer's answer (rendezvous and
+			// delivery-complete sends, emulated atomics, commits) have
+			// nothing on the queue pair once their request went: a peer
+			// that died or whose link is cut would leave them waiting for
+			// ever. A probe puts one request there, which the peer's
+			// device answers at once if it is alive; if not, the retry
+			// budget or this watch fails the connection, and them with it.
+			if (!peer->waiting.empty() || !peer->atomics.empty())
+				probe(ep, peer, c);
 			continue;
 		}
 		const uint64_t tail = c->tx.tail();
@@ -837,6 +854,7 @@ void rdm_cm_event(RdmEp *ep, rdma_cm_event *ev, rdma_cm_id *&destroy) noexcept
 		}
 		ConnParam p;
 		fill_param(ep, p, 0, peer);
+		conn_set_retry(c->id.get(), p.param);
 		if (rdma_connect(c->id.get(), &p.param)) {
 			VRMA_WARN(FI_LOG_EP_CTRL, "RDM: rdma_connect: %s\n", strerror(errno));
 			rdm_conn_failed(peer, c, FI_ECONNREFUSED);

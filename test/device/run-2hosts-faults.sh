@@ -1,0 +1,191 @@
+# The two-host faults, sourced by run-2hosts.sh (its pass, fail, on_peer,
+# peer, builddir): test/fault_traffic keeps checked tagged sends (4 KiB
+# eager, 64 KiB rendezvous) in flight over vrma's RDM endpoint while
+#   1. the link is cut for 2 s: RC's retries cover it, nothing fails, every
+#      message arrives once;
+#   2. the link is cut for longer than the budget (FI_VRMA_RDM_DRAIN_TIMEOUT,
+#      here 4 s): every send to that peer ends with one error completion,
+#      the sender goes on with its peer on its own host, and once the link
+#      is back it connects again to the same (still running) server;
+#   3. vrma-vm2 is killed (its qemu), the sender's retry budget cut to
+#      about 1.1 s (FI_VRMA_ACK_TIMEOUT=16, FI_VRMA_RETRY_COUNT=3: rxe then
+#      counts retries down as hardware does): the same, and after it boots
+#      again a restarted server on the same address takes new messages.
+# Each prints when the first error came and when the last send to the lost
+# peer ended, counted from the fault.
+# Environment: VRMA_FAULT_DRAIN_MS (the budget, default 4000),
+# VRMA_FAULT_CASES (which of "flap cut dead" to run; default all).
+
+ft=$builddir/test/fault_traffic
+fdir=$builddir/test/faults
+rm -rf "$fdir"
+mkdir -p "$fdir"
+budget=${VRMA_FAULT_DRAIN_MS:-4000}
+here=10.98.0.1
+
+# serve_remote NAME PORT [VAR=VALUE...]: a server on vrma-vm2 at PORT
+# (with those variables set, and $srv_opts); its address is
+# fetched over ssh (both hosts share the build tree over 9p, whose caching
+# does not promise that one guest sees the other's new file at once).
+serve_remote() {
+	name=$1
+	port=$2
+	shift 2
+	on_peer "$* sh -c 'rm -f /tmp/ft-$name.addr; exec timeout 150 $ft serve --seconds 120 --addr-file /tmp/ft-$name.addr --node $peer --port $port $srv_opts'" \
+		>"$fdir/$name.log" 2>&1 &
+	eval "srv_$name=\$!"
+}
+# fetch NAME: copies vrma-vm2's /tmp/ft-NAME.addr to $fdir/NAME.addr (60 s,
+# while the server runs).
+fetch() {
+	i=0
+	eval "pid=\$srv_$1"
+	while [ $i -lt 120 ] && kill -0 "$pid" 2>/dev/null; do
+		if ssh -o ConnectTimeout=2 "$peer" "cat /tmp/ft-$1.addr" >"$fdir/$1.tmp" 2>/dev/null && [ -s "$fdir/$1.tmp" ]; then
+			mv "$fdir/$1.tmp" "$fdir/$1.addr"
+			return 0
+		fi
+		i=$((i + 1))
+		sleep 0.5
+	done
+	return 1
+}
+serve_local() {
+	timeout 150 "$ft" serve --seconds 120 --addr-file "$fdir/$1.addr" --node $here --port "$2" $srv_opts >"$fdir/$1.log" 2>&1 &
+	eval "srv_$1=\$!"
+}
+# arm_cut SECONDS, then cut SECONDS: no packet crosses the link, either
+# way, for SECONDS (netem loss 100% on both egresses). vrma-vm2 cuts and
+# restores its own side by itself, armed before the traffic (ssh cannot
+# reach it during the cut, and a session's start costs a 1-vCPU guest
+# seconds of CPU): it waits for $fdir/cut-go, which both hosts see at once
+# (the build tree is shared uncached). The fault's time goes to
+# $fdir/fault.
+arm_cut() {
+	rm -f "$fdir/cut-go"
+	ssh "$peer" "nohup sh -c 'while [ ! -e $fdir/cut-go ]; do sleep 0.1; done; tc qdisc replace dev eth0 root netem loss 100%; sleep $1; tc qdisc del dev eth0 root' >/dev/null 2>&1 </dev/null &"
+}
+cut() {
+	touch "$fdir/cut-go"
+	tc qdisc replace dev eth0 root netem loss 100%
+	date +%s.%N >"$fdir/fault"
+	echo "faults: cut at $(cat "$fdir/fault") for $1 s"
+	(
+		sleep "$1"
+		tc qdisc del dev eth0 root
+	) &
+}
+# started: waits (60 s at most) until the sender has completed a send to
+# each of its targets, then 2 s more: the fault comes during traffic.
+started() {
+	i=0
+	while [ ! -s "$fdir/ready" ] && [ $i -lt 120 ] && kill -0 "$sender" 2>/dev/null; do
+		i=$((i + 1))
+		sleep 0.5
+	done
+	sleep 2
+}
+# verdict NAME: the send's and the named servers' exit statuses.
+verdict() {
+	name=$1
+	shift
+	ok=1
+	wait "$sender" || ok=0
+	for s in "$@"; do
+		eval "pid=\$srv_$s"
+		wait "$pid" || ok=0
+	done
+	if [ $ok = 1 ]; then
+		pass "$name"
+		grep -h "^send: target" "$fdir/send.log"
+		for s in "$@"; do grep -h "^serve:" "$fdir/$s.log"; done
+	else
+		fail "$name"
+		for f in "$fdir"/*.log; do
+			echo "--- $f"
+			tail -20 "$f"
+		done
+	fi
+}
+
+cases=" ${VRMA_FAULT_CASES:-flap cut dead} "
+# A server whose connection fails while it reads a message's data ends that
+# receive with an error (the sender's send fails too): tolerated (counted)
+# where a connection is meant to fail.
+srv_opts=""
+# case NAME: whether to run it.
+case_on() { case $cases in *" $1 "*) return 0 ;; esac; return 1; }
+
+# 1. A 2 s cut during traffic.
+case_on flap && serve_remote A 47700
+if ! case_on flap; then
+	:
+elif fetch A; then
+	arm_cut 2
+	"$ft" send --to "$fdir/A.addr" --seconds 10 --ready-file "$fdir/ready" >"$fdir/send.log" 2>&1 &
+	sender=$!
+	started
+	cut 2
+	verdict "faults: a 2 s link cut during traffic: no error, every message once" A
+else
+	fail "faults: a 2 s link cut (the server on $peer did not start)"
+	cat "$fdir/A.log"
+fi
+rm -f "$fdir"/*.log "$fdir/ready"
+
+# 2. A cut longer than the budget; the same server afterwards. The server
+# has the same budget (a job's processes share their settings): until its
+# own watch has failed its end of the old connection (its probe of it
+# unanswered), it turns the sender's new connection away as an impostor's.
+srv_opts="--tolerate-errors 1"
+case_on cut && serve_remote B 47701 FI_VRMA_RDM_DRAIN_TIMEOUT=$budget && serve_local L1 47702
+if ! case_on cut; then
+	:
+elif fetch B; then
+	arm_cut 10
+	FI_VRMA_RDM_DRAIN_TIMEOUT=$budget "$ft" send --to "$fdir/B.addr,$fdir/L1.addr" --seconds 16 --ready-file "$fdir/ready" --trace 1 \
+		--must-fail 0 --fault-file "$fdir/fault" --fail-within $((budget + 4000)) \
+		--reconnect "0=$fdir/B.addr" >"$fdir/send.log" 2>&1 &
+	sender=$!
+	started
+	cut 10
+	verdict "faults: a 10 s cut (budget $budget ms): errors to that peer only, in time; the same server again afterwards" B L1
+else
+	fail "faults: a 10 s cut (the server on $peer did not start)"
+	cat "$fdir/B.log"
+fi
+rm -f "$fdir"/*.log "$fdir/ready"
+
+# 3. vrma-vm2 dies; it boots again and a restarted server takes new
+# messages at the same address.
+case_on dead && serve_remote C 47703 && serve_local L2 47704
+if ! case_on dead; then
+	:
+elif fetch C; then
+	rm -f "$fdir/C.addr.2"
+	FI_VRMA_ACK_TIMEOUT=16 FI_VRMA_RETRY_COUNT=3 "$ft" send --to "$fdir/C.addr,$fdir/L2.addr" --seconds 10 --ready-file "$fdir/ready" \
+		--must-fail 0 --fault-file "$fdir/fault" --fail-within 6000 \
+		--reconnect "0=$fdir/C.addr.2" >"$fdir/send.log" 2>&1 &
+	sender=$!
+	started
+	vrma-vm-peer kill
+	date +%s.%N >"$fdir/fault"
+	kill "$srv_C" 2>/dev/null # its ssh would wait for the dead host's TCP
+	sleep 8
+	vrma-vm-peer boot
+	booted=$(date +%s)
+	i=0
+	until ssh -o ConnectTimeout=2 "$peer" true 2>/dev/null || [ $i -ge 90 ]; do
+		i=$((i + 1))
+		sleep 1
+	done
+	serve_remote C2 47703
+	if fetch C2; then
+		mv "$fdir/C2.addr" "$fdir/C.addr.2"
+		echo "faults: vrma-vm2 serving again $(($(date +%s) - booted)) s after its boot began"
+	fi
+	verdict "faults: vrma-vm2 killed (retry budget 1.1 s): errors to it only, in time; after its reboot a restarted server at the same address" C2 L2
+else
+	fail "faults: vrma-vm2 killed (the server on $peer did not start)"
+	cat "$fdir/C.log"
+fi
