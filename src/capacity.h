@@ -6,6 +6,7 @@
 #pragma once
 
 #include <algorithm>
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 
@@ -135,6 +136,14 @@ constexpr bool rdm_cq_serves(size_t cqe, size_t rx_count, size_t peer_tx_depth) 
 {
 	return cqe > rx_count + peer_tx_depth + 1;
 }
+
+// FI_VRMA_RDM_PEER_TX_SIZE's default. A connection's queue pair holds one
+// more request (the close sentinel) and its TxSlot ring as many; devices
+// (rxe: the slots a queue of N entries takes are N + 1 rounded up) and
+// SlotRing round up to a power of two, so 126 fills 128 where 128 would
+// take 256: on rxe 68 KiB of send queue per peer instead of 132.
+inline constexpr size_t kRdmPeerTxSizeDefault = 126;
+static_assert(std::has_single_bit(kRdmPeerTxSizeDefault + 2), "the queue pair's entries and one fill a power of two");
 
 // Send queue depth of each RDM connection: FI_VRMA_RDM_PEER_TX_SIZE, below
 // max_qp_wr, raised to the longest operation (tx_capacity_for).

@@ -19,6 +19,7 @@
 #pragma once
 
 #include "harness.h"
+#include "capacity.h"
 
 #include <cstdlib>
 #include <deque>
@@ -39,6 +40,9 @@ inline constexpr const char *kRdmNodeAddr = "10.99.0.1";
 inline constexpr uint64_t kRdmCaps = FI_MSG | FI_TAGGED | FI_DIRECTED_RECV | FI_SOURCE;
 
 inline constexpr size_t KiB = 1024;
+// FI_VRMA_RDM_PEER_TX_SIZE's default: what a paused peer may still deliver
+// (its grace) is 4 times it.
+inline constexpr size_t kPeerGrace = 4 * vrma::kRdmPeerTxSizeDefault;
 inline constexpr size_t MiB = 1024 * 1024;
 // Bytes after every receive buffer that must stay untouched, and what they
 // hold.

@@ -621,7 +621,7 @@ END_TEST
 // The application reads them; the honest peer is served after.
 START_TEST(hostile_cq_data_flood)
 {
-	constexpr size_t kCq = 64, kGrace = 4 * 128;
+	constexpr size_t kCq = 64, kGrace = kPeerGrace;
 	RdmNodeOptions vo;
 	vo.cq_size = kCq;
 	vo.tx_cntr = true; // progress without reading the CQ
@@ -660,14 +660,14 @@ END_TEST
 // Item 9 (flood): unexpected messages past the victim's limit
 // (FI_VRMA_RDM_UNEXPECTED_MAX, 1 MiB here) get their sender a Pause; one
 // that ignores it is allowed its grace (what an honest sender has under
-// way: 4 x the peer queue of 128 messages) and then dropped, and what it
+// way: 4 x the peer queue of 126 messages) and then dropped, and what it
 // queued is discarded. The victim's memory grows by no more than the limit
 // and the grace (on ab56bc5 it kept all 32 MiB), and the honest peer's
 // traffic is exact before, during and after.
 START_TEST(hostile_unexpected_flood)
 {
 	constexpr size_t kLimit = 1 << 20, kLen = 8192, kCount = 4096; // 32 MiB offered
-	constexpr size_t kGrace = 4 * 128;
+	constexpr size_t kGrace = kPeerGrace;
 	ScopedEnv limit("FI_VRMA_RDM_UNEXPECTED_MAX", "1048576");
 	Scene s;
 	s.honest_round("before");

@@ -974,7 +974,7 @@ START_TEST(rdm_rma_cq_data_backpressure)
 	const size_t sent = post_until_refused(write, kMax, 2000, "fi_inject_writedata");
 	fprintf(stderr, "rdm_rma_cq_data_backpressure: %zu writes before the writer stopped\n", sent);
 	ck_assert_msg(sent < kMax, "the writer was never paused: %zu entries for a CQ of %zu", sent, kCq);
-	ck_assert_msg(sent > kCq && sent <= kCq + 4 * 128, "paused after %zu writes", sent);
+	ck_assert_msg(sent > kCq && sent <= kCq + kPeerGrace, "paused after %zu writes", sent);
 	// The target reads; the writer goes on.
 	b.reading = true;
 	for (size_t i = sent; i < kMax; i++)

@@ -134,8 +134,17 @@ void params_init() noexcept
 		    &rdm_params.rx_buffers);
 	define_size("rdm_tx_buffers", "RDM endpoints: registered send buffers shared by all peers (default: 256)",
 		    &rdm_params.tx_buffers);
-	define_size("rdm_peer_tx_size", "RDM endpoints: send queue depth of each peer's connection (default: 128)",
+	define_size("rdm_peer_tx_size",
+		    "RDM endpoints: send queue depth of each peer's connection; its queue pair holds one more, and devices round queues up to a power of two, so 2^k - 2 uses a queue fully (default: 126)",
 		    &rdm_params.peer_tx_size);
+	{
+		// 0 is a value here (nothing inline), unlike define_size's.
+		fi_param_define(&provider, "rdm_peer_inline_size", FI_PARAM_SIZE_T,
+				"RDM endpoints: bytes a peer's connection sends inline (header included) at most, below the device's inline size and FI_VRMA_INLINE_SIZE; every send queue entry of every peer has room for them; longer sends go through the endpoint's send buffers (default: 256)");
+		size_t v;
+		if (fi_param_get_size_t(&provider, "rdm_peer_inline_size", &v) == FI_SUCCESS)
+			rdm_params.peer_inline_size = std::min<size_t>(v, 65536);
+	}
 	define_size("rdm_rndv_reads",
 		    "RDM endpoints: rendezvous RDMA READs a connection keeps in flight at most, up to what its queue pair issues at once (max_rd_atomic); 0: that many (default: 8)",
 		    &rdm_params.rndv_reads);

@@ -58,7 +58,11 @@ struct RdmParams {
 	size_t eager_size = 8192;  // payload bytes sent eagerly; longer: rendezvous
 	size_t rx_buffers = 256;   // SRQ buffers per endpoint
 	size_t tx_buffers = 256;   // registered eager send buffers per endpoint
-	size_t peer_tx_size = 128; // send queue depth per peer
+	size_t peer_tx_size = kRdmPeerTxSizeDefault; // send queue depth per peer (capacity.h)
+	// Bytes a peer's connection sends inline at most (below the device's
+	// and FI_VRMA_INLINE_SIZE): the inline area is part of every send
+	// queue entry, so it is paid for per peer, however small the sends.
+	size_t peer_inline_size = 256;
 	size_t rndv_reads = 8;     // READs in flight per connection (0: max_rd_atomic)
 	size_t rndv_read_size = size_t(16) << 10; // bytes per rendezvous READ at most
 	size_t mr_keys = 4096;     // scalable keys a domain publishes (key_table.h)

@@ -950,7 +950,7 @@ try {
 	ep->auto_progress = dom->info && dom->info->domain_attr &&
 			    dom->info->domain_attr->data_progress == FI_PROGRESS_AUTO;
 	ep->eager_size = rdm_params.eager_size;
-	ep->inline_size = static_cast<size_t>(dom->inline_size);
+	ep->inline_size = std::min(static_cast<size_t>(dom->inline_size), rdm_params.peer_inline_size);
 	ep->inject_size = ep->eager_size;
 	if (info->tx_attr && info->tx_attr->inject_size && info->tx_attr->inject_size < ep->inject_size)
 		ep->inject_size = info->tx_attr->inject_size;
