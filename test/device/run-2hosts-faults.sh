@@ -7,10 +7,8 @@
 #      here 4 s): every send to that peer ends with one error completion,
 #      the sender goes on with its peer on its own host, and once the link
 #      is back it connects again to the same (still running) server;
-#   3. vrma-vm2 is killed (its qemu), the sender's retry budget cut to
-#      about 1.1 s (FI_VRMA_ACK_TIMEOUT=16, FI_VRMA_RETRY_COUNT=3: rxe then
-#      counts retries down as hardware does): the same, and after it boots
-#      again a restarted server on the same address takes new messages.
+#   3. vrma-vm2 is killed (its qemu): the same, and after it boots again
+#      a restarted server on the same address takes new messages.
 # Each prints when the first error came and when the last send to the lost
 # peer ended, counted from the fault.
 # Environment: VRMA_FAULT_DRAIN_MS (the budget, default 4000),
@@ -163,8 +161,8 @@ if ! case_on dead; then
 	:
 elif fetch C; then
 	rm -f "$fdir/C.addr.2"
-	FI_VRMA_ACK_TIMEOUT=16 FI_VRMA_RETRY_COUNT=3 "$ft" send --to "$fdir/C.addr,$fdir/L2.addr" --seconds 10 --ready-file "$fdir/ready" \
-		--must-fail 0 --fault-file "$fdir/fault" --fail-within 6000 \
+	FI_VRMA_RDM_DRAIN_TIMEOUT=$budget "$ft" send --to "$fdir/C.addr,$fdir/L2.addr" --seconds 10 --ready-file "$fdir/ready" \
+		--must-fail 0 --fault-file "$fdir/fault" --fail-within $((budget + 4000)) \
 		--reconnect "0=$fdir/C.addr.2" >"$fdir/send.log" 2>&1 &
 	sender=$!
 	started
@@ -184,7 +182,7 @@ elif fetch C; then
 		mv "$fdir/C2.addr" "$fdir/C.addr.2"
 		echo "faults: vrma-vm2 serving again $(($(date +%s) - booted)) s after its boot began"
 	fi
-	verdict "faults: vrma-vm2 killed (retry budget 1.1 s): errors to it only, in time; after its reboot a restarted server at the same address" C2 L2
+	verdict "faults: vrma-vm2 killed (budget $budget ms): errors to it only, in time; after its reboot a restarted server at the same address" C2 L2
 else
 	fail "faults: vrma-vm2 killed (the server on $peer did not start)"
 	cat "$fdir/C.log"
