@@ -98,5 +98,9 @@ else
 	echo "mpi: skipped (no mpicc on the host when device.sh ran)"
 fi
 
+# 4. fabtests, Open MPI and tests-sos across the hosts, on a clean link and
+# under loss and reordering (test/device/run-2hosts-suites.sh).
+. "$(dirname "$0")/run-2hosts-suites.sh"
+
 echo "two hosts: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]
