@@ -1,3 +1,4 @@
+# shellcheck shell=sh disable=SC2154 # pass, fail, peer, builddir, srcdir: run-2hosts.sh's
 # The upstream suites across the two hosts, sourced by run-2hosts.sh (its
 # pass, fail, on_peer, link, peer, builddir and srcdir): fabtests 1.17
 # client/server pairs (server on vrma-vm2, client here), Open MPI 4.1.4
@@ -132,10 +133,11 @@ s2_mpi() {
 s2_sos() {
 	np=$1 t=$2 b=$3 tst=$4
 	shift 4
-	name="tests-sos $b unit/$tst $* -n $np across the hosts ($s2_cond)"
+	name="tests-sos $b unit/$tst${*:+ $*} -n $np across the hosts ($s2_cond)"
 	log=$s2_dir/sos-$b-$tst-$np.log
 	d=$s2_sos/$b/modules/tests-sos/test/unit
 	half=$((np / 2))
+	# shellcheck disable=SC2016 # the wrapper's literal $LD_LIBRARY_PATH
 	lib=$(sed -n 's/^ *LD_LIBRARY_PATH="\(.*\):\$LD_LIBRARY_PATH"$/\1/p' "$d/$tst" | head -n 1)
 	ts=$(date +%s)
 	if (cd "$d" && LD_LIBRARY_PATH=$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} timeout -k 10 "$t" \
@@ -167,31 +169,34 @@ s2_full() { [ "$s2_mode" = full ] || [ "$1" = clean ]; }
 s2_fabtests() { # KIND
 	[ -n "$s2_ft_bin" ] || return 0
 	s2_begin
-	sz="-S r:1000,32000,65000" t=60
+	sz=r:1000,32000,65000 t=60
 	if [ "$1" = loss5 ]; then
-		sz="-S r:1000,15000,16000" t=90
+		sz=r:1000,15000,16000 t=90
 	fi
 	if s2_full "$1"; then
-		s2_ft $t fi_msg
-		s2_ft $t fi_rdm
-		s2_ft $t fi_rdm_tagged_peek
-		s2_ft $t fi_rdm_rma_event
-		s2_ft $t fi_rdm_pingpong -I 5 -v $sz
-		s2_ft $t fi_rma_bw -e msg -o write -I 5 $sz
+		s2_ft "$t" fi_msg
+		s2_ft "$t" fi_rdm_rma_event
+		s2_ft "$t" fi_rdm_pingpong -I 5 -v -S "$sz"
+		s2_ft "$t" fi_rma_bw -e msg -o write -I 5 -S "$sz"
 		s2_ft $((t * 2)) fi_rdm_atomic -I 5 -o all -S 1024
 	fi
 	if [ "$s2_mode" = full ]; then
-		s2_ft $t fi_rdm -U
-		s2_ft $t fi_cq_data -e rdm
-		s2_ft $t fi_rdm_tagged_pingpong -I 5 -v -U $sz
-		s2_ft $t fi_msg_bw -I 5 -v $sz
-		s2_ft $t fi_rma_bw -e rdm -o writedata -I 5 $sz
-		s2_ft $t fi_rdm_cntr_pingpong -I 5 $sz
-		s2_ft $t fi_rdm_atomic -I 5 -o sum -S 1024
+		s2_ft "$t" fi_rdm
+		s2_ft "$t" fi_rdm -U
+		s2_ft "$t" fi_rdm_tagged_peek
+		s2_ft "$t" fi_cq_data -e rdm
+		s2_ft "$t" fi_rdm_tagged_pingpong -I 5 -v -U -S "$sz"
+		s2_ft "$t" fi_msg_bw -I 5 -v -S "$sz"
+		s2_ft "$t" fi_rma_bw -e rdm -o writedata -I 5 -S "$sz"
+		s2_ft "$t" fi_rdm_cntr_pingpong -I 5 -S "$sz"
+		s2_ft "$t" fi_rdm_atomic -I 5 -o sum -S 1024
 	fi
-	s2_ft $t fi_msg_pingpong -I 5 -v $sz
-	s2_ft $t fi_rdm_tagged_bw -I 5 -v $sz
-	s2_ft $t fi_rma_bw -e rdm -o read -I 5 $sz
+	# Under 5 % loss MSG's ping-pong is the slowest (46 s of 89).
+	if [ "$1" != loss5 ] || [ "$s2_mode" = full ]; then
+		s2_ft "$t" fi_msg_pingpong -I 5 -v -S "$sz"
+	fi
+	s2_ft "$t" fi_rdm_tagged_bw -I 5 -v -S "$sz"
+	s2_ft "$t" fi_rma_bw -e rdm -o read -I 5 -S "$sz"
 	s2_end "fabtests ($s2_cond)"
 }
 
@@ -207,16 +212,16 @@ s2_mpi_set() { # KIND
 	test=$builddir/test/mpi/vrma_mpi_test osc=$builddir/test/mpi/vrma_mpi_osc
 	if [ "$s2_mode" = full ]; then
 		for np in 2 4; do
-			s2_mpi $np 600 "$test" vrma -s 65536
-			s2_mpi $np 600 "$osc" vrma-osc -c
+			s2_mpi "$np" 600 "$test" vrma -s 65536
+			s2_mpi "$np" 600 "$osc" vrma-osc -c
 		done
 		s2_mpi 2 300 "$builddir/test/mpi/vrma_mpi_latency" vrma 8
 	else
 		case $1 in
 		clean)
 			for np in 2 4; do
-				s2_mpi $np 240 "$test" vrma -s 65536
-				s2_mpi $np 240 "$osc" vrma-osc -c
+				s2_mpi "$np" 240 "$test" vrma -s 65536
+				s2_mpi "$np" 240 "$osc" vrma-osc -c
 			done
 			;;
 		loss1) s2_mpi 2 240 "$test" vrma -s 65536 ;;
@@ -233,6 +238,9 @@ s2_mpi_set() { # KIND
 # signals (put_signal), and the basic build's provider keys.
 s2_sos_set() { # KIND
 	[ -n "$s2_sos" ] || return 0
+	# 5 % loss: 54 s for atomic_inc -n 4, rma_coverage -n 2 past 60 s; the
+	# one-sided MPI test has RMA and atomics there. The full set only.
+	[ "$1" != loss5 ] || [ "$s2_mode" = full ] || return 0
 	s2_begin
 	export SHMEM_OFI_PROVIDER=vrma SHMEM_SYMMETRIC_SIZE=64M FI_LOG_LEVEL=warn
 	# vrma_mpi_launcher's settings (util/vrma-lib.sh), tcp added: MPI
@@ -240,23 +248,23 @@ s2_sos_set() { # KIND
 	export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_pml=ob1 \
 		OMPI_MCA_btl=self,vader,tcp OMPI_MCA_mtl=^ofi OMPI_MCA_coll=basic,libnbc,self OMPI_MCA_osc=pt2pt \
 		HWLOC_PLUGINS_BLACKLIST=hwloc_pci,hwloc_opencl,hwloc_gl,hwloc_xml_libxml,hwloc_cuda,hwloc_nvml,hwloc_rsmi,hwloc_levelzero
-	t=60
+	# Under 1 % loss rma_coverage took 50 s (21 on a clean link).
+	t=120
 	[ "$1" != loss5 ] || t=180
 	if s2_full "$1"; then
-		s2_sos 2 $t default rma_coverage
-		s2_sos 4 $t default atomic_inc
-		s2_sos 4 $t default barrier
-		s2_sos 4 $t basic cswap
+		s2_sos 2 "$t" default rma_coverage
+		s2_sos 4 "$t" default atomic_inc
+		s2_sos 4 "$t" basic cswap
 		if [ "$s2_mode" = full ]; then
-			s2_sos 4 $t default set_lock
-			s2_sos 2 $t default put_signal
-			s2_sos 2 $t basic rma_coverage
+			s2_sos 4 "$t" default barrier
+			s2_sos 4 "$t" default set_lock
+			s2_sos 2 "$t" default put_signal
+			s2_sos 2 "$t" basic rma_coverage
 		fi
 	else
 		case $1 in
-		loss1) s2_sos 2 $t default rma_coverage ;;
-		loss5) s2_sos 4 $t default atomic_inc ;;
-		reorder) s2_sos 4 $t default set_lock ;;
+		loss1) s2_sos 2 "$t" default rma_coverage ;;
+		reorder) s2_sos 4 "$t" default set_lock ;;
 		esac
 	fi
 	unset SHMEM_OFI_PROVIDER SHMEM_SYMMETRIC_SIZE FI_LOG_LEVEL OMPI_MCA_pml OMPI_MCA_btl OMPI_MCA_mtl \
