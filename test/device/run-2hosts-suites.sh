@@ -12,7 +12,8 @@
 # Environment: VRMA_FABTESTS_BIN, VRMA_SOS_DIR (device.sh: what
 # util/vrma-fabtests and util/vrma-sos built; unset, that suite is
 # skipped); VRMA_TWO_HOST_SUITES=full: every test under every condition,
-# with longer limits (about 30 minutes more), =skip: none.
+# with longer limits (about 30 minutes more: raise VRMA_VM_TIMEOUT_2HOSTS,
+# device.sh's limit of the boot), =skip: none.
 # Output: PASS:/FAIL: per test with its condition and time, the logs' ends
 # of a failure, and one line per block: "two-host suites: BLOCK took N s".
 
