@@ -140,8 +140,9 @@ elif [ "${VRMA_TWO_HOSTS:-}" = skip ]; then
 	echo "device.sh: the two-host tests skipped (VRMA_TWO_HOSTS=skip)"
 else
 	cp "$srcdir/test/device/run-2hosts.sh" "$builddir/test/run-2hosts.sh"
+	cp "$srcdir/test/device/run-2hosts-suites.sh" "$builddir/test/run-2hosts-suites.sh"
 	rc2=0
-	"$srcdir/util/vrma-vm" --hosts 2 --timeout "${VRMA_VM_TIMEOUT_2HOSTS:-900}" --mem 2048 -- sh test/run-2hosts.sh || rc2=$?
+	"$srcdir/util/vrma-vm" --hosts 2 --timeout "${VRMA_VM_TIMEOUT_2HOSTS:-1800}" --mem 2048 -- sh test/run-2hosts.sh || rc2=$?
 	[ "$rc" -ne 0 ] || rc=$rc2
 fi
 san_unit || { [ "$rc" -ne 0 ] || rc=1; }

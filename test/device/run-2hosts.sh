@@ -98,7 +98,11 @@ else
 	echo "mpi: skipped (no mpicc on the host when device.sh ran)"
 fi
 
-# 4. Faults: cuts of the link and a host that dies, last (vrma-vm2 boots
+# 4. fabtests, Open MPI and tests-sos across the hosts, on a clean link and
+# under loss and reordering (test/device/run-2hosts-suites.sh).
+. "$(dirname "$0")/run-2hosts-suites.sh"
+
+# 5. Faults: cuts of the link and a host that dies, last (vrma-vm2 boots
 # again in it).
 . "$srcdir/test/device/run-2hosts-faults.sh"
 

@@ -8,7 +8,10 @@
 # DEVELOPERS.md, "MPI one-sided"). The network namespace is not changed.
 #
 # Usage: node-agent.sh [-OPTION...] HOST COMMAND...   (as root: unshare)
-# Needs sh and unshare (util-linux).
+# Environment: VRMA_NODE_AGENT_SSH="HOST=MACHINE ...": the nodes named
+# there start on MACHINE instead (ssh, then this script there, at the same
+# path), so nodes spread over several machines (the two-host tests).
+# Needs sh and unshare (util-linux), ssh for VRMA_NODE_AGENT_SSH.
 while [ $# -gt 0 ] && [ "${1#-}" != "$1" ]; do
 	shift
 done
@@ -18,6 +21,13 @@ if [ $# -lt 2 ]; then
 fi
 host=$1
 shift
+for m in ${VRMA_NODE_AGENT_SSH:-}; do
+	if [ "${m%%=*}" = "$host" ]; then
+		# One word for the remote shell: the command, single-quoted.
+		q=$(printf '%s' "$*" | sed "s/'/'\\\\''/g")
+		exec ssh -o BatchMode=yes "${m#*=}" "$0 $host '$q'"
+	fi
+done
 # The orted command line comes as ssh would pass it: words for a shell.
 # shellcheck disable=SC2016 # expanded by the inner shells
 exec unshare --uts /bin/sh -c 'printf %s "$0" >/proc/sys/kernel/hostname && exec /bin/sh -c "$1"' "$host" "$*"
