@@ -90,6 +90,12 @@ void check(const char *what, long rc)
 		die(what, rc);
 }
 
+// The steady clock's time SECONDS from now.
+Clock::time_point after(double seconds)
+{
+	return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+}
+
 double now_epoch()
 {
 	return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -342,7 +348,6 @@ struct Target {
 	uint64_t base = 0; // the STOP's range starts here (the reconnection's first)
 	bool failed = false;
 	double last_ok = 0, first_error = 0, last_end = 0, max_gap = 0;
-	int first_err = 0, first_prov_errno = 0;
 };
 
 struct Slot {
@@ -359,7 +364,7 @@ struct Sender {
 	std::vector<size_t> sizes;
 	size_t window;
 	bool trace = false; // a line a second: each target's completions/in flight
-	uint64_t posted = 0, doubled = 0, unknown = 0;
+	uint64_t doubled = 0, unknown = 0;
 
 	Sender(Endpoint &ep, std::vector<Target> &targets, size_t w, std::vector<size_t> sz)
 		: e(ep), t(targets), slots(targets.size() * w), sizes(std::move(sz)), window(w)
@@ -386,25 +391,21 @@ struct Sender {
 		if (rc) {
 			// Refused at once: that is this send's one end.
 			printf("send: fi_tsend to target %zu: %s\n", i, fi_strerror(static_cast<int>(-rc)));
-			note_error(tg, static_cast<int>(-rc), 0);
+			note_error(tg);
 			return true;
 		}
 		sl.busy = true;
 		tg.in_flight++;
-		posted++;
 		if (kind == kTagData)
 			tg.next_seq++;
 		return true;
 	}
 
-	void note_error(Target &tg, int err, int prov_errno)
+	void note_error(Target &tg)
 	{
 		const double now = now_epoch();
-		if (!tg.errors) {
+		if (!tg.errors)
 			tg.first_error = now;
-			tg.first_err = err;
-			tg.first_prov_errno = prov_errno;
-		}
 		tg.errors++;
 		tg.failed = true;
 		tg.last_end = now;
@@ -427,7 +428,7 @@ struct Sender {
 					printf("send: target %zu: first error completion: %s (err %d, prov_errno %d)\n",
 					       sl->target, fi_strerror(err.err), err.err, err.prov_errno);
 				end(*sl);
-				note_error(tg, err.err, err.prov_errno);
+				note_error(tg);
 			}
 			return;
 		}
@@ -483,12 +484,25 @@ struct Sender {
 		return n;
 	}
 
-	// Keeps WINDOW data messages in flight to each target in TARGETS that
-	// has not failed, for SECONDS; writes READY_FILE (when named) once
-	// every target has completed one (its connection is up).
-	void stream(const std::vector<size_t> &targets, double seconds, const std::string &ready_file)
+	// Posts data messages to target I into its free slots while it has not
+	// failed and fewer than LIMIT went since its base, until the device
+	// pushes back.
+	void fill(size_t i, uint64_t limit)
 	{
-		const Clock::time_point end_at = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+		Target &tg = t[i];
+		for (size_t w = 0; w < window && !tg.failed && tg.next_seq - tg.base < limit; w++) {
+			const size_t s = i * window + w;
+			if (!slots[s].busy && !post(s, i, kTagData, sizes[tg.next_seq % sizes.size()]))
+				break;
+		}
+	}
+
+	// Keeps WINDOW data messages in flight to every target that has not
+	// failed, for SECONDS; writes READY_FILE (when named) once every target
+	// has completed one (its connection is up).
+	void stream(double seconds, const std::string &ready_file)
+	{
+		const Clock::time_point end_at = after(seconds);
 		bool ready = ready_file.empty();
 		Clock::time_point next_trace = Clock::now();
 		while (Clock::now() < end_at) {
@@ -499,20 +513,12 @@ struct Sender {
 					printf(" %" PRIu64 "/%" PRIu64, tg.ok, tg.in_flight);
 				printf("\n");
 			}
-			if (!ready && std::all_of(targets.begin(), targets.end(), [&](size_t i) { return t[i].ok > 0; })) {
+			if (!ready && std::all_of(t.begin(), t.end(), [](const Target &tg) { return tg.ok > 0; })) {
 				std::ofstream(ready_file) << now_epoch() << "\n";
 				ready = true;
 			}
-			for (size_t i : targets) {
-				if (t[i].failed)
-					continue;
-				for (size_t w = 0; w < window; w++) {
-					const size_t s = i * window + w;
-					if (!slots[s].busy && !t[i].failed &&
-					    !post(s, i, kTagData, sizes[t[i].next_seq % sizes.size()]))
-						break;
-				}
-			}
+			for (size_t i = 0; i < t.size(); i++)
+				fill(i, UINT64_MAX);
 			reap(50);
 		}
 	}
@@ -520,7 +526,7 @@ struct Sender {
 	// Waits up to SECONDS for every send to end; false if some did not.
 	bool drain(double seconds)
 	{
-		const Clock::time_point end_at = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+		const Clock::time_point end_at = after(seconds);
 		while (in_flight() && Clock::now() < end_at)
 			reap(100);
 		return in_flight() == 0;
@@ -553,11 +559,8 @@ int send(const Args &a)
 	}
 	Sender s(e, t, window, sizes);
 	s.trace = a.num("--trace", 0) != 0;
-	std::vector<size_t> all;
-	for (size_t i = 0; i < t.size(); i++)
-		all.push_back(i);
 	const double start = now_epoch();
-	s.stream(all, static_cast<double>(a.num("--seconds", 10)), a.get("--ready-file"));
+	s.stream(static_cast<double>(a.num("--seconds", 10)), a.get("--ready-file"));
 	bool ok = s.drain(static_cast<double>(a.num("--drain-seconds", 30)));
 	int rc = 0;
 	if (!ok) {
@@ -623,9 +626,7 @@ int send(const Args &a)
 			die("fi_av_insert", -FI_EINVAL);
 		printf("send: target %zu restarted (%s address); sending again\n", i,
 		       name == tg.name ? "the same" : "a new");
-		tg.failed = false;
 		tg.errors = 0;
-		tg.base = tg.next_seq;
 		const uint64_t want = static_cast<uint64_t>(a.num("--reconnect-count", 64));
 		const uint64_t ok_before = tg.ok;
 		// One send at a time until the connection is up (a refused connect
@@ -642,10 +643,7 @@ int send(const Args &a)
 		const uint64_t errors_connecting = tg.errors;
 		tg.errors = 0;
 		while (!tg.failed && tg.next_seq - tg.base < want) {
-			for (size_t w = 0; w < window && tg.next_seq - tg.base < want; w++)
-				if (!s.slots[i * window + w].busy && !s.post(i * window + w, i, kTagData,
-									     sizes[tg.next_seq % sizes.size()]))
-					break;
+			s.fill(i, want);
 			s.reap(50);
 		}
 		s.drain(30);

@@ -106,40 +106,41 @@ verdict() {
 	fi
 }
 
-cases=" ${VRMA_FAULT_CASES:-flap cut dead} "
 # A server whose connection fails while it reads a message's data ends that
 # receive with an error (the sender's send fails too): tolerated (counted)
-# where a connection is meant to fail.
+# where a connection is meant to fail (cut and dead), not in flap.
 srv_opts=""
-# case NAME: whether to run it.
-case_on() { case $cases in *" $1 "*) return 0 ;; esac; return 1; }
+# The servers' ports, after run-2hosts-suites.sh's fabtests ports.
+base_port=47900
 
 # 1. A 2 s cut during traffic.
-case_on flap && serve_remote A 47700
-if ! case_on flap; then
-	:
-elif fetch A; then
+case_flap() {
+	serve_remote A $base_port
+	if ! fetch A; then
+		fail "faults: a 2 s link cut (the server on $peer did not start)"
+		cat "$fdir/A.log"
+		return
+	fi
 	arm_cut 2
-	"$ft" send --to "$fdir/A.addr" --seconds 10 --ready-file "$fdir/ready" >"$fdir/send.log" 2>&1 &
+	"$ft" send --to "$fdir/A.addr" --seconds 10 --ready-file "$fdir/ready" --trace 1 >"$fdir/send.log" 2>&1 &
 	sender=$!
 	started
 	cut 2
 	verdict "faults: a 2 s link cut during traffic: no error, every message once" A
-else
-	fail "faults: a 2 s link cut (the server on $peer did not start)"
-	cat "$fdir/A.log"
-fi
-rm -f "$fdir"/*.log "$fdir/ready"
+}
 
 # 2. A cut longer than the budget; the same server afterwards. The server
 # has the same budget (a job's processes share their settings): until its
 # own watch has failed its end of the old connection (its probe of it
 # unanswered), it turns the sender's new connection away as an impostor's.
-srv_opts="--tolerate-errors 1"
-case_on cut && serve_remote B 47701 FI_VRMA_RDM_DRAIN_TIMEOUT=$budget && serve_local L1 47702
-if ! case_on cut; then
-	:
-elif fetch B; then
+case_cut() {
+	serve_remote B $((base_port + 1)) FI_VRMA_RDM_DRAIN_TIMEOUT=$budget
+	serve_local L1 $((base_port + 2))
+	if ! fetch B; then
+		fail "faults: a 10 s cut (the server on $peer did not start)"
+		cat "$fdir/B.log"
+		return
+	fi
 	arm_cut 10
 	FI_VRMA_RDM_DRAIN_TIMEOUT=$budget "$ft" send --to "$fdir/B.addr,$fdir/L1.addr" --seconds 16 --ready-file "$fdir/ready" --trace 1 \
 		--must-fail 0 --fault-file "$fdir/fault" --fail-within $((budget + 4000)) \
@@ -148,20 +149,20 @@ elif fetch B; then
 	started
 	cut 10
 	verdict "faults: a 10 s cut (budget $budget ms): errors to that peer only, in time; the same server again afterwards" B L1
-else
-	fail "faults: a 10 s cut (the server on $peer did not start)"
-	cat "$fdir/B.log"
-fi
-rm -f "$fdir"/*.log "$fdir/ready"
+}
 
 # 3. vrma-vm2 dies; it boots again and a restarted server takes new
 # messages at the same address.
-case_on dead && serve_remote C 47703 && serve_local L2 47704
-if ! case_on dead; then
-	:
-elif fetch C; then
+case_dead() {
+	serve_remote C $((base_port + 3))
+	serve_local L2 $((base_port + 4))
+	if ! fetch C; then
+		fail "faults: vrma-vm2 killed (the server on $peer did not start)"
+		cat "$fdir/C.log"
+		return
+	fi
 	rm -f "$fdir/C.addr.2"
-	FI_VRMA_RDM_DRAIN_TIMEOUT=$budget "$ft" send --to "$fdir/C.addr,$fdir/L2.addr" --seconds 10 --ready-file "$fdir/ready" \
+	FI_VRMA_RDM_DRAIN_TIMEOUT=$budget "$ft" send --to "$fdir/C.addr,$fdir/L2.addr" --seconds 10 --ready-file "$fdir/ready" --trace 1 \
 		--must-fail 0 --fault-file "$fdir/fault" --fail-within $((budget + 4000)) \
 		--reconnect "0=$fdir/C.addr.2" >"$fdir/send.log" 2>&1 &
 	sender=$!
@@ -177,13 +178,23 @@ elif fetch C; then
 		i=$((i + 1))
 		sleep 1
 	done
-	serve_remote C2 47703
+	serve_remote C2 $((base_port + 3))
 	if fetch C2; then
 		mv "$fdir/C2.addr" "$fdir/C.addr.2"
 		echo "faults: vrma-vm2 serving again $(($(date +%s) - booted)) s after its boot began"
 	fi
 	verdict "faults: vrma-vm2 killed (budget $budget ms): errors to it only, in time; after its reboot a restarted server at the same address" C2 L2
-else
-	fail "faults: vrma-vm2 killed (the server on $peer did not start)"
-	cat "$fdir/C.log"
-fi
+}
+
+for c in ${VRMA_FAULT_CASES:-flap cut dead}; do
+	case $c in
+	flap) srv_opts="" ;;
+	cut | dead) srv_opts="--tolerate-errors 1" ;;
+	*)
+		fail "faults: no case $c (VRMA_FAULT_CASES: flap cut dead)"
+		continue
+		;;
+	esac
+	"case_$c"
+	rm -f "$fdir"/*.log "$fdir/ready"
+done
