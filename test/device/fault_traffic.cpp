@@ -390,7 +390,7 @@ struct Sender {
 			return false;
 		if (rc) {
 			// Refused at once: that is this send's one end.
-			printf("send: fi_tsend to target %zu: %s\n", i, fi_strerror(static_cast<int>(-rc)));
+			printf("send: fi_tsend to target %zu: %s (%zd)\n", i, fi_strerror(static_cast<int>(-rc)), rc);
 			note_error(tg);
 			return true;
 		}

@@ -8,7 +8,10 @@
 #      the sender goes on with its peer on its own host, and once the link
 #      is back it connects again to the same (still running) server;
 #   3. vrma-vm2 is killed (its qemu): the same, and after it boots again
-#      a restarted server on the same address takes new messages.
+#      a restarted server on the same address takes new messages; while it
+#      is down, a new process's first send to it (a new connection, which
+#      rdma_cm alone would try for about 100 s) is refused with
+#      -FI_ETIMEDOUT within FI_VRMA_RDM_CONNECT_TIMEOUT (here 3 s).
 # Each prints when the first error came and when the last send to the lost
 # peer ended, counted from the fault.
 # Environment: VRMA_FAULT_DRAIN_MS (the budget, default 4000),
@@ -19,6 +22,7 @@ fdir=$builddir/test/faults
 rm -rf "$fdir"
 mkdir -p "$fdir"
 budget=${VRMA_FAULT_DRAIN_MS:-4000}
+etimedout=110 # FI_ETIMEDOUT, as fault_traffic prints a refused send's code
 here=10.98.0.1
 
 # serve_remote NAME PORT [VAR=VALUE...]: a server on vrma-vm2 at PORT
@@ -170,7 +174,17 @@ case_dead() {
 	vrma-vm-peer kill
 	date +%s.%N >"$fdir/fault"
 	kill "$srv_C" 2>/dev/null # its ssh would wait for the dead host's TCP
+	FI_VRMA_RDM_CONNECT_TIMEOUT=3000 "$ft" send --to "$fdir/C.addr" --seconds 6 --drain-seconds 1 \
+		--must-fail 0 --fault-file "$fdir/fault" --fail-within 6000 >"$fdir/connect.log" 2>&1 &
+	connector=$!
 	sleep 8
+	if wait "$connector" && grep -q "^send: fi_tsend to target 0: .*(-$etimedout)" "$fdir/connect.log"; then
+		pass "faults: a new connection to the killed vrma-vm2 is given up (-FI_ETIMEDOUT) within FI_VRMA_RDM_CONNECT_TIMEOUT"
+		grep -h "^send: target" "$fdir/connect.log"
+	else
+		fail "faults: a new connection to the killed vrma-vm2 is given up (-FI_ETIMEDOUT) within FI_VRMA_RDM_CONNECT_TIMEOUT"
+		cat "$fdir/connect.log"
+	fi
 	vrma-vm-peer boot
 	booted=$(date +%s)
 	i=0

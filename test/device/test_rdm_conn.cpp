@@ -1,12 +1,16 @@
 // The rdm suite's connections on vrma's native FI_EP_RDM endpoint (tcase
 // rdm_conn, added by rdm_suite() in test_rdm.cpp): crossing connections
 // (interleaved, and from two threads), senders outside the AV, closed and
-// removed peers, sends held by FI_MORE when the endpoint or the peer goes,
+// removed peers, a peer that never answers (the connect timeout), sends held by FI_MORE when the endpoint or the peer goes,
 // rendezvous whose receiver or sender closes, and the peer limit.
 // CK_RUN_SUITE=rdm CK_RUN_CASE=rdm_conn.
 #include "rdm_harness.h"
 
+#include <fcntl.h>
+#include <rdma/rdma_cma.h>
+
 #include <atomic>
+#include <chrono>
 #include <cinttypes>
 #include <cstdio>
 #include <memory>
@@ -441,6 +445,73 @@ START_TEST(rdm_conn_peer_not_yet_listening)
 }
 END_TEST
 
+// FI_VRMA_RDM_CONNECT_TIMEOUT: a peer whose host takes the connect request
+// and never answers it (here a raw rdma_cm listener that never accepts;
+// across hosts, a dead host) is given up after the timeout, not after
+// rdma_cm's ~100 s: the send returns -FI_EAGAIN until then, then
+// -FI_ETIMEDOUT once (nothing was accepted, so no completion), and the next
+// send tries again. A live peer is served meanwhile.
+START_TEST(rdm_conn_connect_timeout)
+{
+	ScopedEnv timeout("FI_VRMA_RDM_CONNECT_TIMEOUT", "1500");
+	RdmEnv env;
+	RdmNode a(env), b(env);
+	connect_all({&a, &b});
+	send_recv_one(a, b, 64, 1630);
+	// The silent listener.
+	rdma_event_channel *ch = rdma_create_event_channel();
+	ck_assert_ptr_nonnull(ch);
+	ck_assert_int_eq(fcntl(ch->fd, F_SETFL, fcntl(ch->fd, F_GETFL) | O_NONBLOCK), 0);
+	rdma_cm_id *listener = nullptr;
+	ck_assert_int_eq(rdma_create_id(ch, &listener, nullptr, RDMA_PS_TCP), 0);
+	sockaddr_in at = a.name;
+	at.sin_port = 0;
+	ck_assert_int_eq(rdma_bind_addr(listener, reinterpret_cast<sockaddr *>(&at)), 0);
+	ck_assert_int_eq(rdma_listen(listener, 8), 0);
+	at.sin_port = rdma_get_src_port(listener);
+	const fi_addr_t silent = a.insert_addr(at);
+	std::vector<rdma_cm_id *> requests;
+	auto take_requests = [&] {
+		for (rdma_cm_event *ev; rdma_get_cm_event(ch, &ev) == 0;) {
+			if (ev->event == RDMA_CM_EVENT_CONNECT_REQUEST)
+				requests.push_back(ev->id);
+			rdma_ack_cm_event(ev);
+		}
+	};
+	std::vector<uint8_t> m = pattern(64, 1631);
+	fi_context ctx;
+	const auto t0 = std::chrono::steady_clock::now();
+	ssize_t rc;
+	for (Deadline d(20000); (rc = fi_send(a.ep, m.data(), m.size(), nullptr, silent, &ctx)) == -FI_EAGAIN &&
+				!d.expired();) {
+		a.poll();
+		take_requests();
+		std::this_thread::sleep_for(std::chrono::milliseconds(1));
+	}
+	const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+	take_requests();
+	ck_assert_msg(rc == -FI_ETIMEDOUT, "a send to a peer that never answers returned %zd (%s) after %lld ms", rc,
+		      fi_strerror(int(-rc)), static_cast<long long>(ms));
+	ck_assert_msg(!requests.empty(), "the listener never saw the connect request");
+	// The timeout, plus the watch's look every quarter of it and a margin
+	// for a loaded machine; rdma_cm alone takes about 100 s.
+	ck_assert_msg(ms >= 1400 && ms <= 8000, "given up after %lld ms (timeout 1500)", static_cast<long long>(ms));
+	std::printf("rdm_conn_connect_timeout: given up after %lld ms (timeout 1500)\n", static_cast<long long>(ms));
+	expect_none(a, 100, "a refused send left a completion");
+	// The next send starts again; the live peer is served meanwhile.
+	ck_assert_int_eq(fi_send(a.ep, m.data(), m.size(), nullptr, silent, &ctx), -FI_EAGAIN);
+	send_recv_one(a, b, 4096, 1632);
+	send_recv_one(b, a, 64, 1633);
+	expect_none(a, 100);
+	expect_none(b, 100);
+	take_requests();
+	for (rdma_cm_id *id : requests)
+		rdma_destroy_id(id);
+	rdma_destroy_id(listener);
+	rdma_destroy_event_channel(ch);
+}
+END_TEST
+
 // FI_VRMA_RDM_MAX_PEERS: an endpoint whose table holds 4 peers, all
 // connected, turns a fifth away (its sends return -FI_EAGAIN as to a peer
 // still connecting: its connect requests are refused as busy and tried
@@ -607,6 +678,6 @@ void add_rdm_conn_tcases(Suite *s)
 {
 	rdm_add_tcase(s, "rdm_conn", 120,
 		      {rdm_conn_crossing_interleaved, rdm_conn_crossing_threads, rdm_conn_unknown_sender,
-		       rdm_conn_peer_closed, rdm_conn_peer_not_yet_listening, rdm_conn_av_remove, rdm_conn_more_close, rdm_conn_more_peer_gone,
+		       rdm_conn_peer_closed, rdm_conn_peer_not_yet_listening, rdm_conn_connect_timeout, rdm_conn_av_remove, rdm_conn_more_close, rdm_conn_more_peer_gone,
 		       rdm_rndv_receiver_closes, rdm_rndv_sender_closes, rdm_peer_limit});
 }

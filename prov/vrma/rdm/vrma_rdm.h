@@ -303,6 +303,12 @@ struct RdmPeer {
 	// endpoint not enabled yet): connecting is tried again until
 	// cm_timeout_ms after it (zero: no such run).
 	std::chrono::steady_clock::time_point unheard_since{};
+	// The start of a run of connection attempts not ended yet (retries
+	// after a crossing, a busy or unheard refusal and a challenge belong
+	// to the run; zero: none): the watch ends the run with FI_ETIMEDOUT at
+	// RdmEp::connect_timeout after it, where rdma_cm alone would retry a
+	// request to a dead host for about 100 s.
+	std::chrono::steady_clock::time_point connect_since{};
 	int error = 0; // the last connection failure (FI_E*, positive), for the next send
 	// FI_SOURCE: the AV handle of addr, and what completions report for it
 	// (its FI_AV_USER_ID id, else the handle), computed again when the AV
@@ -466,9 +472,12 @@ struct RdmEp final : EpBase {
 	// The budget fell to half with peers paused where their Resume could
 	// not be sent (a connection's end): the next progress sends it.
 	bool resume_due = false;
-	// The drain watch: FI_VRMA_RDM_DRAIN_TIMEOUT (zero: off), the next
-	// time it looks, and progress calls counted between looks.
+	// The watch (rdm_watch_drain): FI_VRMA_RDM_DRAIN_TIMEOUT and
+	// FI_VRMA_RDM_CONNECT_TIMEOUT (zero: that half off), the next time it
+	// looks, and progress calls counted between looks.
 	std::chrono::milliseconds drain_timeout{0};
+	std::chrono::milliseconds connect_timeout{0};
+	bool watching() const noexcept { return drain_timeout.count() || connect_timeout.count(); }
 	std::chrono::steady_clock::time_point watch_next{};
 	uint32_t watch_calls = 0;
 	// Receives and emulated atomics done with, and the atomics' map nodes
@@ -651,8 +660,10 @@ void rdm_flow_reset(RdmPeer *peer) noexcept;
 void rdm_flow_progress(RdmEp *ep) noexcept;
 void rdm_flow_cq_over(RdmPeer *peer, uint32_t qp_num) noexcept;
 // Fails every connection whose sends have not moved for the endpoint's
-// drain timeout (vrma_rdm_conn.cpp); looks at most every quarter of it
-// (and every second). Lock held; frees nothing (connections go to dying).
+// drain timeout, and every run of connection attempts older than its
+// connect timeout (vrma_rdm_conn.cpp); looks at most every quarter of the
+// shorter (and every second). Lock held; frees nothing (connections go to
+// dying).
 void rdm_watch_drain(RdmEp *ep) noexcept;
 // An error entry: err with prov_errno, and what the operation got done:
 // `len` bytes placed or sent at `buf`, `olen` cut off (FI_ETRUNC).

@@ -81,7 +81,9 @@ size_t rdm_unexpected_max() noexcept;
 // before the connection fails with FI_ETIMEDOUT and gives back what they
 // hold; 0: never. Read at each fi_endpoint.
 inline constexpr int64_t kRdmDrainTimeoutDefaultMs = 300000;
+inline constexpr int64_t kRdmConnectTimeoutDefaultMs = 60000;
 int64_t rdm_drain_timeout_ms() noexcept;
+int64_t rdm_connect_timeout_ms() noexcept;
 // FI_VRMA_RDM_MAX_PEERS: peers an endpoint's table holds at most
 // (src/peer_limit.h; at least 2); read at each fi_endpoint.
 inline constexpr size_t kRdmMaxPeersDefault = 8192;

@@ -260,9 +260,40 @@ int start_connect(RdmPeer *peer)
 	peer->conn = std::move(c);
 	peer->conn_epoch++;
 	peer->initiated = true;
+	if (peer->connect_since == std::chrono::steady_clock::time_point{})
+		peer->connect_since = std::chrono::steady_clock::now();
 	peer->auth_answered = false; // fill_param answers a challenge it holds
 	ep->connecting++;
 	return 0;
+}
+
+// A run of connection attempts older than FI_VRMA_RDM_CONNECT_TIMEOUT ends:
+// the attempt under way fails, and the send that asks next (at once when a
+// send found it, rdm_conn_ready) returns -FI_ETIMEDOUT (no operation was
+// accepted meanwhile: its sends returned -FI_EAGAIN); the one after starts
+// again. Whether it ended the run. Looked at by every send that waits for
+// the connection and by the watch (no send may come).
+bool connect_expired(RdmEp *ep, RdmPeer *peer, Conn *c, std::chrono::steady_clock::time_point now) noexcept
+{
+	using clock = std::chrono::steady_clock;
+	if (peer->connect_since == clock::time_point{} || !ep->connect_timeout.count() ||
+	    now - peer->connect_since < ep->connect_timeout)
+		return false;
+	VRMA_WARN(FI_LOG_EP_CTRL, "RDM: no connection to %s after %lld ms (FI_VRMA_RDM_CONNECT_TIMEOUT): giving up\n",
+		  AddrStr(peer->addr).c_str(),
+		  static_cast<long long>(
+			  std::chrono::duration_cast<std::chrono::milliseconds>(now - peer->connect_since).count()));
+	peer->connect_since = {};
+	peer->unheard_since = {};
+	if (c) {
+		rdm_conn_failed(peer, c, FI_ETIMEDOUT); // sets peer->error
+	} else if (now < peer->expect_until) {
+		// Between two attempts (a refusal's retry time): its sender is
+		// still being told to wait.
+		peer->expect_until = {};
+		peer->error = FI_ETIMEDOUT;
+	}
+	return true;
 }
 
 // The FI_E* code of a failed connection attempt.
@@ -480,6 +511,8 @@ rdma_cm_id *accept_request(RdmEp *ep, rdma_cm_event *ev)
 		peer->conn_epoch++;
 		peer->initiated = false;
 		peer->expect_until = {};
+		if (peer->connect_since == std::chrono::steady_clock::time_point{})
+			peer->connect_since = std::chrono::steady_clock::now();
 		ep->connecting++;
 	}
 	return nullptr;
@@ -546,15 +579,14 @@ int rdm_conn_ready(RdmPeer *peer, Conn *&conn) noexcept
 		conn = c;
 		return 0;
 	}
-	if (c)
-		return -FI_EAGAIN;
+	const auto now = std::chrono::steady_clock::now();
+	if ((c || now < peer->expect_until) && !connect_expired(peer->ep, peer, c, now))
+		return -FI_EAGAIN; // connecting, or between two attempts
 	if (peer->error) {
 		const int e = peer->error;
 		peer->error = 0; // the next send tries again (a restarted peer)
 		return -e;
 	}
-	if (std::chrono::steady_clock::now() < peer->expect_until)
-		return -FI_EAGAIN;
 	if (int rc = start_connect(peer))
 		return rc;
 	return -FI_EAGAIN;
@@ -633,8 +665,10 @@ void rdm_conn_failed(RdmPeer *peer, Conn *conn, int err) noexcept
 		peer->stalled_since = {}; // and the drain watch starts over on it
 		// Answers to what was sent on it will not come.
 		rdm_fail_waiting(peer, err ? err : FI_ECONNRESET);
-		if (was_connecting && err)
+		if (was_connecting && err) {
 			peer->error = err;
+			peer->connect_since = {}; // the run of attempts ends with it
+		}
 		if (err)
 			peer->unheard_since = {}; // a run of refusals ends with any failure
 	}
@@ -647,14 +681,21 @@ void rdm_watch_drain(RdmEp *ep) noexcept
 	const clock::time_point now = clock::now();
 	if (now < ep->watch_next)
 		return;
-	ep->watch_next = now + std::min<clock::duration>(ep->drain_timeout / 4, std::chrono::seconds(1));
+	clock::duration period = std::chrono::seconds(1);
+	for (const std::chrono::milliseconds t : {ep->drain_timeout, ep->connect_timeout})
+		if (t.count())
+			period = std::min<clock::duration>(period, t / 4);
+	ep->watch_next = now + period;
 	for (auto &[addr, p] : ep->peers) {
 		RdmPeer *peer = p.get();
 		Conn *c = peer->conn.get();
 		if (!c || c->state.load(std::memory_order_relaxed) != EpState::Connected) {
 			peer->stalled_since = {};
+			(void)connect_expired(ep, peer, c, now);
 			continue;
 		}
+		if (!ep->drain_timeout.count())
+			continue;
 		if (!c->tx.outstanding()) {
 			peer->stalled_since = {};
 			// Operations that wait for the peer's answer (rendezvous and
@@ -972,6 +1013,7 @@ void rdm_conn_established(RdmPeer *peer, Conn *c) noexcept
 			peer->ep->connecting--;
 		peer->error = 0;
 		peer->unheard_since = {};
+		peer->connect_since = {};
 	}
 	// What the queue pair issues at once, as rdma_cm settled it with the
 	// peer's responder resources (both sides' limits).

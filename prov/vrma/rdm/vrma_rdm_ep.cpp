@@ -86,7 +86,7 @@ void data_ready(void *c) noexcept
 	rdm_progress_locked(ep);
 	ibv_req_notify_cq(ep->cq.get(), 0);
 	rdm_progress_reap(ep);
-	if (ep->drain_timeout.count())
+	if (ep->watching())
 		rdm_watch_drain(ep);
 }
 
@@ -539,7 +539,7 @@ try {
 	ep->enabled = true;
 	if (ep->auto_progress) {
 		ibv_req_notify_cq(ep->cq.get(), 0);
-		const int tick = ep->drain_timeout.count() ? 1000 : 0;
+		const int tick = ep->watching() ? 1000 : 0;
 		if (int rc = progress_attach(dom, ep->channel->fd, tick, data_ready, ep, ep->data_key))
 			return rc;
 		if (int rc = progress_attach(dom, ep->kick_fd.get(), 0, data_ready, ep, ep->kick_key))
@@ -757,7 +757,7 @@ void rdm_progress_locked(RdmEp *ep) noexcept
 		rdm_flow_progress(ep);
 	// The drain watch reads the clock: every 256th progress only (the
 	// engine's data handler also looks on its ticks).
-	if ((++ep->watch_calls & 255) == 0 && ep->drain_timeout.count()) [[unlikely]]
+	if ((++ep->watch_calls & 255) == 0 && ep->watching()) [[unlikely]]
 		rdm_watch_drain(ep);
 	ep->in_progress = false;
 }
@@ -966,6 +966,7 @@ try {
 	ep->peer_allowance = 4 * ep->peer_tx_depth;
 	ep->unexp.reset(rdm_unexpected_max(), ep->peer_allowance);
 	ep->drain_timeout = std::chrono::milliseconds(rdm_drain_timeout_ms());
+	ep->connect_timeout = std::chrono::milliseconds(rdm_connect_timeout_ms());
 	ep->peer_limit = peers::Limit::of(rdm_max_peers());
 	ep->recv_pool.reserve(RdmEp::kRecvPoolMax);
 	ep->atomic_pool.reserve(RdmEp::kAtomicPoolMax);
