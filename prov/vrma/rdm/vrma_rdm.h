@@ -501,6 +501,7 @@ struct RdmEp final : EpBase {
 	// kReclaimInterval.
 	peers::Limit peer_limit;
 	bool peers_full_warned = false;
+	bool budget_logged = false; // the first connection's retry budget, logged once (info)
 	std::chrono::steady_clock::time_point reclaim_next{};
 	uint64_t peers_reclaimed = 0; // in the endpoint's life (the log's)
 	// FI_MORE holds requests back per connection: the peer whose connection

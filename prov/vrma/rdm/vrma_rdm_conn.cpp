@@ -694,8 +694,6 @@ void rdm_watch_drain(RdmEp *ep) noexcept
 			(void)connect_expired(ep, peer, c, now);
 			continue;
 		}
-		if (!ep->drain_timeout.count())
-			continue;
 		if (!c->tx.outstanding()) {
 			peer->stalled_since = {};
 			// Operations that wait for the peer's answer (rendezvous and
@@ -705,10 +703,14 @@ void rdm_watch_drain(RdmEp *ep) noexcept
 			// ever. A probe puts one request there, which the peer's
 			// device answers at once if it is alive; if not, the retry
 			// budget or this watch fails the connection, and them with it.
+			// The probe runs whenever the watch does: with the drain
+			// timeout off, the retry budget alone ends them.
 			if (!peer->waiting.empty() || !peer->atomics.empty())
 				probe(ep, peer, c);
 			continue;
 		}
+		if (!ep->drain_timeout.count())
+			continue;
 		const uint64_t tail = c->tx.tail();
 		if (tail != peer->watch_tail || peer->stalled_since == clock::time_point{}) {
 			peer->watch_tail = tail;
@@ -1019,9 +1021,18 @@ void rdm_conn_established(RdmPeer *peer, Conn *c) noexcept
 	// peer's responder resources (both sides' limits).
 	ibv_qp_attr attr{};
 	ibv_qp_init_attr init{};
-	const uint32_t issued = c->qp && !ibv_query_qp(c->qp, &attr, IBV_QP_MAX_QP_RD_ATOMIC, &init)
-					? std::max<uint32_t>(attr.max_rd_atomic, 1)
-					: 1;
+	const bool queried =
+		c->qp && !ibv_query_qp(c->qp, &attr, IBV_QP_MAX_QP_RD_ATOMIC | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT, &init);
+	const uint32_t issued = queried ? std::max<uint32_t>(attr.max_rd_atomic, 1) : 1;
+	if (queried && !peer->ep->budget_logged) {
+		// What the device got (rdma_cm's path timeout, or
+		// FI_VRMA_ACK_TIMEOUT / FI_VRMA_RETRY_COUNT): a peer that answers
+		// nothing fails the queue pair after (retry_cnt + 1) x timeout.
+		peer->ep->budget_logged = true;
+		VRMA_INFO(FI_LOG_EP_CTRL, "RDM: connections resend after 4.096 us x 2^%u, %u times%s\n",
+			  static_cast<unsigned>(attr.timeout), static_cast<unsigned>(attr.retry_cnt),
+			  attr.retry_cnt == 7 ? " (7: without end on soft-RoCE)" : "");
+	}
 	c->read_credits = rdm_params.rndv_reads
 				  ? static_cast<uint32_t>(std::min<size_t>(rdm_params.rndv_reads, issued))
 				  : issued;

@@ -550,7 +550,9 @@ void rdm_handle_wc(RdmEp *ep, const ibv_wc &wc) noexcept
 			if (status == wc.status)
 				VRMA_WARN(FI_LOG_EP_DATA, "RDM: a request to a peer failed: %s\n",
 					  ibv_wc_status_str(status));
-			rdm_conn_failed(peer, c, FI_EIO);
+			// What waits for the peer's answer ends as the peer's silence
+			// did (the retry budget: FI_ETIMEDOUT), else FI_EIO.
+			rdm_conn_failed(peer, c, status == IBV_WC_RETRY_EXC_ERR ? FI_ETIMEDOUT : FI_EIO);
 		}
 	}
 	switch (kind) {
