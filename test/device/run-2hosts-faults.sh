@@ -8,7 +8,7 @@
 #      the sender goes on with its peer on its own host, and once the link
 #      is back it connects again to the same (still running) server;
 #   3. vrma-vm2 is killed (its qemu): the same with the retry budget
-#      alone (FI_VRMA_ACK_TIMEOUT=17, FI_VRMA_RETRY_COUNT=3: 4 x 0.54 s; the drain watch off, the
+#      alone (FI_VRMA_RETRY_COUNT=3: 4 x 0.54 s; the drain watch off, the
 #      probe still on), and after it boots again
 #      a restarted server on the same address takes new messages; while it
 #      is down, a new process's first send to it (a new connection, which
@@ -168,7 +168,7 @@ case_dead() {
 		return
 	fi
 	rm -f "$fdir/C.addr.2"
-	FI_VRMA_RDM_DRAIN_TIMEOUT=0 FI_VRMA_ACK_TIMEOUT=17 FI_VRMA_RETRY_COUNT=3 "$ft" send --to "$fdir/C.addr,$fdir/L2.addr" --seconds 10 --ready-file "$fdir/ready" --trace 1 \
+	FI_VRMA_RDM_DRAIN_TIMEOUT=0 FI_VRMA_RETRY_COUNT=3 "$ft" send --to "$fdir/C.addr,$fdir/L2.addr" --seconds 10 --ready-file "$fdir/ready" --trace 1 \
 		--must-fail 0 --fault-file "$fdir/fault" --fail-within 6000 \
 		--reconnect "0=$fdir/C.addr.2" >"$fdir/send.log" 2>&1 &
 	sender=$!

@@ -163,7 +163,7 @@ s2_sos() {
 # (-S r:1000,32000,65000: eager and rendezvous): the default sweeps go on to
 # 1 MiB, whose READ bursts the emulated link drops in part (about 7 s a
 # 1 MiB round trip, DEVELOPERS.md), past the 60 s a test gets. Under 5 %
-# loss a lost packet at the end of a burst costs rxe's ACK timeout (2.1 s):
+# loss a lost packet at the end of a burst costs rxe's ACK timeout (rdma_cm's 2.1 s then):
 # a 32000-byte ping-pong round trip took 1.6 s, 64 KiB ones did not finish
 # 5 iterations in 60 s, so sizes stop at 16000 there. Likewise under
 # reordering (delay 0.5ms reorder 5 %): MSG's 32000-byte ping-pong round

@@ -112,14 +112,15 @@ void params_init() noexcept
 	define_int("cm_timeout", "Address and route resolution timeout in ms (default: 2000)",
 		   &params.cm_timeout_ms);
 	define_int("ack_timeout",
-		   "RC connections: the ACK timeout as an exponent, 4.096 us times 2^N, 1 to 31; a request unanswered that long is sent again; 0: rdma_cm's, from the path (Linux 6.1 RoCE: 19, 2.1 s) (default: 0)",
+		   "RC connections: the ACK timeout as an exponent, 4.096 us times 2^N, 1 to 31; a request unanswered that long is sent again; 0: rdma_cm's, from the path (Linux 6.1 RoCE: 19, 2.1 s) (default: 17, 0.54 s)",
 		   &params.ack_timeout);
 	define_int("retry_count",
 		   "RC connections: times an unanswered request is sent again before the connection fails, 0 to 7 (soft-RoCE takes 7 as without end) (default: 7)",
 		   &params.retry_count);
 	if (params.ack_timeout < 0 || params.ack_timeout > 31) {
-		VRMA_WARN(FI_LOG_CORE, "FI_VRMA_ACK_TIMEOUT=%d is not 0 to 31: rdma_cm's is used\n", params.ack_timeout);
-		params.ack_timeout = 0;
+		VRMA_WARN(FI_LOG_CORE, "FI_VRMA_ACK_TIMEOUT=%d is not 0 to 31: %d is used\n", params.ack_timeout,
+			  Params::kAckTimeoutDefault);
+		params.ack_timeout = Params::kAckTimeoutDefault;
 	}
 	if (params.retry_count < 0 || params.retry_count > 7) {
 		VRMA_WARN(FI_LOG_CORE, "FI_VRMA_RETRY_COUNT=%d is not 0 to 7: 7 is used\n", params.retry_count);
