@@ -1,8 +1,9 @@
 // The rdm suite's connections on vrma's native FI_EP_RDM endpoint (tcase
 // rdm_conn, added by rdm_suite() in test_rdm.cpp): crossing connections
 // (interleaved, and from two threads), senders outside the AV, closed and
-// removed peers, a peer that never answers (the connect timeout), sends held by FI_MORE when the endpoint or the peer goes,
-// rendezvous whose receiver or sender closes, and the peer limit.
+// removed peers, a peer that never answers (the connect timeout), sends
+// held by FI_MORE when the endpoint or the peer goes, rendezvous whose
+// receiver or sender closes, and the peer limit.
 // CK_RUN_SUITE=rdm CK_RUN_CASE=rdm_conn.
 #include "rdm_harness.h"
 
@@ -678,6 +679,7 @@ void add_rdm_conn_tcases(Suite *s)
 {
 	rdm_add_tcase(s, "rdm_conn", 120,
 		      {rdm_conn_crossing_interleaved, rdm_conn_crossing_threads, rdm_conn_unknown_sender,
-		       rdm_conn_peer_closed, rdm_conn_peer_not_yet_listening, rdm_conn_connect_timeout, rdm_conn_av_remove, rdm_conn_more_close, rdm_conn_more_peer_gone,
+		       rdm_conn_peer_closed, rdm_conn_peer_not_yet_listening, rdm_conn_connect_timeout,
+		       rdm_conn_av_remove, rdm_conn_more_close, rdm_conn_more_peer_gone,
 		       rdm_rndv_receiver_closes, rdm_rndv_sender_closes, rdm_peer_limit});
 }

@@ -626,9 +626,6 @@ Suite *av_table_suite()
 	tcase_add_test(tc, av_many_entries);
 	tcase_add_test(tc, av_random_against_model);
 	tcase_add_test(tc, av_user_ids_follow_their_entry);
-	// Randomized runs against a model: seconds at -O0 on a loaded machine
-	// (distcheck runs beside the device tests), past check's default 4 s.
-	tcase_set_timeout(tc, 60);
 	suite_add_tcase(s, tc);
 	return s;
 }

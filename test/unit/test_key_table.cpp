@@ -238,9 +238,6 @@ Suite *key_table_suite()
 	tcase_add_test(tc, test_torn_copies_detected);
 	tcase_add_test(tc, test_translate_bounds);
 	tcase_add_test(tc, test_random_against_model);
-	// Randomized runs against a model: seconds at -O0 on a loaded machine
-	// (distcheck runs beside the device tests), past check's default 4 s.
-	tcase_set_timeout(tc, 60);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -163,9 +163,6 @@ Suite *ring_queue_suite()
 	tcase_add_test(tc, test_grow_while_wrapped_matches_deque);
 	tcase_add_test(tc, test_push_back_strong_guarantee);
 	tcase_add_test(tc, test_clear);
-	// Randomized runs against a model: seconds at -O0 on a loaded machine
-	// (distcheck runs beside the device tests), past check's default 4 s.
-	tcase_set_timeout(tc, 60);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -197,9 +197,6 @@ Suite *rx_budget_suite()
 	tcase_add_test(tc, test_resumed_idempotent);
 	tcase_add_test(tc, test_random_against_model);
 	tcase_add_test(tc, test_held_resource);
-	// Randomized runs against a model: seconds at -O0 on a loaded machine
-	// (distcheck runs beside the device tests), past check's default 4 s.
-	tcase_set_timeout(tc, 60);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -151,9 +151,6 @@ Suite *tx_share_suite()
 	tcase_add_test(tc, test_further_stalled_halve);
 	tcase_add_test(tc, test_many_at_once);
 	tcase_add_test(tc, test_random_against_model);
-	// Randomized runs against a model: seconds at -O0 on a loaded machine
-	// (distcheck runs beside the device tests), past check's default 4 s.
-	tcase_set_timeout(tc, 60);
 	suite_add_tcase(s, tc);
 	return s;
 }
