@@ -330,6 +330,9 @@ inline constexpr uint16_t kConnFlagBusy = 1 << 10;
 // A request: the initiator holds a job key; its fresh challenge follows, to
 // be proved in the acceptor's kConnFlagChallenge reject.
 inline constexpr uint16_t kConnFlagAsk = 1 << 11;
+// The sender closes with a Close message (below) before it disconnects, and
+// takes one from the peer.
+inline constexpr uint16_t kConnFlagClose = 1 << 12;
 static_assert(24 + sizeof(uint64_t) == kConnHeaderBytes, "the nonce ends the header");
 
 // Where a peer's scalable-key table is (key_table.h).
@@ -591,6 +594,17 @@ inline bool keep_initiated(const RdmAddr &self, uint64_t self_nonce, const RdmAd
 //    that drops the connection). status Resume: it may send again. Nothing
 //    else is paused (answers, RMA, atomics). A new connection starts
 //    resumed. msg_id 0, length 0, nothing follows.
+//  - Close: the sender's endpoint is closing; `length` is the number of
+//    messages (requests that consumed one of its receive buffers: sends,
+//    writes with immediate data) it received on this connection. RC delivers
+//    in order, so they are the first `length` the other side posted, and
+//    every request posted before the last of them was executed: when the
+//    sender then disconnects, the other side completes those of its requests
+//    the disconnect flushes as done instead of failing them (a message whose
+//    acknowledgment was still under way; close_settle below). Sent once, only
+//    to a peer whose connection header had kConnFlagClose; twice, or counting
+//    more messages than were sent, it is malformed. msg_id 0, nothing
+//    follows.
 //
 // msg_id: chosen by the message's sender, unique among its messages on that
 // connection still waiting for an answer (a wrapping counter per connection
@@ -618,8 +632,9 @@ enum class MsgType : uint8_t {
 	KeyAnswer = 15,
 	KeyTable = 16,
 	Flow = 17,
+	Close = 18,
 };
-inline constexpr uint8_t kMsgTypeMax = 17;
+inline constexpr uint8_t kMsgTypeMax = 18;
 
 inline constexpr uint8_t kFlagCqData = 1 << 0;            // cq_data is remote CQ data
 inline constexpr uint8_t kFlagDeliveryComplete = 1 << 1;  // answer with DeliveryAck
@@ -1008,6 +1023,8 @@ inline bool decode_header(const uint8_t *buf, size_t len, RdmHeader &h) noexcept
 		return h.msg_id == 0 && h.length == 0 && payload == kConnKeyTableBytes;
 	if (h.type == MsgType::Flow)
 		return h.msg_id == 0 && h.length == 0 && payload == 0;
+	if (h.type == MsgType::Close)
+		return h.msg_id == 0 && payload == 0; // length: a count, bounded by its receiver
 	// RndvDone, DeliveryAck: answers, to ids that are never 0.
 	return h.msg_id != 0 && payload == 0 && h.length == 0;
 }
@@ -1254,6 +1271,42 @@ inline void encode_flow(uint8_t *buf, FlowStatus status) noexcept
 	h.type = MsgType::Flow;
 	h.status = static_cast<uint8_t>(status);
 	encode_header(buf, h);
+}
+
+// A Close counting `received` messages.
+inline void encode_close(uint8_t *buf, uint64_t received) noexcept
+{
+	RdmHeader h;
+	h.type = MsgType::Close;
+	h.length = received;
+	encode_header(buf, h);
+}
+
+// What a peer's Close says of the requests still outstanding on the
+// connection, given `retired` (the messages among requests that already
+// completed, all of which the peer received) and `outstanding` (the
+// outstanding requests, oldest first, each true when it is a message).
+// Malformed: the peer counts more messages than were posted. Otherwise
+// `through` is the position in `outstanding` up to which (inclusive) every
+// request was executed by the peer (the last message it counted), or -1
+// when it counted none of the outstanding ones. Messages it received but
+// had not counted when it sent the Close (their receives not yet read) are
+// taken as not received: their requests fail, as any flushed request.
+struct CloseSettle {
+	bool malformed = false;
+	ptrdiff_t through = -1;
+};
+template <typename IsMessage>
+inline CloseSettle close_settle(uint64_t received, uint64_t retired, size_t outstanding,
+				IsMessage &&is_message) noexcept
+{
+	CloseSettle r;
+	uint64_t todo = received > retired ? received - retired : 0;
+	for (size_t i = 0; i < outstanding && todo; i++)
+		if (is_message(i) && --todo == 0)
+			r.through = static_cast<ptrdiff_t>(i);
+	r.malformed = todo != 0;
+	return r;
 }
 
 inline void encode_commit_answer(uint8_t *buf, uint32_t msg_id, CommitStatus status) noexcept

@@ -29,6 +29,16 @@
 //       target that did not fail (and the reconnected one): each server
 //       checks what it got.
 //
+//   fault_traffic answer --addr-file F [--seconds S]
+//   fault_traffic ask --to F
+//       the last word: the asker sends its name to F's endpoint, receives
+//       the answerer's checked answer and closes its endpoint at once; the
+//       answerer exits 0 when its answer's send completed successfully, 1
+//       on an error completion (printed) or none within S seconds. The
+//       script drops the asker's acknowledgments: the answer arrives, its
+//       acknowledgment does not, and only the asker's Close tells the
+//       answerer it was received before the disconnect flushes it.
+//
 // A message: a header (its kind, sequence number, length; a STOP's range)
 // and a body whose byte i is a function of the sequence number and i.
 
@@ -673,11 +683,104 @@ int send(const Args &a)
 
 } // namespace
 
+// ---- the last word ----
+
+constexpr uint64_t kTagAsk = 3, kTagAnswer = 4;
+constexpr size_t kAnswerLen = 1024;
+
+// Waits up to `until` for the completion of ctx; false with the error
+// printed (or none came).
+bool wait_for(Endpoint &e, void *ctx, Clock::time_point until, const char *who, fi_cq_tagged_entry *out = nullptr)
+{
+	while (Clock::now() < until) {
+		fi_cq_tagged_entry c;
+		const ssize_t n = fi_cq_sread(e.cq, &c, 1, nullptr, 100);
+		if (n == -FI_EAGAIN)
+			continue;
+		if (n == -FI_EAVAIL) {
+			fi_cq_err_entry err{};
+			if (fi_cq_readerr(e.cq, &err, 0) == 1) {
+				printf("%s: error completion: %s (prov_errno %d)\n", who, fi_strerror(err.err),
+				       err.prov_errno);
+				return false;
+			}
+			continue;
+		}
+		if (n < 0)
+			die("fi_cq_sread", n);
+		if (c.op_context == ctx) {
+			if (out)
+				*out = c;
+			return true;
+		}
+		printf("%s: a completion of another operation\n", who);
+		return false;
+	}
+	printf("%s: no completion in time\n", who);
+	return false;
+}
+
+int answer(const Args &a)
+{
+	Endpoint e(nullptr, nullptr, 2 * kMaxSize);
+	write_addr(a.get("--addr-file"), e.name());
+	const Clock::time_point until = after(static_cast<double>(a.num("--seconds", 60)));
+	fi_context2 rctx{}, sctx{};
+	check("fi_trecv", fi_trecv(e.ep, e.buf.data(), 256, e.desc, FI_ADDR_UNSPEC, kTagAsk, 0, &rctx));
+	fi_cq_tagged_entry c{};
+	if (!wait_for(e, &rctx, until, "answer: the ask", &c))
+		return 1;
+	fi_addr_t to = FI_ADDR_NOTAVAIL;
+	if (fi_av_insert(e.av, e.buf.data(), 1, &to, 0, nullptr) != 1)
+		die("fi_av_insert", -FI_EINVAL);
+	uint8_t *out = e.buf.data() + kMaxSize;
+	for (size_t i = 0; i < kAnswerLen; i++)
+		out[i] = pattern(kTagAnswer, i);
+	ssize_t rc;
+	while ((rc = fi_tsend(e.ep, out, kAnswerLen, e.desc, to, kTagAnswer, &sctx)) == -FI_EAGAIN)
+		fi_cq_read(e.cq, nullptr, 0);
+	check("fi_tsend", rc);
+	if (!wait_for(e, &sctx, until, "answer: the answer's send"))
+		return 1;
+	printf("answer: the answer's send completed successfully\n");
+	return 0;
+}
+
+int ask(const Args &a)
+{
+	Endpoint e(nullptr, nullptr, 2 * kMaxSize);
+	const std::string target = read_addr(a.get("--to"), 60);
+	if (target.empty())
+		die("no answerer's address", -FI_ENOENT);
+	fi_addr_t to = FI_ADDR_NOTAVAIL;
+	if (fi_av_insert(e.av, target.data(), 1, &to, 0, nullptr) != 1)
+		die("fi_av_insert", -FI_EINVAL);
+	const Clock::time_point until = after(60);
+	fi_context2 rctx{}, sctx{};
+	check("fi_trecv", fi_trecv(e.ep, e.buf.data(), kAnswerLen, e.desc, to, kTagAnswer, 0, &rctx));
+	const std::string me = e.name();
+	memcpy(e.buf.data() + kMaxSize, me.data(), me.size());
+	ssize_t rc;
+	while ((rc = fi_tsend(e.ep, e.buf.data() + kMaxSize, me.size(), e.desc, to, kTagAsk, &sctx)) == -FI_EAGAIN)
+		fi_cq_read(e.cq, nullptr, 0);
+	check("fi_tsend", rc);
+	fi_cq_tagged_entry c{};
+	if (!wait_for(e, &sctx, until, "ask: the ask's send") || !wait_for(e, &rctx, until, "ask: the answer", &c))
+		return 1;
+	for (size_t i = 0; i < kAnswerLen; i++)
+		if (c.len != kAnswerLen || e.buf[i] != pattern(kTagAnswer, i)) {
+			printf("ask: the answer is wrong (length %zu, byte %zu)\n", c.len, i);
+			return 1;
+		}
+	printf("ask: the answer is right; closing\n");
+	return 0; // the endpoint closes now
+}
+
 int main(int argc, char **argv)
 {
 	setvbuf(stdout, nullptr, _IOLBF, 0);
 	if (argc < 2) {
-		fprintf(stderr, "usage: fault_traffic serve|send [--option value]...\n");
+		fprintf(stderr, "usage: fault_traffic serve|send|answer|ask [--option value]...\n");
 		return 2;
 	}
 	Args a;
@@ -688,6 +791,10 @@ int main(int argc, char **argv)
 		return serve(a);
 	if (role == "send")
 		return send(a);
+	if (role == "answer")
+		return answer(a);
+	if (role == "ask")
+		return ask(a);
 	fprintf(stderr, "fault_traffic: unknown role %s\n", role.c_str());
 	return 2;
 }

@@ -13,11 +13,15 @@
 #      a restarted server on the same address takes new messages; while it
 #      is down, a new process's first send to it (a new connection, which
 #      rdma_cm alone would try for about 100 s) is refused with
-#      -FI_ETIMEDOUT within FI_VRMA_RDM_CONNECT_TIMEOUT (here 3 s).
+#      -FI_ETIMEDOUT within FI_VRMA_RDM_CONNECT_TIMEOUT (here 3 s);
+#   4. (before 3) the last word: a process on vrma-vm2 closes its endpoint
+#      as soon as a message arrived while its host's acknowledgments are
+#      dropped: the sender's send still completes successfully (the
+#      closing side's Close counted the message).
 # Each prints when the first error came and when the last send to the lost
 # peer ended, counted from the fault.
 # Environment: VRMA_FAULT_DRAIN_MS (the budget, default 4000),
-# VRMA_FAULT_CASES (which of "flap cut dead" to run; default all).
+# VRMA_FAULT_CASES (which of "flap cut lastword dead" to run; default all).
 
 ft=$builddir/test/fault_traffic
 fdir=$builddir/test/faults
@@ -157,6 +161,44 @@ case_cut() {
 	verdict "faults: a 10 s cut (budget $budget ms): errors to that peer only, in time; the same server again afterwards" B L1
 }
 
+# 4. The last word: the asker on vrma-vm2 closes its endpoint as soon as
+# the answer arrived, while vrma-vm2's egress drops its device's
+# acknowledgments (RoCE's opcode 0x11, the byte after the UDP header, sent
+# to a band of its own with netem loss 100%): the answerer's device never
+# hears that the answer arrived, and the disconnect flushes its send; the
+# asker's Close, counting the answer, makes that flush a success. Without
+# the Close the send ends FI_ECANCELED.
+case_lastword() {
+	name="faults: a peer that closes at once, its acknowledgment lost: the sender's send completes successfully"
+	rm -f "$fdir/W.addr"
+	timeout 90 "$ft" answer --addr-file "$fdir/W.addr" --seconds 60 >"$fdir/answer.log" 2>&1 &
+	answerer=$!
+	if ! ssh "$peer" "tc qdisc replace dev eth0 root handle 1: prio bands 4 priomap 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 &&
+		tc qdisc add dev eth0 parent 1:4 handle 40: netem loss 100% &&
+		tc filter add dev eth0 parent 1: protocol ip prio 1 u32 match ip protocol 17 0xff \
+			match ip dport 4791 0xffff match u8 0x11 0xff at 28 flowid 1:4" >"$fdir/ask.log" 2>&1; then
+		fail "$name (tc on $peer)"
+		cat "$fdir/ask.log"
+		kill "$answerer" 2>/dev/null
+		ssh "$peer" "tc qdisc del dev eth0 root 2>/dev/null"
+		return
+	fi
+	ask_rc=0
+	on_peer "timeout 90 $ft ask --to $fdir/W.addr" >>"$fdir/ask.log" 2>&1 || ask_rc=$?
+	answer_rc=0
+	wait "$answerer" || answer_rc=$?
+	dropped=$(ssh "$peer" "tc -s qdisc show dev eth0 parent 1:4" | sed -n 's/.*(dropped \([0-9]*\),.*/\1/p' | head -1)
+	ssh "$peer" "tc qdisc del dev eth0 root"
+	if [ "$ask_rc" = 0 ] && [ "$answer_rc" = 0 ] && [ "${dropped:-0}" -gt 0 ]; then
+		pass "$name"
+		echo "faults: acknowledgments dropped on $peer: $dropped"
+		cat "$fdir/answer.log"
+	else
+		fail "$name (ask exit $ask_rc, answer exit $answer_rc, acknowledgments dropped: ${dropped:-none})"
+		cat "$fdir/ask.log" "$fdir/answer.log"
+	fi
+}
+
 # 3. vrma-vm2 dies; it boots again and a restarted server takes new
 # messages at the same address.
 case_dead() {
@@ -202,12 +244,12 @@ case_dead() {
 	verdict "faults: vrma-vm2 killed (retry budget 4 x 0.54 s): errors to it only, in time; after its reboot a restarted server at the same address" C2 L2
 }
 
-for c in ${VRMA_FAULT_CASES:-flap cut dead}; do
+for c in ${VRMA_FAULT_CASES:-flap cut lastword dead}; do
 	case $c in
-	flap) srv_opts="" ;;
+	flap | lastword) srv_opts="" ;;
 	cut | dead) srv_opts="--tolerate-errors 1" ;;
 	*)
-		fail "faults: no case $c (VRMA_FAULT_CASES: flap cut dead)"
+		fail "faults: no case $c (VRMA_FAULT_CASES: flap cut lastword dead)"
 		continue
 		;;
 	esac

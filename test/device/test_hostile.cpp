@@ -866,6 +866,82 @@ START_TEST(hostile_commit_without_pmem)
 }
 END_TEST
 
+// Close (rdm_wire.h), the victim sending: its message to a peer that posts
+// no receive waits (RNR) when the peer sends its Close and disconnects. A
+// Close that counts the message completes the send as done when the
+// disconnect flushes it; one that counts none leaves the flush an error; one
+// counting more than the victim sent, or a second Close, drops the
+// connection (the send fails). Exactly one completion each time.
+START_TEST(hostile_close_counts)
+{
+	Scene s;
+	s.honest_round("before");
+	enum Case { Counted, NotCounted, TooMany, Twice };
+	for (Case c : {Counted, NotCounted, TooMany, Twice}) {
+		HostileOptions opt;
+		opt.recv_count = 0; // the victim's message waits at the device
+		fi_context sctx{};
+		uint8_t out[64];
+		fill_pattern(out, sizeof out, 91);
+		{
+			HostilePeer a(s.victim.name, opt);
+			a.label = "close case " + std::to_string(int(c));
+			ck_assert(a.connect());
+			const fi_addr_t to = s.victim.insert_addr(a.claimed_sockaddr());
+			post([&] { return fi_tsend(s.victim.ep, out, sizeof out, nullptr, to, 0x77, &sctx); },
+			     "victim fi_tsend");
+			expect_none(s.victim, 50, "a send the peer did not take");
+			const uint64_t count = c == Counted ? 1 : c == TooMany ? 2 : 0;
+			ck_assert_int_eq(a.send(header_only(rdm::MsgType::Close, 0, 0, 0, count)), IBV_WC_SUCCESS);
+			if (c == Twice)
+				(void)a.send(header_only(rdm::MsgType::Close, 0, 0, 0, 0));
+			if (c == TooMany || c == Twice)
+				ck_assert_msg(a.wait_dropped(), "case %d: the victim kept the connection", int(c));
+			else
+				expect_none(s.victim, 50, "a send whose peer sent its Close");
+		} // the peer disconnects: the victim's request is flushed
+		if (c == Counted)
+			expect_ok(s.victim, &sctx, FI_TAGGED | FI_SEND, "a send the peer's Close counted");
+		else
+			expect_err(s.victim, &sctx, 0, "a send the peer's Close did not count");
+		expect_none(s.victim, 100, "after the send's one completion");
+		s.honest_round("after a Close");
+	}
+}
+END_TEST
+
+// Close, the victim closing: a peer that announced kConnFlagClose gets a
+// Close counting every message it sent (served or not) before the
+// disconnect; one that did not announce it gets none.
+START_TEST(hostile_close_sent)
+{
+	AtomicEnv env;
+	for (bool announced : {true, false}) {
+		RdmNode victim(env);
+		HostileOptions opt;
+		opt.conn_flags = announced ? rdm::kConnFlagClose : 0;
+		HostilePeer a(victim.name, opt);
+		a.label = announced ? "a peer taking Close" : "a peer not taking Close";
+		ck_assert(a.connect());
+		const size_t sent = 3;
+		for (size_t i = 0; i < sent; i++)
+			ck_assert_int_eq(a.send(header_only(rdm::MsgType::Eager, 0, 0, rdm::kFlagLastPiece, 0)),
+					 IBV_WC_SUCCESS);
+		victim.close_ep();
+		std::vector<uint8_t> got;
+		if (announced) {
+			ck_assert_msg(a.next_message(got), "no Close before the disconnect");
+			rdm::RdmHeader h;
+			ck_assert(rdm::decode_header(got.data(), got.size(), h));
+			ck_assert_msg(h.type == rdm::MsgType::Close && h.length == sent, "type %d count %llu",
+				      int(h.type), static_cast<unsigned long long>(h.length));
+		}
+		ck_assert_msg(!a.next_message(got, 0), "a message after the Close (%zu bytes)", got.size());
+		ck_assert_msg(a.wait_dropped(), "the closed endpoint did not disconnect");
+	}
+}
+END_TEST
+
 // The mutation fuzzer: well-formed messages of every type, each mutated at
 // random (bytes flipped or set to edge values, length fields set to edge
 // values, the message cut or extended), sent one by one. A connection the
@@ -1022,7 +1098,8 @@ Suite *hostile_suite()
 		      {hostile_atomic_count_overflow, hostile_write_imm_replay, hostile_answer_kind,
 		       hostile_stale_unexpected, hostile_native_rights, hostile_native_agreement,
 		       hostile_commit_without_pmem, hostile_unexpected_flood, hostile_rma_events,
-		       hostile_stalled_receivers, hostile_cq_data_flood, hostile_peer_table});
+		       hostile_stalled_receivers, hostile_cq_data_flood, hostile_peer_table,
+		       hostile_close_counts, hostile_close_sent});
 	rdm_add_tcase(s, "hostile_lifetimes", 60, {hostile_conn_lost_in_transmit});
 	rdm_add_tcase(s, "hostile_fuzz", 600, {hostile_fuzz});
 	return s;

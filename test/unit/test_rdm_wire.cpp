@@ -1115,7 +1115,7 @@ START_TEST(undefined_types_refused)
 		buf[0] = t;
 		ck_assert_msg(!decodes(buf, sizeof buf), "type %u", t);
 	}
-	ck_assert_uint_eq(kMsgTypeMax, 17);
+	ck_assert_uint_eq(kMsgTypeMax, 18);
 }
 END_TEST
 
@@ -1175,6 +1175,73 @@ START_TEST(flow_message)
 				      unsigned(st));
 		}
 	}
+}
+END_TEST
+
+// Close: a bare header whose length is the count (any value, 0 too); a
+// status, an id, a flag or a body is refused.
+START_TEST(close_message)
+{
+	for (uint64_t n : {uint64_t(0), uint64_t(1), uint64_t(0x123456789aULL), UINT64_MAX}) {
+		uint8_t buf[kRdmHeaderBytes + 1] = {};
+		encode_close(buf, n);
+		RdmHeader h;
+		ck_assert(decode_header(buf, kRdmHeaderBytes, h));
+		ck_assert(h.type == MsgType::Close);
+		ck_assert_uint_eq(buf[0], 18);
+		ck_assert_uint_eq(h.length, n);
+		ck_assert_uint_eq(buf[24], uint8_t(n)); // LE length, low byte
+		ck_assert(!decode_header(buf, kRdmHeaderBytes + 1, h)); // a body
+		uint8_t bad[kRdmHeaderBytes];
+		for (int k = 0; k < 4; k++) {
+			memcpy(bad, buf, sizeof bad);
+			switch (k) {
+			case 0: bad[3] = 1; break;           // a status
+			case 1: bad[4] = 1; break;           // an id
+			case 2: bad[2] = kFlagCqData; break; // a flag
+			case 3: bad[8] = 1; break;           // a tag
+			}
+			ck_assert_msg(!decode_header(bad, sizeof bad, h), "mutation %d of count %llu", k,
+				      static_cast<unsigned long long>(n));
+		}
+	}
+}
+END_TEST
+
+// close_settle: the messages the peer counted beyond those already
+// completed are the first outstanding ones; every request up to the last of
+// them was executed; counting more than were posted is malformed.
+START_TEST(close_settle_counts)
+{
+	// Outstanding: write, message, write, message, message, read.
+	const bool msgs[] = {false, true, false, true, true, false};
+	auto is_msg = [&](size_t i) { return msgs[i]; };
+	struct Case {
+		uint64_t received, retired;
+		bool malformed;
+		ptrdiff_t through;
+	} cases[] = {
+		{10, 10, false, -1}, // none of the outstanding
+		{9, 10, false, -1},  // counted before its last receive was read
+		{0, 0, false, -1},
+		{11, 10, false, 1},  // the first message: the write before it too
+		{12, 10, false, 3},
+		{13, 10, false, 4},  // all three; the read after them is not known
+		{14, 10, true, -1},  // one more than were posted
+		{UINT64_MAX, 0, true, -1},
+	};
+	for (const Case &c : cases) {
+		const CloseSettle r = close_settle(c.received, c.retired, 6, is_msg);
+		ck_assert_msg(r.malformed == c.malformed && (c.malformed || r.through == c.through),
+			      "received %llu retired %llu: malformed %d through %td",
+			      static_cast<unsigned long long>(c.received), static_cast<unsigned long long>(c.retired),
+			      r.malformed, r.through);
+	}
+	// Nothing outstanding: any count beyond the retired ones is malformed.
+	ck_assert(!close_settle(5, 5, 0, is_msg).malformed);
+	ck_assert(close_settle(6, 5, 0, is_msg).malformed);
+	// Writes alone outstanding: a count beyond the retired is malformed.
+	ck_assert(close_settle(1, 0, 1, is_msg).malformed);
 }
 END_TEST
 
@@ -1822,6 +1889,8 @@ START_TEST(mutated_messages_decoded_safely)
 	keep(buf, kRdmHeaderBytes);
 	encode_flow(buf, FlowStatus::Pause);
 	keep(buf, kRdmHeaderBytes);
+	encode_close(buf, 42);
+	keep(buf, kRdmHeaderBytes);
 	for (const auto &t : templates)
 		ck_assert_msg(decode_checked(t, "a template"), "template of type %u refused", t[0]);
 
@@ -1975,6 +2044,8 @@ Suite *rdm_wire_suite()
 	tcase_add_test(tc, atomic_response_round_trip);
 	tcase_add_test(tc, malformed_atomic_responses_refused);
 	tcase_add_test(tc, undefined_types_refused);
+	tcase_add_test(tc, close_message);
+	tcase_add_test(tc, close_settle_counts);
 	tcase_add_test(tc, commit_request_round_trip);
 	tcase_add_test(tc, malformed_commits_refused);
 	tcase_add_test(tc, checked_products);

@@ -11,7 +11,7 @@ bool conn_post_sentinel(Conn *conn) noexcept
 	if (conn->tx.outstanding() == 0 || conn->tx.full())
 		return false;
 	TxSlot &s = conn->tx.next();
-	s.fill(conn->tx.head(), conn->tx.head(), nullptr, 0, 0, false, nullptr, 0,
+	s.fill(conn->tx.head(), conn->tx.head(), nullptr, 0, 0, false, nullptr, 0, false,
 	       conn->peer ? rdm_aux(RdmTx::Internal, 0) : 0); // RDM: no completion of its own
 	ibv_send_wr wr{};
 	wr.wr_id = reinterpret_cast<uintptr_t>(&s);

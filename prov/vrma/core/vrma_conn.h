@@ -15,7 +15,16 @@ struct SlotHeader {
 	Conn *conn = nullptr;
 	uint64_t seq = 0;
 	SlotKind kind = SlotKind::Tx;
+	// Tx: a request that takes one of the peer's receive buffers (a send,
+	// a write with immediate data): what a peer's RDM Close counts.
+	bool message = false;
 };
+static_assert(sizeof(SlotHeader) == 24, "the flag lives in the padding");
+// Whether a request of this opcode takes a receive buffer at the peer.
+inline constexpr bool wr_takes_recv(ibv_wr_opcode op) noexcept
+{
+	return op == IBV_WR_SEND || op == IBV_WR_SEND_WITH_IMM || op == IBV_WR_RDMA_WRITE_WITH_IMM;
+}
 // TxSlot::aux bits in which the owner names a buffer the request holds
 // until it completes (RDM: a shared send buffer). Such a request is always
 // signaled: its buffer comes back with its own completion, not behind a
@@ -42,8 +51,9 @@ struct TxSlot : SlotHeader {
 	uint32_t aux = 0;
 
 	void fill(uint64_t seq_, uint64_t op_end_, void *context_, uint64_t comp_flags_, size_t len_,
-		  bool report_, Cntr *cntr_, uint32_t commit_, uint32_t aux_ = 0) noexcept
+		  bool report_, Cntr *cntr_, uint32_t commit_, bool message_, uint32_t aux_ = 0) noexcept
 	{
+		message = message_;
 		aux = aux_;
 		seq = seq_;
 		op_end = op_end_;
@@ -192,6 +202,19 @@ struct Conn {
 	// RDM: why the connection was failed, when its flushed requests should
 	// say so rather than FI_ECANCELED (FI_ETIMEDOUT: the drain watch); 0.
 	int fail_err = 0;
+	// RDM Close (rdm_wire.h), under the endpoint's lock: the messages
+	// received on this connection (what our Close counts) and those among
+	// our retired requests; whether the peer takes a Close (its connection
+	// header) and ours went out; once the peer's came, every request up
+	// to sequence close_through was executed by the peer (close_settled:
+	// any), so that the disconnect's flush completes them as done.
+	uint64_t msgs_received = 0;
+	uint64_t msgs_retired = 0;
+	uint64_t close_through = 0;
+	bool peer_closes = false;
+	bool close_sent = false;
+	bool peer_closed = false;
+	bool close_settled = false;
 	// The prebuilt request of the one-request fast paths (post_fast, tx
 	// lock held): next and sg_list are set once, a post patches the rest.
 	// Never handed to the long way, which links and copies requests

@@ -197,7 +197,7 @@ Outcome handle_wc(Cq *cq, const ibv_wc &wc, Completion &c, fi_cq_err_entry &e);
 			count_completion(cntr, true);
 		return Outcome::None;
 	}
-	s->fill(seq, seq, nullptr, send ? FI_SEND | FI_MSG : FI_RMA | FI_WRITE, 0, false, cntr, 0);
+	s->fill(seq, seq, nullptr, send ? FI_SEND | FI_MSG : FI_RMA | FI_WRITE, 0, false, cntr, 0, send);
 	ibv_wc filled = wc;
 	filled.wr_id = reinterpret_cast<uintptr_t>(s);
 	return handle_wc(cq, filled, c, e);

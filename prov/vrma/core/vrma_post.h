@@ -453,7 +453,7 @@ template <bool Inject, class Post, class LongWay>
 		return post_one_slow(conn, wr, context, comp_flags, len, report, cntr, more, aux);
 	const uint64_t seq = conn->tx.head();
 	TxSlot &s = conn->tx.at(seq);
-	s.fill(seq, seq, context, comp_flags, len, report, cntr, 0, aux);
+	s.fill(seq, seq, context, comp_flags, len, report, cntr, 0, wr_takes_recv(wr.opcode), aux);
 	tx_signal(conn, seq, report, cntr, aux, wr.send_flags);
 	wr.wr_id = reinterpret_cast<uintptr_t>(&s);
 	wr.next = nullptr;
@@ -524,7 +524,7 @@ template <ibv_wr_opcode Op, bool Hdr = false, bool Connected = false, bool Bare 
 		wr_id |= kTxBare | (send ? kTxBareSend : 0);
 		tx_signal(conn, seq, false, cntr, 0, send_flags);
 	} else {
-		s.fill(seq, seq, context, comp_flags, len, report, cntr, 0, aux);
+		s.fill(seq, seq, context, comp_flags, len, report, cntr, 0, wr_takes_recv(Op), aux);
 		tx_signal(conn, seq, report, cntr, aux, send_flags);
 	}
 	ibv_send_wr &wr = conn->one_wr;
@@ -646,7 +646,7 @@ template <ibv_wr_opcode Op, bool Bare, bool Serial>
 		return; // the connection ended: ep_cancel_held posted them
 	const uint64_t seq = conn->tx.head();
 	TxSlot &s = conn->tx.next();
-	s.fill(seq, seq, nullptr, 0, 0, false, nullptr, 0);
+	s.fill(seq, seq, nullptr, 0, 0, false, nullptr, 0, false);
 	s.dc = DcMark::Closer;
 	ibv_send_wr rd{};
 	rd.wr_id = reinterpret_cast<uintptr_t>(&s);
@@ -804,7 +804,7 @@ inline ssize_t post_send_chain_locked(Conn *conn, ibv_send_wr *wrs, size_t n, co
 		const uint64_t seq = first + i;
 		TxSlot &s = conn->tx.next();
 		s.fill(seq, last, op.context, op.comp_flags, op.len, op.want_completion, op.cntr, op.commit,
-		       op.aux);
+		       wr_takes_recv(wrs[i].opcode), op.aux);
 		const bool needed = seq == last && (op.want_completion || op.cntr || (op.aux & kAuxHeldBuffer));
 		// Unsignaled requests come back only behind a signaled one: one in
 		// every kSignalPeriod is signaled, so a full ring or a busy bounce

@@ -133,7 +133,7 @@ void fill_param(RdmEp *ep, ConnParam &p, uint16_t flags, RdmPeer *peer = nullptr
 		const auth::Mac *answer = nullptr)
 {
 	rdm::RdmConnHeader h;
-	h.flags = flags | (ep->rma_events ? rdm::kConnFlagRmaEvents : 0) |
+	h.flags = flags | rdm::kConnFlagClose | (ep->rma_events ? rdm::kConnFlagRmaEvents : 0) |
 		  (ep->rma_pmem ? rdm::kConnFlagCommitService : 0) |
 		  (ep->domain->direct_write_to_pmem.load() ? rdm::kConnFlagDirectWritePmem : 0) |
 		  (ep->native_atomics ? rdm::kConnFlagNativeAtomics : 0);
@@ -479,6 +479,7 @@ rdma_cm_id *accept_request(RdmEp *ep, rdma_cm_event *ev)
 	c->id.reset(id);
 	id->context = c.get();
 	c->peer_cm_flags.store(rdm_peer_cm_flags(h.flags));
+	c->peer_closes = !self && (h.flags & rdm::kConnFlagClose);
 	if (!self) {
 		peer->key_table = h.key_table;
 		// An authenticated request had no room for the table.
@@ -923,6 +924,7 @@ void rdm_cm_event(RdmEp *ep, rdma_cm_event *ev, rdma_cm_id *&destroy) noexcept
 			if (decoded) {
 				peer->nonce = h.nonce;
 				c->peer_cm_flags.store(rdm_peer_cm_flags(h.flags));
+				c->peer_closes = h.flags & rdm::kConnFlagClose;
 				peer->key_table = h.key_table;
 			}
 		}

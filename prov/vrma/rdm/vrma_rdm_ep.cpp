@@ -144,9 +144,11 @@ void cqs_attach(RdmEp *ep, bool attach)
 // sends still outstanding (and not disconnected: CM events are handled
 // here, the engine no longer runs the endpoint) gets a signaled zero-byte
 // write, whose completion retires the unsignaled ones before it. Bounded
-// by kLingerMs; what has not gone by then is flushed as before. Messages
-// that arrive meanwhile are not served: the endpoint is closing (a peer's
-// request then fails with the connection, as it did without the linger).
+// by kLingerMs; what has not gone by then is flushed as before. Last on each
+// connection goes a Close (rdm_wire.h). Messages that arrive meanwhile are
+// counted, not served: the endpoint is closing (a peer's request then fails
+// with the connection, as it did without the linger); a peer's Close is
+// taken.
 constexpr int kLingerMs = 1000;
 void rdm_linger(RdmEp *ep) noexcept
 {
@@ -158,13 +160,28 @@ void rdm_linger(RdmEp *ep) noexcept
 		drain_cm_events(ep);
 		rdm_progress_locked(ep);
 		bool quiet = ep->answer_backlog.empty();
+		// Our Close, after what the application posted: how many of the
+		// peer's messages we received (rdm_wire.h), so that its requests
+		// our disconnect flushes before their acknowledgment came back
+		// complete as done. Again next round when the queue was full.
+		uint8_t bye[rdm::kRdmHeaderBytes];
 		for (auto &[addr, peer] : ep->peers) {
 			Conn *c = peer->conn.get();
-			if (!c || c->state.load() != EpState::Connected || c->tx.outstanding() == 0)
+			if (!c || c->state.load() != EpState::Connected)
+				continue;
+			bool fresh = false;
+			if (c->peer_closes && !c->close_sent && !peer->loopback) {
+				rdm::encode_close(bye, c->msgs_received);
+				fresh = c->close_sent = rdm_post_answer(ep, c, bye, nullptr, 0) == 0;
+				quiet = false;
+			}
+			if (c->tx.outstanding() == 0)
 				continue;
 			quiet = false;
-			// Once, and again once the backlog went out behind it.
-			if ((round == 0 || (round % 64 == 0 && ep->answer_backlog.empty())) && conn_post_sentinel(c))
+			// Once (and after a Close), and again once the backlog went
+			// out behind it.
+			if ((round == 0 || fresh || (round % 64 == 0 && ep->answer_backlog.empty())) &&
+			    conn_post_sentinel(c))
 				ep->tx_wrs++;
 		}
 		if (quiet || deadline.expired())

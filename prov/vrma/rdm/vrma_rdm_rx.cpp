@@ -41,6 +41,15 @@ void fail_waiting_send(RdmEp *ep, RdmPeer *peer, void *slot_context, int err, in
 		complete_tx_op(ep, w->second, err, prov_errno);
 }
 
+// Whether a request the peer executed is done on this side too: its effect
+// is at the peer (a send, a write, vrma's own messages), not an answer still
+// to come back (a read's data, a device atomic's old value).
+constexpr bool rdm_executed_is_done(RdmTx kind, uint64_t comp_flags) noexcept
+{
+	return kind != RdmTx::RndvRead && kind != RdmTx::KeyRead && kind != RdmTx::AtomicNative &&
+	       !(comp_flags & FI_READ);
+}
+
 } // namespace
 
 // Returns whether r is gone (completed and freed, or owned by its
@@ -125,6 +134,54 @@ void queue_unexpected(RdmEp *ep, RdmMsg *m, size_t cost, RdmPeer *peer, MatchKin
 	(void)ep->matcher.append_unexpected(kind, *m);
 }
 
+// The peer's current connection when a message arrived over it (not over
+// a loopback end or a connection being replaced), else nullptr.
+Conn *arrived_on(RdmPeer *peer, uint32_t qp_num) noexcept
+{
+	Conn *c = peer->conn.get();
+	return c && c->qp && c->qp->qp_num == qp_num ? c : nullptr;
+}
+
+// A peer's Close (rdm_wire.h): which of our outstanding requests it
+// executed, for the flush its disconnect brings (rdm_handle_wc).
+void handle_close(RdmPeer *peer, uint32_t qp_num, const rdm::RdmHeader &h) noexcept
+{
+	VRMA_ASSERT_HELD(peer->ep->lock);
+	Conn *c = arrived_on(peer, qp_num);
+	if (!c)
+		return; // says nothing of the current connection
+	if (c->peer_closed) {
+		rdm_drop_malformed(peer, qp_num, "a second Close");
+		return;
+	}
+	c->peer_closed = true;
+	const uint64_t tail = c->tx.tail();
+	const rdm::CloseSettle r = rdm::close_settle(h.length, c->msgs_retired, c->tx.head() - tail,
+						     [c, tail](size_t i) { return c->tx.at(tail + i).message; });
+	if (r.malformed) {
+		rdm_drop_malformed(peer, qp_num, "a Close counting more messages than were sent");
+		return;
+	}
+	if (r.through >= 0) {
+		c->close_settled = true;
+		c->close_through = tail + static_cast<uint64_t>(r.through);
+	}
+}
+
+// A message that arrived while the endpoint closes (rdm_linger): counted,
+// and a Close taken; nothing else is served.
+void closing_message(RdmEp *ep, const ibv_wc &wc, const uint8_t *buf) noexcept
+{
+	RdmPeer *peer = ep->by_qp.find(wc.qp_num);
+	if (!peer || rdm::check_recv_wc(wc.opcode, wc.wc_flags, wc.byte_len, ep->buf_stride) != rdm::RecvWcCheck::Ok)
+		return;
+	if (Conn *c = arrived_on(peer, wc.qp_num))
+		c->msgs_received++;
+	rdm::RdmHeader h;
+	if (rdm::decode_header(buf, wc.byte_len, h) && h.type == rdm::MsgType::Close)
+		handle_close(peer, wc.qp_num, h);
+}
+
 void handle_message(RdmEp *ep, const ibv_wc &wc, const uint8_t *buf)
 {
 	RdmPeer *peer = ep->by_qp.find(wc.qp_num);
@@ -132,10 +189,11 @@ void handle_message(RdmEp *ep, const ibv_wc &wc, const uint8_t *buf)
 		VRMA_WARN(FI_LOG_EP_DATA, "RDM: a message on an unknown queue pair %u\n", wc.qp_num);
 		return;
 	}
-	if (Conn *pc = peer->conn.get();
-	    pc && pc->state.load(std::memory_order_relaxed) != EpState::Connected && pc->qp &&
-	    pc->qp->qp_num == wc.qp_num) [[unlikely]]
-		rdm_conn_established(peer, pc);
+	if (Conn *pc = peer->conn.get(); pc && pc->qp && pc->qp->qp_num == wc.qp_num) [[likely]] {
+		pc->msgs_received++; // what our Close will count
+		if (pc->state.load(std::memory_order_relaxed) != EpState::Connected) [[unlikely]]
+			rdm_conn_established(peer, pc);
+	}
 	rdm::RdmHeader h;
 	if (!rdm::decode_header(buf, wc.byte_len, h)) {
 		rdm_drop_malformed(peer, wc.qp_num, "a malformed message");
@@ -235,6 +293,9 @@ void handle_message(RdmEp *ep, const ibv_wc &wc, const uint8_t *buf)
 		return;
 	case rdm::MsgType::Flow:
 		rdm_handle_flow(peer, h);
+		return;
+	case rdm::MsgType::Close:
+		handle_close(peer, wc.qp_num, h);
 		return;
 	case rdm::MsgType::CommitAnswer: {
 		RdmTxOp *op = answered_op(peer, wc.qp_num, h);
@@ -491,7 +552,9 @@ void rdm_handle_wc(RdmEp *ep, const ibv_wc &wc) noexcept
 				handle_message(ep, wc, s->buf);
 			else
 				refuse_recv_wc(ep, wc, check);
-		} else if (wc.status != IBV_WC_SUCCESS && wc.status != IBV_WC_WR_FLUSH_ERR) {
+		} else if (wc.status == IBV_WC_SUCCESS) {
+			closing_message(ep, wc, s->buf);
+		} else if (wc.status != IBV_WC_WR_FLUSH_ERR) {
 			VRMA_WARN(FI_LOG_EP_DATA, "RDM: receive failed: %s\n", ibv_wc_status_str(wc.status));
 		}
 		// Reposted in batches: one call (and one lock of the device's
@@ -517,6 +580,7 @@ void rdm_handle_wc(RdmEp *ep, const ibv_wc &wc) noexcept
 	Cntr *cntr = s->cntr;
 	const RdmTx kind = rdm_aux_kind(s->aux);
 	c->tx.retire_through(seq, [ep, c](TxSlot &t, uint64_t t_seq) {
+		c->msgs_retired += t.message;
 		// An operation's send buffer (each of its requests carries the
 		// mark) comes back with its last request.
 		if (const uint32_t b = rdm_aux_buf(t.aux)) {
@@ -537,6 +601,12 @@ void rdm_handle_wc(RdmEp *ep, const ibv_wc &wc) noexcept
 			  static_cast<int>(wc.opcode), static_cast<unsigned>(kind));
 		status = IBV_WC_GENERAL_ERR;
 	}
+	// The peer's Close counted a message at or after this request: the
+	// peer executed it, and its disconnect flushed only the acknowledgment
+	// (rdm_wire.h). Not a read or a device atomic: their answer is lost.
+	if (status == IBV_WC_WR_FLUSH_ERR && c->close_settled && seq <= c->close_through &&
+	    rdm_executed_is_done(kind, comp_flags)) [[unlikely]]
+		status = IBV_WC_SUCCESS;
 	const bool ok = status == IBV_WC_SUCCESS;
 	const int err = ok				       ? 0
 			: status == IBV_WC_WR_FLUSH_ERR && c->fail_err ? c->fail_err
@@ -672,6 +742,7 @@ void rdm_report_unposted(Conn *conn, const ibv_send_wr *first, int err) noexcept
 	const int fi_err = -errno_to_fi(err, ErrPath::Post);
 	for (const ibv_send_wr *w = first; w; w = w->next) {
 		auto *s = reinterpret_cast<TxSlot *>(w->wr_id);
+		s->message = false; // never sent: no Close counts it
 		if (s->seq != s->op_end)
 			continue; // one report per operation, at its last request
 		// The slots stay in the ring: a later completion (the sentinel's
