@@ -80,6 +80,18 @@ vm_hosts() {
 }
 check "vrma-vm --hosts takes 1 or 2, and says so in one line" vm_hosts
 
+# vrma-compare's two hosts are for the many-peer part alone: one line each,
+# before anything is installed or built.
+compare_hosts() {
+	run "$tmp/c3" "$util/vrma-compare" --hosts 3 --only peers
+	[[ $rc -eq 2 ]] && [[ $(errors "$tmp/c3.err") -eq 1 ]] &&
+		grep -q "^vrma-compare: error: --hosts: '3' is not 1 or 2$" "$tmp/c3.err" || { show "$tmp/c3"; return 1; }
+	run "$tmp/c2" "$util/vrma-compare" --hosts 2 --only rdm
+	[[ $rc -eq 2 ]] && [[ $(errors "$tmp/c2.err") -eq 1 ]] &&
+		grep -q '^vrma-compare: error: --hosts 2: only with --only peers' "$tmp/c2.err" || show "$tmp/c2"
+}
+check "vrma-compare --hosts takes 1, or 2 for the many-peer part, and says so in one line" compare_hosts
+
 # A package apt cannot install: one line that names it, non-zero status.
 deps_fail() {
 	run "$tmp/f" env VRMA_EXTRA_PACKAGES="$fake" "$util/install-deps"
