@@ -205,16 +205,15 @@ struct Conn {
 	// RDM Close (rdm_wire.h), under the endpoint's lock: the messages
 	// received on this connection (what our Close counts) and those among
 	// our retired requests; whether the peer takes a Close (its connection
-	// header) and ours went out; once the peer's came, every request up
-	// to sequence close_through was executed by the peer (close_settled:
-	// any), so that the disconnect's flush completes them as done.
+	// header) and ours went out; once the peer's came, every request with a
+	// sequence below close_executed was executed by the peer (0: none
+	// known), so that the disconnect's flush completes them as done.
 	uint64_t msgs_received = 0;
 	uint64_t msgs_retired = 0;
-	uint64_t close_through = 0;
+	uint64_t close_executed = 0;
 	bool peer_closes = false;
 	bool close_sent = false;
 	bool peer_closed = false;
-	bool close_settled = false;
 	// The prebuilt request of the one-request fast paths (post_fast, tx
 	// lock held): next and sg_list are set once, a post patches the rest.
 	// Never handed to the long way, which links and copies requests

@@ -50,6 +50,13 @@ constexpr bool rdm_executed_is_done(RdmTx kind, uint64_t comp_flags) noexcept
 	       !(comp_flags & FI_READ);
 }
 
+// Whether c is the connection of the local queue pair qp_num (what a work
+// completion names).
+bool conn_on_qp(const Conn *c, uint32_t qp_num) noexcept
+{
+	return c && c->qp && c->qp->qp_num == qp_num;
+}
+
 } // namespace
 
 // Returns whether r is gone (completed and freed, or owned by its
@@ -138,16 +145,15 @@ void queue_unexpected(RdmEp *ep, RdmMsg *m, size_t cost, RdmPeer *peer, MatchKin
 // a loopback end or a connection being replaced), else nullptr.
 Conn *arrived_on(RdmPeer *peer, uint32_t qp_num) noexcept
 {
-	Conn *c = peer->conn.get();
-	return c && c->qp && c->qp->qp_num == qp_num ? c : nullptr;
+	return conn_on_qp(peer->conn.get(), qp_num) ? peer->conn.get() : nullptr;
 }
 
-// A peer's Close (rdm_wire.h): which of our outstanding requests it
-// executed, for the flush its disconnect brings (rdm_handle_wc).
-void handle_close(RdmPeer *peer, uint32_t qp_num, const rdm::RdmHeader &h) noexcept
+// A peer's Close (rdm_wire.h) that arrived over c (arrived_on): which of our
+// outstanding requests it executed, for the flush its disconnect brings
+// (rdm_handle_wc).
+void handle_close(RdmPeer *peer, Conn *c, uint32_t qp_num, const rdm::RdmHeader &h) noexcept
 {
 	VRMA_ASSERT_HELD(peer->ep->lock);
-	Conn *c = arrived_on(peer, qp_num);
 	if (!c)
 		return; // says nothing of the current connection
 	if (c->peer_closed) {
@@ -162,24 +168,23 @@ void handle_close(RdmPeer *peer, uint32_t qp_num, const rdm::RdmHeader &h) noexc
 		rdm_drop_malformed(peer, qp_num, "a Close counting more messages than were sent");
 		return;
 	}
-	if (r.through >= 0) {
-		c->close_settled = true;
-		c->close_through = tail + static_cast<uint64_t>(r.through);
-	}
+	if (r.through >= 0)
+		c->close_executed = tail + static_cast<uint64_t>(r.through) + 1;
 }
 
-// A message that arrived while the endpoint closes (rdm_linger): counted,
-// and a Close taken; nothing else is served.
+// A message (its completion checked) that arrived while the endpoint
+// closes (rdm_linger): counted, and a Close taken; nothing else is served.
 void closing_message(RdmEp *ep, const ibv_wc &wc, const uint8_t *buf) noexcept
 {
 	RdmPeer *peer = ep->by_qp.find(wc.qp_num);
-	if (!peer || rdm::check_recv_wc(wc.opcode, wc.wc_flags, wc.byte_len, ep->buf_stride) != rdm::RecvWcCheck::Ok)
+	if (!peer)
 		return;
-	if (Conn *c = arrived_on(peer, wc.qp_num))
+	Conn *c = arrived_on(peer, wc.qp_num);
+	if (c)
 		c->msgs_received++;
 	rdm::RdmHeader h;
 	if (rdm::decode_header(buf, wc.byte_len, h) && h.type == rdm::MsgType::Close)
-		handle_close(peer, wc.qp_num, h);
+		handle_close(peer, c, wc.qp_num, h);
 }
 
 void handle_message(RdmEp *ep, const ibv_wc &wc, const uint8_t *buf)
@@ -189,10 +194,11 @@ void handle_message(RdmEp *ep, const ibv_wc &wc, const uint8_t *buf)
 		VRMA_WARN(FI_LOG_EP_DATA, "RDM: a message on an unknown queue pair %u\n", wc.qp_num);
 		return;
 	}
-	if (Conn *pc = peer->conn.get(); pc && pc->qp && pc->qp->qp_num == wc.qp_num) [[likely]] {
-		pc->msgs_received++; // what our Close will count
-		if (pc->state.load(std::memory_order_relaxed) != EpState::Connected) [[unlikely]]
-			rdm_conn_established(peer, pc);
+	Conn *on = arrived_on(peer, wc.qp_num);
+	if (on) [[likely]] {
+		on->msgs_received++; // what our Close will count
+		if (on->state.load(std::memory_order_relaxed) != EpState::Connected) [[unlikely]]
+			rdm_conn_established(peer, on);
 	}
 	rdm::RdmHeader h;
 	if (!rdm::decode_header(buf, wc.byte_len, h)) {
@@ -295,7 +301,7 @@ void handle_message(RdmEp *ep, const ibv_wc &wc, const uint8_t *buf)
 		rdm_handle_flow(peer, h);
 		return;
 	case rdm::MsgType::Close:
-		handle_close(peer, wc.qp_num, h);
+		handle_close(peer, on, wc.qp_num, h);
 		return;
 	case rdm::MsgType::CommitAnswer: {
 		RdmTxOp *op = answered_op(peer, wc.qp_num, h);
@@ -406,9 +412,9 @@ void rdm_drop_malformed(RdmPeer *peer, uint32_t qp_num, const char *what) noexce
 	VRMA_ASSERT_HELD(peer->ep->lock);
 	VRMA_WARN(FI_LOG_EP_DATA, "RDM: %s from a peer: dropping its connection\n", what);
 	Conn *c = nullptr;
-	if (peer->conn && peer->conn->qp && peer->conn->qp->qp_num == qp_num)
+	if (conn_on_qp(peer->conn.get(), qp_num))
 		c = peer->conn.get();
-	else if (peer->loopback && peer->loopback->qp && peer->loopback->qp->qp_num == qp_num)
+	else if (conn_on_qp(peer->loopback.get(), qp_num))
 		c = peer->loopback.get();
 	if (c) // else it arrived on a connection already dying
 		rdm_conn_failed(peer, c, FI_EIO);
@@ -417,12 +423,7 @@ void rdm_drop_malformed(RdmPeer *peer, uint32_t qp_num, const char *what) noexce
 bool rdm_answer_conn_ok(const RdmPeer *peer, const Conn *sent_on, uint32_t qp_num) noexcept
 {
 	const Conn *c = peer->conn.get();
-	if (!c || c != sent_on)
-		return false;
-	if (c->qp && c->qp->qp_num == qp_num)
-		return true;
-	const Conn *lb = peer->loopback.get();
-	return lb && lb->qp && lb->qp->qp_num == qp_num;
+	return c && c == sent_on && (conn_on_qp(c, qp_num) || conn_on_qp(peer->loopback.get(), qp_num));
 }
 
 // A successful receive completion that is no message of vrma's protocol
@@ -545,15 +546,17 @@ void rdm_handle_wc(RdmEp *ep, const ibv_wc &wc) noexcept
 	if (h->kind == SlotKind::Rx) {
 		auto *s = static_cast<SrqSlot *>(h);
 		// A closing endpoint (rdm_linger) serves nothing more.
-		if (wc.status == IBV_WC_SUCCESS && !ep->closing) [[likely]] {
+		if (wc.status == IBV_WC_SUCCESS) [[likely]] {
 			const rdm::RecvWcCheck check =
 				rdm::check_recv_wc(wc.opcode, wc.wc_flags, wc.byte_len, ep->buf_stride);
-			if (check == rdm::RecvWcCheck::Ok) [[likely]]
+			if (check != rdm::RecvWcCheck::Ok) [[unlikely]] {
+				if (!ep->closing)
+					refuse_recv_wc(ep, wc, check);
+			} else if (!ep->closing) [[likely]] {
 				handle_message(ep, wc, s->buf);
-			else
-				refuse_recv_wc(ep, wc, check);
-		} else if (wc.status == IBV_WC_SUCCESS) {
-			closing_message(ep, wc, s->buf);
+			} else {
+				closing_message(ep, wc, s->buf);
+			}
 		} else if (wc.status != IBV_WC_WR_FLUSH_ERR) {
 			VRMA_WARN(FI_LOG_EP_DATA, "RDM: receive failed: %s\n", ibv_wc_status_str(wc.status));
 		}
@@ -604,7 +607,7 @@ void rdm_handle_wc(RdmEp *ep, const ibv_wc &wc) noexcept
 	// The peer's Close counted a message at or after this request: the
 	// peer executed it, and its disconnect flushed only the acknowledgment
 	// (rdm_wire.h). Not a read or a device atomic: their answer is lost.
-	if (status == IBV_WC_WR_FLUSH_ERR && c->close_settled && seq <= c->close_through &&
+	if (status == IBV_WC_WR_FLUSH_ERR && seq < c->close_executed &&
 	    rdm_executed_is_done(kind, comp_flags)) [[unlikely]]
 		status = IBV_WC_SUCCESS;
 	const bool ok = status == IBV_WC_SUCCESS;
