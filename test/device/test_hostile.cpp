@@ -1039,7 +1039,7 @@ START_TEST(hostile_fuzz)
 	};
 
 	HostileOptions opt;
-	opt.recv_bytes = 8192 + rdm::kRdmHeaderBytes + 64;
+	opt.recv_bytes = 16384 + rdm::kRdmHeaderBytes + 64; // the default eager size
 	auto attacker = std::make_unique<HostilePeer>(s.victim.name, opt);
 	ck_assert(attacker->connect());
 	opt.claim = attacker->claimed();

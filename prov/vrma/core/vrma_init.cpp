@@ -137,7 +137,7 @@ void params_init() noexcept
 		params.stage_buffers = kStageBuffers;
 	}
 	define_size("rdm_eager_size",
-		    "RDM endpoints: messages up to this many bytes are copied through provider buffers; longer ones are read by the receiver straight from the sender's buffer (default: 8192)",
+		    "RDM endpoints: messages up to this many bytes are copied through provider buffers; longer ones are read by the receiver straight from the sender's buffer (default: 16384)",
 		    &rdm_params.eager_size);
 	define_size("rdm_rx_buffers", "RDM endpoints: receive buffers shared by all peers (default: 256)",
 		    &rdm_params.rx_buffers);

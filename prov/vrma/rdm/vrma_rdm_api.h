@@ -55,7 +55,12 @@ inline constexpr size_t kRdmMaxMsg = size_t(1) << 31;
 
 // Parameters (FI_VRMA_RDM_*), read at fi_prov_ini (vrma_init.cpp).
 struct RdmParams {
-	size_t eager_size = 8192;  // payload bytes sent eagerly; longer: rendezvous
+	// Payload bytes sent eagerly; longer: rendezvous. 16 KiB, not less: a
+	// lost packet of a SEND is NAKed and resent at once, a lost READ
+	// response waits for the requester's ACK timeout (rxe asks again only
+	// then), so on a lossy link the smallest rendezvous costs most. Costs
+	// the SRQ and send buffers (rx_buffers + tx_buffers) x 16 KiB pinned.
+	size_t eager_size = 16384;
 	size_t rx_buffers = 256;   // SRQ buffers per endpoint
 	size_t tx_buffers = 256;   // registered eager send buffers per endpoint
 	size_t peer_tx_size = kRdmPeerTxSizeDefault; // send queue depth per peer (capacity.h)
