@@ -1039,7 +1039,9 @@ START_TEST(hostile_fuzz)
 	};
 
 	HostileOptions opt;
-	opt.recv_bytes = 16384 + rdm::kRdmHeaderBytes + 64; // the default eager size
+	// Room for the victim's largest message: its eager size (an RDM
+	// endpoint's inject_size) and the header.
+	opt.recv_bytes = s.env.info->tx_attr->inject_size + rdm::kRdmHeaderBytes + 64;
 	auto attacker = std::make_unique<HostilePeer>(s.victim.name, opt);
 	ck_assert(attacker->connect());
 	opt.claim = attacker->claimed();
