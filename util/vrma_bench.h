@@ -281,6 +281,10 @@ struct Options {
 	uint32_t peer_rounds = 10; // rounds of 8-byte messages after the first
 	uint32_t large_rounds = 2; // rounds of `large`-byte messages
 	size_t large = 64u << 10;
+	// The hub, after its report: seconds it goes on progressing with nothing
+	// to send (connections closed for being unused, FI_VRMA_RDM_IDLE_TIMEOUT,
+	// give their memory back), then reports again.
+	uint32_t idle_wait = 0;
 };
 
 // The sizes a client measures: -S, or the mode's default (powers of two up

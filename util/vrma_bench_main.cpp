@@ -18,7 +18,7 @@ namespace {
 const char kUsage[] =
 	"usage: vrma_bench [-p PROVIDER] [-d DOMAIN] [--loopback | --server | -s ADDR] [options]\n"
 	"       vrma_bench --plot FILE.png --json-in A.json [--json-in B.json ...]\n"
-	"       vrma_bench [-p PROVIDER] --hub N --dir DIR [--rounds R] [--large N] [--large-rounds R]\n"
+	"       vrma_bench [-p PROVIDER] --hub N --dir DIR [--rounds R] [--large N] [--large-rounds R] [--idle-wait S]\n"
 	"       vrma_bench [-p PROVIDER] --peer-eps M --peer-base B --dir DIR\n"
 	"\n"
 	"roles:\n"
@@ -77,6 +77,8 @@ const char kUsage[] =
 	"  --rounds R            rounds of 8-byte messages after the first (default 10)\n"
 	"  --large N             size of the large rounds' messages (default 64k: the rendezvous)\n"
 	"  --large-rounds R      rounds of --large messages (default 2)\n"
+	"  --idle-wait S         the hub: after its report, S seconds with nothing to send, then what it holds\n"
+	"                        again (set FI_VRMA_RDM_IDLE_TIMEOUT below S to see unused connections go)\n"
 	"\n"
 	"RMA lat mode: the client writes SIZE bytes into the server's buffer, the server waits for\n"
 	"the last byte (writedata: for the remote CQ data) and writes back; one-way latency = round\n"
@@ -146,6 +148,7 @@ enum LongOption {
 	kOptRounds,
 	kOptLarge,
 	kOptLargeRounds,
+	kOptIdleWait,
 };
 
 [[noreturn]] __attribute__((format(printf, 1, 2))) void usage_error(const char *fmt, ...)
@@ -250,6 +253,7 @@ Options parse_args(int argc, char **argv)
 		{"rounds", required_argument, nullptr, kOptRounds},
 		{"large", required_argument, nullptr, kOptLarge},
 		{"large-rounds", required_argument, nullptr, kOptLargeRounds},
+		{"idle-wait", required_argument, nullptr, kOptIdleWait},
 		{"help", no_argument, nullptr, 'h'},
 		{nullptr, 0, nullptr, 0},
 	};
@@ -344,6 +348,7 @@ Options parse_args(int argc, char **argv)
 		case kOptDir: opt.peers_dir = optarg; break;
 		case kOptRounds: opt.peer_rounds = static_cast<uint32_t>(std::min<uint64_t>(parse_count(optarg, "--rounds"), 1u << 20)); break;
 		case kOptLarge: opt.large = parse_size(optarg, "--large"); break;
+		case kOptIdleWait: opt.idle_wait = static_cast<uint32_t>(std::min<uint64_t>(parse_count(optarg, "--idle-wait"), 3600)); break;
 		case kOptLargeRounds: opt.large_rounds = static_cast<uint32_t>(std::min<uint64_t>(parse_count(optarg, "--large-rounds"), 1u << 20)); break;
 		case ':': usage_error("%s needs an argument", argv[optind - 1]);
 		default: usage_error("unknown option %s", argv[optind - 1]);

@@ -601,6 +601,17 @@ int run_hub(const Options &opt)
 		opt, side, [ep](size_t) { return ep; }, [](size_t i) { return static_cast<uint32_t>(i); });
 	const Usage after = read_usage();
 	report(opt, side, n, before, after, t, av_seconds);
+	if (opt.idle_wait) {
+		const auto idle_start = Clock::now();
+		while (seconds_since(idle_start) < opt.idle_wait)
+			side.progress();
+		const Usage idle = read_usage();
+		printf("# after %u s with nothing to send: VmRSS %s KiB (%s per peer over before), heap %s KiB (%s), QPs %s\n",
+		       opt.idle_wait, figure(idle.rss_kib).c_str(), per_peer(before.rss_kib, idle.rss_kib, n).c_str(),
+		       figure(idle.heap_bytes, 1024).c_str(), per_peer(before.heap_bytes, idle.heap_bytes, n, 1.0 / 1024).c_str(),
+		       figure(idle.qps).c_str());
+		fflush(stdout);
+	}
 	write_names(opt, "done", {}, 0, 1);
 	return 0;
 }

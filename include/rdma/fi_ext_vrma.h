@@ -48,6 +48,18 @@ extern "C" {
 enum {
 	/* int: an enum fi_vrma_commit_method value (connected endpoints) */
 	FI_VRMA_OPT_COMMIT_METHOD = -(FI_PROV_SPECIFIC_VRMA),
+	/* struct fi_vrma_rdm_conn_stats (FI_EP_RDM endpoints; fi_getopt only) */
+	FI_VRMA_OPT_RDM_CONN_STATS = -(FI_PROV_SPECIFIC_VRMA) - 1,
+};
+
+/* What an RDM endpoint holds for its peers, and what it gave back. */
+struct fi_vrma_rdm_conn_stats {
+	uint64_t peers;       /* peers in its table (FI_VRMA_RDM_MAX_PEERS) */
+	uint64_t connections; /* connections up or being made (one queue pair each) */
+	uint64_t closing;     /* ended connections whose queue pairs are not freed yet */
+	uint64_t idle_closed; /* connections closed unused (FI_VRMA_RDM_IDLE_TIMEOUT),
+			       * asked by either side, in the endpoint's life */
+	uint64_t peers_given_back; /* peers without a connection given back, in its life */
 };
 
 enum fi_vrma_commit_method {

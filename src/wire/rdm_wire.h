@@ -333,6 +333,9 @@ inline constexpr uint16_t kConnFlagAsk = 1 << 11;
 // The sender closes with a Close message (below) before it disconnects, and
 // takes one from the peer.
 inline constexpr uint16_t kConnFlagClose = 1 << 12;
+// The sender takes Idle messages (below): a connection nothing uses may be
+// closed by agreement and made again on demand.
+inline constexpr uint16_t kConnFlagIdle = 1 << 13;
 static_assert(24 + sizeof(uint64_t) == kConnHeaderBytes, "the nonce ends the header");
 
 // Where a peer's scalable-key table is (key_table.h).
@@ -605,6 +608,19 @@ inline bool keep_initiated(const RdmAddr &self, uint64_t self_nonce, const RdmAd
 //    to a peer whose connection header had kConnFlagClose; twice, or counting
 //    more messages than were sent, it is malformed. msg_id 0, nothing
 //    follows.
+//  - Idle: closing a connection neither side uses, by agreement (sent only
+//    to a peer whose connection header had kConnFlagIdle). status Query:
+//    the sender has had nothing under way and sent nothing on it for
+//    `length` milliseconds (its FI_VRMA_RDM_IDLE_TIMEOUT) and asks to close
+//    it. The receiver answers once: Agree (it has nothing under way either
+//    and sent nothing for as long; from now on it starts no operation on
+//    the connection until it ends or a Resume comes) or Refuse. Two Queries
+//    that cross: the one of the side keep_initiated() favours stands, the
+//    other is void and never answered. After an Agree the asker either
+//    disconnects (nothing was posted on the connection since its Query) or
+//    sends Resume: the connection stays. msg_id 0, nothing follows; length
+//    0 but in a Query. An answer or Resume without its Query or Agree, or
+//    a Query while one is agreed, is malformed.
 //
 // msg_id: chosen by the message's sender, unique among its messages on that
 // connection still waiting for an answer (a wrapping counter per connection
@@ -633,8 +649,9 @@ enum class MsgType : uint8_t {
 	KeyTable = 16,
 	Flow = 17,
 	Close = 18,
+	Idle = 19,
 };
-inline constexpr uint8_t kMsgTypeMax = 18;
+inline constexpr uint8_t kMsgTypeMax = 19;
 
 inline constexpr uint8_t kFlagCqData = 1 << 0;            // cq_data is remote CQ data
 inline constexpr uint8_t kFlagDeliveryComplete = 1 << 1;  // answer with DeliveryAck
@@ -695,6 +712,14 @@ enum class FlowStatus : uint8_t {
 	Resume = 2,
 };
 
+// An Idle message's status.
+enum class IdleStatus : uint8_t {
+	Query = 1,
+	Agree = 2,
+	Refuse = 3,
+	Resume = 4,
+};
+
 struct RdmHeader {
 	MsgType type = MsgType::Eager;
 	uint8_t flags = 0;
@@ -750,6 +775,9 @@ inline constexpr bool status_allowed(MsgType t, uint8_t status) noexcept
 	case MsgType::Flow:
 		return status == static_cast<uint8_t>(FlowStatus::Pause) ||
 		       status == static_cast<uint8_t>(FlowStatus::Resume);
+	case MsgType::Idle:
+		return status >= static_cast<uint8_t>(IdleStatus::Query) &&
+		       status <= static_cast<uint8_t>(IdleStatus::Resume);
 	default:
 		return status == 0;
 	}
@@ -1025,6 +1053,9 @@ inline bool decode_header(const uint8_t *buf, size_t len, RdmHeader &h) noexcept
 		return h.msg_id == 0 && h.length == 0 && payload == 0;
 	if (h.type == MsgType::Close)
 		return h.msg_id == 0 && payload == 0; // length: a count, bounded by its receiver
+	if (h.type == MsgType::Idle)
+		return h.msg_id == 0 && payload == 0 &&
+		       (h.length == 0 || h.status == static_cast<uint8_t>(IdleStatus::Query));
 	// RndvDone, DeliveryAck: answers, to ids that are never 0.
 	return h.msg_id != 0 && payload == 0 && h.length == 0;
 }
@@ -1279,6 +1310,16 @@ inline void encode_close(uint8_t *buf, uint64_t received) noexcept
 	RdmHeader h;
 	h.type = MsgType::Close;
 	h.length = received;
+	encode_header(buf, h);
+}
+
+// An Idle message; quiet_ms (the asker's quiet time) in a Query only.
+inline void encode_idle(uint8_t *buf, IdleStatus status, uint64_t quiet_ms = 0) noexcept
+{
+	RdmHeader h;
+	h.type = MsgType::Idle;
+	h.status = static_cast<uint8_t>(status);
+	h.length = status == IdleStatus::Query ? quiet_ms : 0;
 	encode_header(buf, h);
 }
 

@@ -942,6 +942,119 @@ START_TEST(hostile_close_sent)
 }
 END_TEST
 
+// Idle (rdm_wire.h): a peer's Query is answered once; after its Agree the
+// victim starts nothing towards that peer (its sends return -FI_EAGAIN)
+// until the peer's Resume, and then sends at once. Out of turn (an answer
+// to a Query never sent, a Resume without an agreement, a Query while one
+// is agreed, any Idle from a peer that did not announce kConnFlagIdle) the
+// connection is dropped. The honest peer is served throughout.
+START_TEST(hostile_idle_turns)
+{
+	Scene s;
+	s.honest_round("before");
+	auto idle = [](rdm::IdleStatus st, uint64_t ms = 0) {
+		return header_only(rdm::MsgType::Idle, 0, static_cast<uint8_t>(st), 0, ms);
+	};
+	auto answer_of = [](HostilePeer &a) {
+		std::vector<uint8_t> got;
+		ck_assert_msg(a.next_message(got), "%s: no answer to its idle query", a.label.c_str());
+		rdm::RdmHeader h;
+		ck_assert(rdm::decode_header(got.data(), got.size(), h));
+		ck_assert_msg(h.type == rdm::MsgType::Idle, "%s: a message of type %d, expected Idle", a.label.c_str(),
+			      int(h.type));
+		return static_cast<rdm::IdleStatus>(h.status);
+	};
+	HostileOptions opt;
+	opt.conn_flags = rdm::kConnFlagIdle;
+	{
+		HostilePeer a(s.victim.name, opt);
+		a.label = "idle asker";
+		ck_assert(a.connect());
+		const fi_addr_t to = s.victim.insert_addr(a.claimed_sockaddr());
+		// The victim's watch looks every second: by 1.5 s it has seen the
+		// connection unused (nothing was sent on it).
+		settle(1500);
+		ck_assert_int_eq(a.send(idle(rdm::IdleStatus::Query, 100)), IBV_WC_SUCCESS);
+		ck_assert_msg(answer_of(a) == rdm::IdleStatus::Agree, "an unused connection was not agreed to close");
+		uint8_t out[64];
+		fill_pattern(out, sizeof out, 93);
+		fi_context sctx{};
+		for (Deadline d(300); !d.expired(); settle(20))
+			ck_assert_int_eq(fi_tsend(s.victim.ep, out, sizeof out, nullptr, to, 0x91, &sctx), -FI_EAGAIN);
+		s.honest_round("while the victim holds for the asker");
+		ck_assert_int_eq(a.send(idle(rdm::IdleStatus::Resume)), IBV_WC_SUCCESS);
+		post([&] { return fi_tsend(s.victim.ep, out, sizeof out, nullptr, to, 0x91, &sctx); }, "victim fi_tsend");
+		expect_ok(s.victim, &sctx, FI_TAGGED | FI_SEND, "the send held by the agreement");
+		std::vector<uint8_t> got;
+		ck_assert_msg(a.next_message(got), "the held send did not arrive after the Resume");
+		ck_assert_uint_eq(got.size(), rdm::kRdmHeaderBytes + sizeof out);
+		expect_pattern(got.data() + rdm::kRdmHeaderBytes, sizeof out, 93, "the held send");
+		// Just used: the next Query is refused.
+		ck_assert_int_eq(a.send(idle(rdm::IdleStatus::Query, 100)), IBV_WC_SUCCESS);
+		ck_assert_msg(answer_of(a) == rdm::IdleStatus::Refuse, "a connection used just now was agreed to close");
+		settle(2500);
+		ck_assert_int_eq(a.send(idle(rdm::IdleStatus::Query, 100)), IBV_WC_SUCCESS);
+		ck_assert_msg(answer_of(a) == rdm::IdleStatus::Agree, "unused again, not agreed");
+		// A second Query while agreed.
+		ck_assert_int_eq(a.send(idle(rdm::IdleStatus::Query, 100)), IBV_WC_SUCCESS);
+		ck_assert_msg(a.wait_dropped(), "a Query while agreed kept the connection");
+		s.victim.poll();
+		expect_none(s.victim, 50, "after the drop");
+	}
+	s.honest_round("after the asker");
+	for (rdm::IdleStatus st : {rdm::IdleStatus::Agree, rdm::IdleStatus::Refuse, rdm::IdleStatus::Resume}) {
+		HostilePeer a(s.victim.name, opt);
+		a.label = "idle out of turn " + std::to_string(int(st));
+		ck_assert(a.connect());
+		ck_assert_int_eq(a.send(idle(st)), IBV_WC_SUCCESS);
+		ck_assert_msg(a.wait_dropped(), "%s: kept", a.label.c_str());
+	}
+	{
+		HostilePeer a(s.victim.name);
+		a.label = "idle query without kConnFlagIdle";
+		ck_assert(a.connect());
+		ck_assert_int_eq(a.send(idle(rdm::IdleStatus::Query, 100)), IBV_WC_SUCCESS);
+		ck_assert_msg(a.wait_dropped(), "%s: kept", a.label.c_str());
+	}
+	s.honest_round("after");
+	expect_none(s.victim, 50, "at the end");
+}
+END_TEST
+
+// A peer that asks to close an unused connection, is agreed to, and then
+// neither closes nor resumes: the victim holds its sends to it only for
+// FI_VRMA_RDM_DRAIN_TIMEOUT (1 s here), then fails the connection (one
+// warning); the honest peer is served throughout.
+START_TEST(hostile_idle_never_closes)
+{
+	ScopedEnv drain("FI_VRMA_RDM_DRAIN_TIMEOUT", "1000");
+	Scene s;
+	s.honest_round("before");
+	HostileOptions opt;
+	opt.conn_flags = rdm::kConnFlagIdle;
+	HostilePeer a(s.victim.name, opt);
+	a.label = "idle asker that never closes";
+	ck_assert(a.connect());
+	settle(600); // the watch (every 250 ms) has seen it unused
+	ck_assert_int_eq(a.send(header_only(rdm::MsgType::Idle, 0, static_cast<uint8_t>(rdm::IdleStatus::Query), 0, 1)),
+			 IBV_WC_SUCCESS);
+	std::vector<uint8_t> got;
+	ck_assert_msg(a.next_message(got), "no answer to the idle query");
+	rdm::RdmHeader h;
+	ck_assert(rdm::decode_header(got.data(), got.size(), h));
+	ck_assert_msg(h.type == rdm::MsgType::Idle && h.status == static_cast<uint8_t>(rdm::IdleStatus::Agree),
+		      "type %d status %u, expected an Agree", int(h.type), unsigned(h.status));
+	const auto agreed = std::chrono::steady_clock::now();
+	s.honest_round("while held");
+	ck_assert_msg(a.wait_dropped(), "the victim held for a peer that never closed");
+	const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - agreed).count();
+	ck_assert_msg(ms >= 900 && ms < 4000, "dropped %lld ms after agreeing, expected 1000 to 1250 and some progress",
+		      static_cast<long long>(ms));
+	s.honest_round("after");
+	expect_none(s.victim, 50);
+}
+END_TEST
+
 // The mutation fuzzer: well-formed messages of every type, each mutated at
 // random (bytes flipped or set to edge values, length fields set to edge
 // values, the message cut or extended), sent one by one. A connection the
@@ -994,6 +1107,7 @@ START_TEST(hostile_fuzz)
 			commit.resize(rdm::encode_commit_request(commit.data(), ch, &cr, 1));
 			templates.push_back(commit);
 		}
+		templates.push_back(header_only(rdm::MsgType::Idle, 0, static_cast<uint8_t>(rdm::IdleStatus::Query), 0, 100));
 		auto event = header_only(rdm::MsgType::RmaEvent, 0, static_cast<uint8_t>(rdm::RmaKind::Write), 0, 8);
 		event.resize(event.size() + 8 + 8, 0);
 		event[rdm::kRdmHeaderBytes] = 1;
@@ -1101,7 +1215,8 @@ Suite *hostile_suite()
 		       hostile_stale_unexpected, hostile_native_rights, hostile_native_agreement,
 		       hostile_commit_without_pmem, hostile_unexpected_flood, hostile_rma_events,
 		       hostile_stalled_receivers, hostile_cq_data_flood, hostile_peer_table,
-		       hostile_close_counts, hostile_close_sent});
+		       hostile_close_counts, hostile_close_sent, hostile_idle_turns,
+		       hostile_idle_never_closes});
 	rdm_add_tcase(s, "hostile_lifetimes", 60, {hostile_conn_lost_in_transmit});
 	rdm_add_tcase(s, "hostile_fuzz", 600, {hostile_fuzz});
 	return s;

@@ -8,6 +8,7 @@
 #include "rdm_harness.h"
 
 #include <fcntl.h>
+#include <rdma/fi_ext_vrma.h>
 #include <rdma/rdma_cma.h>
 
 #include <atomic>
@@ -15,6 +16,7 @@
 #include <cinttypes>
 #include <cstdio>
 #include <memory>
+#include <random>
 #include <thread>
 
 using namespace vt;
@@ -565,6 +567,190 @@ START_TEST(rdm_peer_limit)
 }
 END_TEST
 
+namespace {
+
+fi_vrma_rdm_conn_stats conn_stats(RdmNode &n)
+{
+	fi_vrma_rdm_conn_stats st{};
+	size_t len = sizeof st;
+	ck_assert_int_eq(fi_getopt(&n.ep->fid, FI_OPT_ENDPOINT, FI_VRMA_OPT_RDM_CONN_STATS, &st, &len), 0);
+	ck_assert_uint_eq(len, sizeof st);
+	return st;
+}
+
+// An fi_inject of len bytes from a to b, received and checked (its request
+// is unsignaled: it stays outstanding on a quiet connection until the
+// watch's probe retires it).
+void inject_one(RdmNode &a, RdmNode &b, size_t len, uint32_t seed)
+{
+	std::vector<uint8_t> src = pattern(len, seed);
+	RecvBuf dst(len);
+	fi_context rctx;
+	ck_assert_int_eq(fi_recv(b.ep, dst.data(), dst.len, nullptr, FI_ADDR_UNSPEC, &rctx), 0);
+	ck_assert_int_eq(post_retry([&] { return fi_inject(a.ep, src.data(), len, a.addr_of(b)); }), 0);
+	Completion c = expect_ok(b, &rctx, kRecvMsg, "an injected message");
+	ck_assert_uint_eq(c.e.len, len);
+	dst.check(len, seed, "an injected message");
+}
+
+// Both ends' connections to each other closed for being unused, each side
+// counting `closes` in all.
+bool idle_closed_both(RdmNode &a, RdmNode &b, uint64_t closes)
+{
+	const fi_vrma_rdm_conn_stats x = conn_stats(a), y = conn_stats(b);
+	return x.connections == 0 && y.connections == 0 && x.idle_closed == closes && y.idle_closed == closes;
+}
+
+} // namespace
+
+// FI_VRMA_RDM_IDLE_TIMEOUT: a connection unused for that long (after
+// messages both ways, eager, injected and rendezvous) is closed by
+// agreement, on both sides (no queue pair left, one close counted each),
+// without an entry in either CQ; the peers stay. The next operation from
+// either side connects again and its data arrives exact; unused again, it
+// closes again.
+START_TEST(rdm_conn_idle_close)
+{
+	ScopedEnv idle("FI_VRMA_RDM_IDLE_TIMEOUT", "200");
+	RdmEnv env;
+	RdmNode a(env), b(env);
+	connect_all({&a, &b});
+	for (int round = 1; round <= 2; round++) {
+		const uint32_t seed = 1800 + 10 * static_cast<uint32_t>(round);
+		if (round == 1) {
+			send_recv_one(a, b, 64, seed);
+			send_recv_one(b, a, 300 * KiB, seed + 1);
+		} else {
+			// The side that did not start it first this time.
+			send_recv_one(b, a, 64, seed);
+			send_recv_one(a, b, 300 * KiB, seed + 1);
+		}
+		inject_one(a, b, 100, seed + 2);
+		inject_one(b, a, 100, seed + 3);
+		ck_assert_uint_eq(conn_stats(a).connections, 1);
+		ck_assert_uint_eq(conn_stats(b).connections, 1);
+		const uint64_t closes = static_cast<uint64_t>(round);
+		ck_assert_msg(progress_until([&] { return idle_closed_both(a, b, closes); }, 10000),
+			      "round %d: connections a %" PRIu64 " b %" PRIu64 ", idle closes a %" PRIu64 " b %" PRIu64,
+			      round, conn_stats(a).connections, conn_stats(b).connections, conn_stats(a).idle_closed,
+			      conn_stats(b).idle_closed);
+		expect_none(a, 100, "after an idle close");
+		expect_none(b, 100, "after an idle close");
+		ck_assert_uint_eq(conn_stats(a).peers, 1);
+		ck_assert_uint_eq(conn_stats(b).peers, 1);
+	}
+	send_recv_one(a, b, 4096, 1890);
+	send_recv_one(b, a, 64, 1891);
+	expect_none(a, 10);
+	expect_none(b, 10);
+}
+END_TEST
+
+// With the timeout off (the default) nothing closes: the connections of an
+// exchange stay after the watch looked several times.
+START_TEST(rdm_conn_idle_off)
+{
+	RdmEnv env;
+	RdmNode a(env), b(env);
+	connect_all({&a, &b});
+	send_recv_one(a, b, 64, 1895);
+	inject_one(b, a, 100, 1896);
+	settle(2500);
+	ck_assert_uint_eq(conn_stats(a).connections, 1);
+	ck_assert_uint_eq(conn_stats(b).connections, 1);
+	ck_assert_uint_eq(conn_stats(a).idle_closed + conn_stats(b).idle_closed, 0);
+	expect_none(a, 10);
+	expect_none(b, 10);
+}
+END_TEST
+
+// Idle closes racing traffic: FI_VRMA_RDM_IDLE_TIMEOUT 30 ms, both sides
+// sending bursts (eager and rendezvous, tagged by sequence) after pauses of
+// 0 to 90 ms for 4 s, so that Queries meet sends in flight, sends posted
+// after a Query, crossing Queries and reconnections. Every message arrives
+// once, exact and in order; every send completes once; no error; and some
+// connections did close idle.
+START_TEST(rdm_conn_idle_race)
+{
+	ScopedEnv idle("FI_VRMA_RDM_IDLE_TIMEOUT", "30");
+	RdmEnv env;
+	RdmNode a(env), b(env);
+	connect_all({&a, &b});
+	constexpr int kMax = 400;
+	struct Side {
+		RdmNode *self, *peer;
+		uint32_t seed;
+		int sent = 0;
+		std::vector<std::unique_ptr<RecvBuf>> in;
+		std::vector<std::vector<uint8_t>> out;
+		fi_context rctx[kMax], sctx[kMax];
+		Tracker t; // its sends and its receives (one CQ)
+	};
+	auto len_of = [](uint32_t seed, int i) {
+		return (seed + static_cast<uint32_t>(i)) % 5 == 0 ? size_t(40 * KiB) : size_t(64 + 13 * (i % 50));
+	};
+	Side sa{&a, &b, 1900}, sb{&b, &a, 2900};
+	// Every receive posted ahead, tag = sequence: an extra, a lost or a
+	// reordered message shows.
+	for (Side *s : {&sa, &sb}) {
+		for (int i = 0; i < kMax; i++) {
+			const Side &from = s == &sa ? sb : sa;
+			s->in.push_back(std::make_unique<RecvBuf>(len_of(from.seed, i)));
+			RecvBuf &r = *s->in.back();
+			post([&] { return fi_trecv(s->self->ep, r.data(), r.len, nullptr, FI_ADDR_UNSPEC, uint64_t(i), 0,
+						  &s->rctx[i]); },
+			     "fi_trecv");
+		}
+	}
+	std::mt19937 rng(1234);
+	const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(4);
+	while (std::chrono::steady_clock::now() < end && sa.sent < kMax - 3 && sb.sent < kMax - 3) {
+		settle(static_cast<int>(rng() % 90));
+		for (Side *s : {&sa, &sb}) {
+			if (rng() % 3 == 0)
+				continue;
+			const int burst = 1 + static_cast<int>(rng() % 3);
+			for (int k = 0; k < burst; k++) {
+				const int i = s->sent++;
+				s->out.push_back(pattern(len_of(s->seed, i), s->seed + static_cast<uint32_t>(i)));
+				const std::vector<uint8_t> &m = s->out.back();
+				post([&] { return fi_tsend(s->self->ep, m.data(), m.size(), nullptr, s->self->addr_of(*s->peer),
+							   uint64_t(i), &s->sctx[i]); },
+				     "fi_tsend");
+			}
+		}
+	}
+	for (Side *s : {&sa, &sb}) {
+		s->t.expect(s->sctx, static_cast<size_t>(s->sent), FI_TAGGED | FI_SEND, "racing sends");
+		Side &to = s == &sa ? sb : sa;
+		to.t.expect(to.rctx, static_cast<size_t>(s->sent), FI_TAGGED | FI_RECV, "racing receives");
+	}
+	for (Side *s : {&sa, &sb})
+		s->t.wait(*s->self);
+	for (Side *s : {&sa, &sb}) {
+		const Side &from = s == &sa ? sb : sa;
+		for (int i = 0; i < from.sent; i++) {
+			const Completion &c = s->t.get(&s->rctx[i]);
+			char what[64];
+			snprintf(what, sizeof what, "message %d from seed %u", i, from.seed);
+			ck_assert_msg(c.e.tag == uint64_t(i) && c.e.len == len_of(from.seed, i), "%s: tag %" PRIu64 " len %zu",
+				      what, c.e.tag, c.e.len);
+			s->in[static_cast<size_t>(i)]->check(c.e.len, from.seed + static_cast<uint32_t>(i), what);
+		}
+		for (int i = from.sent; i < kMax; i++)
+			ck_assert_int_eq(fi_cancel(&s->self->ep->fid, &s->rctx[i]), 0);
+	}
+	for (Side *s : {&sa, &sb})
+		for (int i = (s == &sa ? sb : sa).sent; i < kMax; i++)
+			expect_err(*s->self, &s->rctx[i], FI_ECANCELED, "the receives left over");
+	expect_none(a, 50);
+	expect_none(b, 50);
+	const uint64_t closes = conn_stats(a).idle_closed + conn_stats(b).idle_closed;
+	fprintf(stderr, "rdm_conn_idle_race: %d and %d messages, %" PRIu64 " idle closes\n", sa.sent, sb.sent, closes);
+	ck_assert_msg(closes > 0, "no connection closed idle in 4 s of pauses up to 90 ms");
+}
+END_TEST
+
 // A rendezvous whose receiver goes away before it read the data: the send
 // ends with an error entry (not a hang, not a success), and the sender still
 // reaches other peers.
@@ -681,5 +867,6 @@ void add_rdm_conn_tcases(Suite *s)
 		      {rdm_conn_crossing_interleaved, rdm_conn_crossing_threads, rdm_conn_unknown_sender,
 		       rdm_conn_peer_closed, rdm_conn_peer_not_yet_listening, rdm_conn_connect_timeout,
 		       rdm_conn_av_remove, rdm_conn_more_close, rdm_conn_more_peer_gone,
-		       rdm_rndv_receiver_closes, rdm_rndv_sender_closes, rdm_peer_limit});
+		       rdm_rndv_receiver_closes, rdm_rndv_sender_closes, rdm_peer_limit, rdm_conn_idle_close,
+		       rdm_conn_idle_off, rdm_conn_idle_race});
 }

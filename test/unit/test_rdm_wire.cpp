@@ -1115,7 +1115,7 @@ START_TEST(undefined_types_refused)
 		buf[0] = t;
 		ck_assert_msg(!decodes(buf, sizeof buf), "type %u", t);
 	}
-	ck_assert_uint_eq(kMsgTypeMax, 18);
+	ck_assert_uint_eq(kMsgTypeMax, 19);
 }
 END_TEST
 
@@ -1203,6 +1203,41 @@ START_TEST(close_message)
 			}
 			ck_assert_msg(!decode_header(bad, sizeof bad, h), "mutation %d of count %llu", k,
 				      static_cast<unsigned long long>(n));
+		}
+	}
+}
+END_TEST
+
+// Idle: a bare header with one of four statuses; only a Query carries a
+// length (the asker's quiet milliseconds, any value). An unknown status, a
+// length on an answer, an id, a flag, a tag or a body is refused.
+START_TEST(idle_message)
+{
+	for (IdleStatus st : {IdleStatus::Query, IdleStatus::Agree, IdleStatus::Refuse, IdleStatus::Resume}) {
+		uint8_t buf[kRdmHeaderBytes + 1] = {};
+		const uint64_t ms = st == IdleStatus::Query ? 0x1234567ULL : 0;
+		encode_idle(buf, st, 0x1234567ULL);
+		RdmHeader h;
+		ck_assert(decode_header(buf, kRdmHeaderBytes, h));
+		ck_assert(h.type == MsgType::Idle);
+		ck_assert_uint_eq(buf[0], 19);
+		ck_assert_uint_eq(h.status, uint8_t(st));
+		ck_assert_uint_eq(h.length, ms); // an answer's quiet time is not sent
+		ck_assert(!decode_header(buf, kRdmHeaderBytes + 1, h)); // a body
+		uint8_t bad[kRdmHeaderBytes];
+		for (int k = 0; k < 6; k++) {
+			memcpy(bad, buf, sizeof bad);
+			switch (k) {
+			case 0: bad[3] = 0; break;            // no status
+			case 1: bad[3] = 5; break;            // unknown status
+			case 2: bad[4] = 1; break;            // an id
+			case 3: bad[2] = kFlagCqData; break;  // a flag
+			case 4: bad[8] = 1; break;            // a tag
+			case 5: bad[24] ^= 1; break;          // a length on an answer (a Query's changes)
+			}
+			const bool refused = !decode_header(bad, sizeof bad, h);
+			const bool expect = !(k == 5 && st == IdleStatus::Query);
+			ck_assert_msg(refused == expect, "mutation %d of status %u", k, unsigned(st));
 		}
 	}
 }
@@ -2045,6 +2080,7 @@ Suite *rdm_wire_suite()
 	tcase_add_test(tc, malformed_atomic_responses_refused);
 	tcase_add_test(tc, undefined_types_refused);
 	tcase_add_test(tc, close_message);
+	tcase_add_test(tc, idle_message);
 	tcase_add_test(tc, close_settle_counts);
 	tcase_add_test(tc, commit_request_round_trip);
 	tcase_add_test(tc, malformed_commits_refused);

@@ -212,6 +212,7 @@ struct Conn {
 	uint64_t msgs_retired = 0;
 	uint64_t close_executed = 0;
 	bool peer_closes = false;
+	bool peer_idles = false; // RDM: the peer takes Idle messages (kConnFlagIdle)
 	bool close_sent = false;
 	bool peer_closed = false;
 	// The prebuilt request of the one-request fast paths (post_fast, tx

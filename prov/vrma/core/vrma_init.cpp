@@ -59,6 +59,14 @@ int64_t rdm_connect_timeout_ms() noexcept
 	return kRdmConnectTimeoutDefaultMs;
 }
 
+int64_t rdm_idle_timeout_ms() noexcept
+{
+	size_t v;
+	if (fi_param_get_size_t(&provider, "rdm_idle_timeout", &v) == FI_SUCCESS)
+		return static_cast<int64_t>(std::min<size_t>(v, size_t(1) << 40));
+	return 0;
+}
+
 size_t rdm_max_peers() noexcept
 {
 	size_t v;
@@ -164,6 +172,8 @@ void params_init() noexcept
 			"RDM endpoints: milliseconds a connection's sends may make no progress (the peer takes none of them) before it fails with FI_ETIMEDOUT and its operations end with errors; 0: never; read at each fi_endpoint (default: 300000)");
 	fi_param_define(&provider, "rdm_connect_timeout", FI_PARAM_SIZE_T,
 			"RDM endpoints: milliseconds a send may wait for a connection to its peer (from the first attempt, its retries included, until the connection is up) before the attempt ends and the next send returns -FI_ETIMEDOUT; 0: rdma_cm's own limit (about 100 s to a host that does not answer); read at each fi_endpoint (default: 60000)");
+	fi_param_define(&provider, "rdm_idle_timeout", FI_PARAM_SIZE_T,
+			"RDM endpoints: milliseconds a connection may go unused (nothing under way, nothing sent either way) before the endpoint asks its peer to close it; closed by agreement, it gives back its queue pair and is made again by the next operation; 0: never; read at each fi_endpoint (default: 0)");
 	fi_param_define(&provider, "rdm_max_peers", FI_PARAM_SIZE_T,
 			"RDM endpoints: peers (addresses it has exchanged messages with) an endpoint keeps at most, 2 or more; beyond, a send to a new address returns -FI_EAGAIN and a new peer's connect request is turned away until a peer without a connection is given back (from three quarters of this, the longest idle first); read at each fi_endpoint (default: 8192)");
 	fi_param_define(&provider, "rdm_unexpected_max", FI_PARAM_SIZE_T,

@@ -366,6 +366,23 @@ struct RdmPeer {
 	// Since when it has had no connection (made, or its last one failed):
 	// the longest idle are given back first (rdm_reclaim_peers).
 	std::chrono::steady_clock::time_point idle_since{};
+	// Closing conn by agreement when unused (rdm_wire.h's Idle,
+	// FI_VRMA_RDM_IDLE_TIMEOUT; rdm_conn_failed resets it): Asked, our Query
+	// went out when conn's posted requests stood at idle_head; Agreed, we
+	// agreed to the peer's at agreed_at: no operation starts on conn
+	// (rdm_conn_ready, the fast paths) until it ends or the peer resumes.
+	enum class Idle : uint8_t { None, Asked, Agreed };
+	Idle idle = Idle::None;
+	uint64_t idle_head = 0;
+	std::chrono::steady_clock::time_point agreed_at{};
+	std::chrono::steady_clock::time_point ask_after{}; // a refused Query: not again before
+	// The watch's view of conn's use (the idle exchange and the watch's
+	// probes excepted): its posted requests and received messages when
+	// last seen changing, and since when they have not
+	// (zero: not looked at yet).
+	uint64_t quiet_head = 0;
+	uint64_t quiet_rx = 0;
+	std::chrono::steady_clock::time_point quiet_since{};
 };
 
 // A provider receive buffer in the SRQ.
@@ -477,7 +494,14 @@ struct RdmEp final : EpBase {
 	// looks, and progress calls counted between looks.
 	std::chrono::milliseconds drain_timeout{0};
 	std::chrono::milliseconds connect_timeout{0};
-	bool watching() const noexcept { return drain_timeout.count() || connect_timeout.count(); }
+	// FI_VRMA_RDM_IDLE_TIMEOUT (zero: connections are never closed for
+	// being unused), and the connections so closed, by either side.
+	std::chrono::milliseconds idle_timeout{0};
+	uint64_t idle_closed = 0;
+	bool watching() const noexcept
+	{
+		return drain_timeout.count() || connect_timeout.count() || idle_timeout.count();
+	}
 	std::chrono::steady_clock::time_point watch_next{};
 	uint32_t watch_calls = 0;
 	// Receives and emulated atomics done with, and the atomics' map nodes
@@ -666,6 +690,12 @@ void rdm_flow_cq_over(RdmPeer *peer, uint32_t qp_num) noexcept;
 // shorter (and every second). Lock held; frees nothing (connections go to
 // dying).
 void rdm_watch_drain(RdmEp *ep) noexcept;
+// A peer's Idle message (rdm_wire.h) that arrived over c (the current
+// connection, else nullptr: ignored): answers a Query (Agree only with
+// nothing under way here and c as quiet as the asker was), closes c on an
+// Agree to ours if nothing was posted since, ends a hold on a Resume; an
+// exchange out of turn drops the connection. Lock held; frees nothing.
+void rdm_handle_idle(RdmEp *ep, RdmPeer *peer, Conn *c, uint32_t qp_num, const rdm::RdmHeader &h) noexcept;
 // An error entry: err with prov_errno, and what the operation got done:
 // `len` bytes placed or sent at `buf`, `olen` cut off (FI_ETRUNC).
 inline CqPending rdm_error_entry(void *context, uint64_t flags, void *buf, size_t len, size_t olen,
@@ -813,6 +843,14 @@ inline RdmPeer *rdm_peer_cached(RdmEp *ep, fi_addr_t fi_addr) noexcept
 		return peer;
 	}
 	return nullptr;
+}
+
+// The connection the one-request fast paths may post on: the peer's, unless
+// this side agreed to close it (RdmPeer::Idle::Agreed: the long way returns
+// -FI_EAGAIN). Its state the caller checks.
+inline Conn *rdm_fast_conn(RdmPeer *peer) noexcept
+{
+	return peer && peer->idle != RdmPeer::Idle::Agreed ? peer->conn.get() : nullptr;
 }
 // Handles one rdma_cm event of the endpoint's channel; `destroy` is an id
 // to destroy once the event was acked (a refused request).

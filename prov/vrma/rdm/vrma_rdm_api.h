@@ -89,6 +89,10 @@ inline constexpr int64_t kRdmDrainTimeoutDefaultMs = 300000;
 inline constexpr int64_t kRdmConnectTimeoutDefaultMs = 60000;
 int64_t rdm_drain_timeout_ms() noexcept;
 int64_t rdm_connect_timeout_ms() noexcept;
+// FI_VRMA_RDM_IDLE_TIMEOUT: ms a connection may go unused before the
+// endpoint asks its peer to close it (rdm_wire.h's Idle); 0 (the default):
+// never. Read at each fi_endpoint.
+int64_t rdm_idle_timeout_ms() noexcept;
 // FI_VRMA_RDM_MAX_PEERS: peers an endpoint's table holds at most
 // (src/peer_limit.h; at least 2); read at each fi_endpoint.
 inline constexpr size_t kRdmMaxPeersDefault = 8192;

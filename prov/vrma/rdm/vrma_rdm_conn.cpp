@@ -28,6 +28,11 @@
 //  - a connection's slots are named by completions until its queue pair is
 //    flushed: a failed connection moves to RdmEp::dying and is freed by
 //    rdm_reap once its ring drained;
+//  - a connection nothing uses (FI_VRMA_RDM_IDLE_TIMEOUT) is closed by
+//    agreement (rdm_wire.h's Idle): the side that agreed starts nothing on
+//    it until it ends or the asker resumes, so that no request of either
+//    side is under way when the asker disconnects; both keep the peer, and
+//    the next operation connects again;
 //  - a full peer table (FI_VRMA_RDM_MAX_PEERS): a new peer is turned away
 //    (kConnFlagBusy) or its sender told -FI_EAGAIN; idle peers are freed by
 //    rdm_reclaim_peers only where no caller holds a peer, and only those
@@ -133,7 +138,7 @@ void fill_param(RdmEp *ep, ConnParam &p, uint16_t flags, RdmPeer *peer = nullptr
 		const auth::Mac *answer = nullptr)
 {
 	rdm::RdmConnHeader h;
-	h.flags = flags | rdm::kConnFlagClose | (ep->rma_events ? rdm::kConnFlagRmaEvents : 0) |
+	h.flags = flags | rdm::kConnFlagClose | rdm::kConnFlagIdle | (ep->rma_events ? rdm::kConnFlagRmaEvents : 0) |
 		  (ep->rma_pmem ? rdm::kConnFlagCommitService : 0) |
 		  (ep->domain->direct_write_to_pmem.load() ? rdm::kConnFlagDirectWritePmem : 0) |
 		  (ep->native_atomics ? rdm::kConnFlagNativeAtomics : 0);
@@ -431,6 +436,14 @@ rdma_cm_id *accept_request(RdmEp *ep, rdma_cm_event *ev)
 	}
 	if (!self) {
 		Conn *cur = peer->conn.get();
+		if (cur && cur->state.load() == EpState::Connected && peer->idle == RdmPeer::Idle::Agreed &&
+		    peer->nonce == h.nonce) {
+			// We agreed to close it and hold it: the asker closed its
+			// end and connects again before its disconnect reached us.
+			ep->idle_closed++;
+			rdm_conn_failed(peer, cur, 0);
+		}
+		cur = peer->conn.get();
 		if (cur && cur->state.load() == EpState::Connected) {
 			// Alive until proven dead: an impostor must not displace
 			// it, a restarted peer gets in once the probe failed it.
@@ -480,6 +493,7 @@ rdma_cm_id *accept_request(RdmEp *ep, rdma_cm_event *ev)
 	id->context = c.get();
 	c->peer_cm_flags.store(rdm_peer_cm_flags(h.flags));
 	c->peer_closes = !self && (h.flags & rdm::kConnFlagClose);
+	c->peer_idles = !self && (h.flags & rdm::kConnFlagIdle);
 	if (!self) {
 		peer->key_table = h.key_table;
 		// An authenticated request had no room for the table.
@@ -576,10 +590,13 @@ RdmPeer *rdm_peer_of(RdmEp *ep, fi_addr_t fi_addr, int &err) noexcept
 int rdm_conn_ready(RdmPeer *peer, Conn *&conn) noexcept
 {
 	Conn *c = peer->conn.get();
-	if (c && c->state.load(std::memory_order_relaxed) == EpState::Connected) [[likely]] {
+	if (c && c->state.load(std::memory_order_relaxed) == EpState::Connected &&
+	    peer->idle != RdmPeer::Idle::Agreed) [[likely]] {
 		conn = c;
 		return 0;
 	}
+	// Agreed to an idle close: -FI_EAGAIN (below: connect_since is zero)
+	// until the asker closes (then a new connection) or resumes.
 	const auto now = std::chrono::steady_clock::now();
 	if ((c || now < peer->expect_until) && !connect_expired(peer->ep, peer, c, now))
 		return -FI_EAGAIN; // connecting, or between two attempts
@@ -664,6 +681,9 @@ void rdm_conn_failed(RdmPeer *peer, Conn *conn, int err) noexcept
 		peer->auth_challenged = false; // a challenge answers one attempt
 		rdm_flow_reset(peer); // a new connection starts resumed
 		peer->stalled_since = {}; // and the drain watch starts over on it
+		peer->idle = RdmPeer::Idle::None; // and the idle close
+		peer->quiet_since = {};
+		peer->ask_after = {};
 		// Answers to what was sent on it will not come.
 		rdm_fail_waiting(peer, err ? err : FI_ECONNRESET);
 		if (was_connecting && err) {
@@ -675,6 +695,158 @@ void rdm_conn_failed(RdmPeer *peer, Conn *conn, int err) noexcept
 	}
 }
 
+namespace {
+
+// Whether nothing of this side's with peer depends on c (rdm_wire.h's Idle):
+// no operation waits for the peer's answer, none is held back or paused,
+// no answer or read waits in a backlog, no key is being fetched. What is
+// on c's queue pair the caller checks (outstanding requests, or none posted
+// since the Query).
+bool idle_here(RdmEp *ep, RdmPeer *peer, const Conn *c) noexcept
+{
+	if (!c->peer_idles || peer->loopback || ep->closing || !peer->waiting.empty() || !peer->atomics.empty() ||
+	    peer->answers_queued || peer->persists || peer->key_table_pending || c->more_held ||
+	    ep->more_peer.load(std::memory_order_relaxed) == peer || peer->tx_paused || peer->flow_rx.paused)
+		return false;
+	for (const RdmRxOp *op : ep->read_backlog)
+		if (op->peer == peer)
+			return false;
+	for (const auto &[key, k] : peer->keys)
+		if (k.state == RemoteKey::State::Reading || k.state == RemoteKey::State::Asking)
+			return false;
+	return true;
+}
+
+// Posts `post` (one of the idle exchange's messages, or a probe) on c
+// without it counting as c's use: neither for the watch, if c was quiet
+// (it would otherwise see the answer to each Query as use, and refuse the
+// next), nor for our Query, if nothing was posted since it.
+template <typename Post>
+void post_unused(RdmPeer *peer, const Conn *c, Post &&post) noexcept
+{
+	const bool quiet = c->tx.head() == peer->quiet_head;
+	const bool asked = peer->idle == RdmPeer::Idle::Asked && c->tx.head() == peer->idle_head;
+	post();
+	if (peer->conn.get() != c)
+		return;
+	if (quiet)
+		peer->quiet_head = c->tx.head();
+	if (asked)
+		peer->idle_head = c->tx.head();
+}
+
+// The asker's end of an agreed idle close.
+void idle_close(RdmEp *ep, RdmPeer *peer, Conn *c) noexcept
+{
+	VRMA_INFO(FI_LOG_EP_CTRL, "RDM: closing the unused connection to %s (FI_VRMA_RDM_IDLE_TIMEOUT)\n",
+		  AddrStr(peer->addr).c_str());
+	ep->idle_closed++;
+	rdm_conn_failed(peer, c, 0);
+}
+
+// Asks the peer to close c, quiet since peer->quiet_since: not when a
+// request is still outstanding (a quiet connection's unsignaled requests
+// retire with the watch's probe) or nothing can be posted now (the next
+// look asks again).
+void idle_ask(RdmEp *ep, RdmPeer *peer, Conn *c) noexcept
+{
+	if (c->tx.outstanding() || !idle_here(ep, peer, c))
+		return;
+	uint8_t q[rdm::kRdmHeaderBytes];
+	rdm::encode_idle(q, rdm::IdleStatus::Query, static_cast<uint64_t>(ep->idle_timeout.count()));
+	bool posted = false;
+	post_unused(peer, c, [&] { posted = rdm_post_answer(ep, c, q, nullptr, 0) == 0; });
+	if (!posted || peer->conn.get() != c)
+		return;
+	peer->idle = RdmPeer::Idle::Asked;
+	peer->idle_head = c->tx.head();
+	VRMA_DBG(FI_LOG_EP_CTRL, "RDM: asking %s to close the unused connection\n", AddrStr(peer->addr).c_str());
+}
+
+} // namespace
+
+void rdm_handle_idle(RdmEp *ep, RdmPeer *peer, Conn *c, uint32_t qp_num, const rdm::RdmHeader &h) noexcept
+{
+	VRMA_ASSERT_HELD(ep->lock);
+	VRMA_DBG(FI_LOG_EP_CTRL, "RDM: idle message %u from %s (%s, ours %d)\n", unsigned(h.status),
+		 AddrStr(peer->addr).c_str(), c ? "current connection" : "an old connection", int(peer->idle));
+	if (!c || c->state.load(std::memory_order_relaxed) != EpState::Connected)
+		return; // says nothing of the current connection
+	if (!c->peer_idles) {
+		rdm_drop_malformed(peer, qp_num, "an idle message from a peer that did not announce them");
+		return;
+	}
+	using clock = std::chrono::steady_clock;
+	using rdm::IdleStatus;
+	const auto status = static_cast<IdleStatus>(h.status);
+	if (peer->quiet_rx + 1 == c->msgs_received)
+		peer->quiet_rx++; // nor is receiving one
+	switch (status) {
+	case IdleStatus::Query: {
+		if (peer->idle == RdmPeer::Idle::Agreed) {
+			rdm_drop_malformed(peer, qp_num, "an idle query while one was agreed");
+			return;
+		}
+		// Nothing posted since our own crossing Query counts as quiet.
+		bool quiet_now = false;
+		if (peer->idle == RdmPeer::Idle::Asked) {
+			if (rdm::keep_initiated(ep->self, ep->nonce, peer->addr, peer->nonce))
+				return; // ours stands: the peer answers it, this one is void
+			peer->idle = RdmPeer::Idle::None; // ours is void: never answered
+			quiet_now = c->tx.head() == peer->idle_head;
+		}
+		// As quiet as the asker: nothing posted since the watch saw c
+		// change, that long ago (a watch that never looked: not known).
+		const auto asked = std::chrono::milliseconds(std::min<uint64_t>(h.length, uint64_t(1) << 40));
+		const clock::time_point now = clock::now();
+		const bool quiet = quiet_now || (peer->quiet_since != clock::time_point{} &&
+						 c->tx.head() == peer->quiet_head && now - peer->quiet_since >= asked);
+		const bool agree = quiet && c->tx.outstanding() <= (quiet_now ? 1u : 0u) && idle_here(ep, peer, c);
+		uint8_t a[rdm::kRdmHeaderBytes];
+		rdm::encode_idle(a, agree ? IdleStatus::Agree : IdleStatus::Refuse);
+		if (agree) {
+			peer->idle = RdmPeer::Idle::Agreed;
+			peer->agreed_at = now;
+		}
+		post_unused(peer, c, [&] { rdm_send_answer(ep, peer, a); });
+		return;
+	}
+	case IdleStatus::Agree:
+	case IdleStatus::Refuse:
+		if (peer->idle != RdmPeer::Idle::Asked) {
+			rdm_drop_malformed(peer, qp_num, "an answer to an idle query never sent");
+			return;
+		}
+		peer->idle = RdmPeer::Idle::None;
+		if (status == IdleStatus::Refuse) {
+			// Not before another timeout (the peer used it, or may ask
+			// itself); the quiet time goes on counting.
+			peer->ask_after = clock::now() + ep->idle_timeout;
+			return;
+		}
+		if (c->tx.head() == peer->idle_head && idle_here(ep, peer, c)) {
+			idle_close(ep, peer, c);
+			return;
+		}
+		// Used since the Query: the peer holds until it hears.
+		peer->quiet_since = {};
+		{
+			uint8_t r[rdm::kRdmHeaderBytes];
+			rdm::encode_idle(r, IdleStatus::Resume);
+			rdm_send_answer(ep, peer, r);
+		}
+		return;
+	case IdleStatus::Resume:
+		if (peer->idle != RdmPeer::Idle::Agreed) {
+			rdm_drop_malformed(peer, qp_num, "an idle resume without an agreement");
+			return;
+		}
+		peer->idle = RdmPeer::Idle::None;
+		peer->quiet_since = {};
+		return;
+	}
+}
+
 void rdm_watch_drain(RdmEp *ep) noexcept
 {
 	VRMA_ASSERT_HELD(ep->lock);
@@ -683,7 +855,7 @@ void rdm_watch_drain(RdmEp *ep) noexcept
 	if (now < ep->watch_next)
 		return;
 	clock::duration period = std::chrono::seconds(1);
-	for (const std::chrono::milliseconds t : {ep->drain_timeout, ep->connect_timeout})
+	for (const std::chrono::milliseconds t : {ep->drain_timeout, ep->connect_timeout, ep->idle_timeout})
 		if (t.count())
 			period = std::min<clock::duration>(period, t / 4);
 	ep->watch_next = now + period;
@@ -695,6 +867,30 @@ void rdm_watch_drain(RdmEp *ep) noexcept
 			(void)connect_expired(ep, peer, c, now);
 			continue;
 		}
+		// Its use: what was posted on it and received over it.
+		if (peer->quiet_since == clock::time_point{} || c->tx.head() != peer->quiet_head ||
+		    c->msgs_received != peer->quiet_rx) {
+			peer->quiet_head = c->tx.head();
+			peer->quiet_rx = c->msgs_received;
+			peer->quiet_since = now;
+		}
+		if (peer->idle == RdmPeer::Idle::Agreed && ep->drain_timeout.count() &&
+		    now - peer->agreed_at >= ep->drain_timeout) {
+			// The asker neither closed nor resumed (its application
+			// has not progressed since): what it held of ours ends.
+			VRMA_WARN(FI_LOG_EP_CTRL,
+				  "RDM: %s agreed an idle close %lld ms ago and neither closed nor resumed (FI_VRMA_RDM_DRAIN_TIMEOUT): failing its connection\n",
+				  AddrStr(peer->addr).c_str(),
+				  static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(
+								 now - peer->agreed_at).count()));
+			rdm_conn_failed(peer, c, FI_ETIMEDOUT);
+			continue;
+		}
+		if (peer->idle == RdmPeer::Idle::Agreed)
+			continue; // nothing of ours is under way; no probe may meet the asker's close
+		if (ep->idle_timeout.count() && peer->idle == RdmPeer::Idle::None &&
+		    now - peer->quiet_since >= ep->idle_timeout && now >= peer->ask_after)
+			idle_ask(ep, peer, c);
 		if (!c->tx.outstanding()) {
 			peer->stalled_since = {};
 			// Operations that wait for the peer's answer (rendezvous and
@@ -710,15 +906,18 @@ void rdm_watch_drain(RdmEp *ep) noexcept
 				probe(ep, peer, c);
 			continue;
 		}
-		if (!ep->drain_timeout.count())
-			continue;
 		const uint64_t tail = c->tx.tail();
 		if (tail != peer->watch_tail || peer->stalled_since == clock::time_point{}) {
 			peer->watch_tail = tail;
 			peer->stalled_since = now;
 			continue;
 		}
-		if (now - peer->stalled_since < ep->drain_timeout)
+		// Nothing retired since the last look. Requests that need no
+		// completion stay outstanding on a quiet connection until a
+		// signaled one follows: a probe is one (a stalled peer's queue
+		// pair takes it behind the others, to no harm).
+		post_unused(peer, c, [&] { probe(ep, peer, c); });
+		if (!ep->drain_timeout.count() || now - peer->stalled_since < ep->drain_timeout)
 			continue;
 		VRMA_WARN(FI_LOG_EP_DATA,
 			  "RDM: a peer took none of %zu sends for %lld ms (FI_VRMA_RDM_DRAIN_TIMEOUT): failing its connection\n",
@@ -925,6 +1124,7 @@ void rdm_cm_event(RdmEp *ep, rdma_cm_event *ev, rdma_cm_id *&destroy) noexcept
 				peer->nonce = h.nonce;
 				c->peer_cm_flags.store(rdm_peer_cm_flags(h.flags));
 				c->peer_closes = h.flags & rdm::kConnFlagClose;
+				c->peer_idles = h.flags & rdm::kConnFlagIdle;
 				peer->key_table = h.key_table;
 			}
 		}
@@ -993,6 +1193,14 @@ void rdm_cm_event(RdmEp *ep, rdma_cm_event *ev, rdma_cm_id *&destroy) noexcept
 		rdm_progress_locked(ep);
 		if (!live_conn(peer, c))
 			break;
+		if (peer->conn.get() == c && peer->idle == RdmPeer::Idle::Agreed) {
+			// The asker closed as we agreed.
+			VRMA_INFO(FI_LOG_EP_CTRL, "RDM: the unused connection to %s closed\n",
+				  AddrStr(peer->addr).c_str());
+			ep->idle_closed++;
+			rdm_conn_failed(peer, c, 0);
+			break;
+		}
 		[[fallthrough]];
 	case RDMA_CM_EVENT_ADDR_ERROR:
 	case RDMA_CM_EVENT_ROUTE_ERROR:

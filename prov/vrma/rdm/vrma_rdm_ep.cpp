@@ -669,6 +669,23 @@ int rdm_getopt(fid_t f, int level, int optname, void *optval, size_t *optlen) no
 		*static_cast<size_t *>(optval) = 0;
 		*optlen = sizeof(size_t);
 		return 0;
+	case FI_VRMA_OPT_RDM_CONN_STATS: {
+		if (*optlen < sizeof(fi_vrma_rdm_conn_stats)) {
+			*optlen = sizeof(fi_vrma_rdm_conn_stats);
+			return -FI_ETOOSMALL;
+		}
+		fi_vrma_rdm_conn_stats st{};
+		std::lock_guard guard(ep->lock);
+		st.peers = ep->peers.size();
+		for (const auto &[addr, peer] : ep->peers)
+			st.connections += (peer->conn ? 1 : 0) + (peer->loopback ? 1 : 0);
+		st.closing = ep->dying.size();
+		st.idle_closed = ep->idle_closed;
+		st.peers_given_back = ep->peers_reclaimed;
+		memcpy(optval, &st, sizeof st);
+		*optlen = sizeof st;
+		return 0;
+	}
 	default:
 		return -FI_ENOPROTOOPT;
 	}
@@ -984,6 +1001,7 @@ try {
 	ep->unexp.reset(rdm_unexpected_max(), ep->peer_allowance);
 	ep->drain_timeout = std::chrono::milliseconds(rdm_drain_timeout_ms());
 	ep->connect_timeout = std::chrono::milliseconds(rdm_connect_timeout_ms());
+	ep->idle_timeout = std::chrono::milliseconds(rdm_idle_timeout_ms());
 	ep->peer_limit = peers::Limit::of(rdm_max_peers());
 	ep->recv_pool.reserve(RdmEp::kRecvPoolMax);
 	ep->atomic_pool.reserve(RdmEp::kAtomicPoolMax);

@@ -390,7 +390,7 @@ template <bool Defaults = false>
 	{
 		std::lock_guard guard(ep->lock);
 		RdmPeer *peer = rdm_peer_cached(ep, dest); // a hit: enabled
-		Conn *conn = peer ? peer->conn.get() : nullptr;
+		Conn *conn = rdm_fast_conn(peer);
 		// One expectation for the whole test: GCC's guess for each term of
 		// a && chain multiplies down, and the block it guards would count
 		// as unlikely (its small helpers then called, not inlined).

@@ -315,7 +315,7 @@ constexpr uint64_t kFastRmaFlags = FI_COMPLETION | FI_INJECT | FI_INJECT_COMPLET
 	if (!((flags & ~kFastRmaFlags) || (!buf && len) || (is_read && inject))) [[likely]] {
 		std::lock_guard guard(ep->lock);
 		RdmPeer *peer = rdm_peer_cached(ep, dest); // a hit: enabled
-		Conn *conn = peer ? peer->conn.get() : nullptr;
+		Conn *conn = rdm_fast_conn(peer);
 		uint64_t raddr = addr, rkey = key;
 		// A key that is neither scalable nor the device's (32 bits) is
 		// looked up too: on-demand keys are found, others take the long

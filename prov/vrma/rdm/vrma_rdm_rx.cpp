@@ -303,6 +303,9 @@ void handle_message(RdmEp *ep, const ibv_wc &wc, const uint8_t *buf)
 	case rdm::MsgType::Close:
 		handle_close(peer, on, wc.qp_num, h);
 		return;
+	case rdm::MsgType::Idle:
+		rdm_handle_idle(ep, peer, on, wc.qp_num, h);
+		return;
 	case rdm::MsgType::CommitAnswer: {
 		RdmTxOp *op = answered_op(peer, wc.qp_num, h);
 		if (!op)
