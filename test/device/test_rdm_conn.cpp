@@ -3,7 +3,8 @@
 // (interleaved, and from two threads), senders outside the AV, closed and
 // removed peers, a peer that never answers (the connect timeout), sends
 // held by FI_MORE when the endpoint or the peer goes, rendezvous whose
-// receiver or sender closes, and the peer limit.
+// receiver or sender closes, the peer limit, unused connections closed by
+// agreement (FI_VRMA_RDM_IDLE_TIMEOUT) and quiet ones kept.
 // CK_RUN_SUITE=rdm CK_RUN_CASE=rdm_conn.
 #include "rdm_harness.h"
 
@@ -664,6 +665,30 @@ START_TEST(rdm_conn_idle_off)
 }
 END_TEST
 
+// Requests that asked for no completion (fi_inject) on a connection that
+// then goes quiet stay outstanding until a signaled one follows: the watch's
+// probe is that one. Without it the drain watch (1 s here) took the quiet
+// connection for a stalled one and failed it. The connection stays, and
+// carries the next message.
+START_TEST(rdm_conn_quiet_unsignaled)
+{
+	ScopedEnv drain("FI_VRMA_RDM_DRAIN_TIMEOUT", "1000");
+	RdmEnv env;
+	RdmNode a(env), b(env);
+	connect_all({&a, &b});
+	send_recv_one(a, b, 64, 1897);
+	for (uint32_t i = 0; i < 3; i++)
+		inject_one(a, b, 100, 1898 + i);
+	settle(3000);
+	ck_assert_uint_eq(conn_stats(a).connections, 1);
+	ck_assert_uint_eq(conn_stats(b).connections, 1);
+	ck_assert_uint_eq(conn_stats(a).closing, 0);
+	send_recv_one(a, b, 64, 1899);
+	expect_none(a, 10);
+	expect_none(b, 10);
+}
+END_TEST
+
 // Idle closes racing traffic: FI_VRMA_RDM_IDLE_TIMEOUT 30 ms, both sides
 // sending bursts (eager and rendezvous, tagged by sequence) after pauses of
 // 0 to 90 ms for 4 s, so that Queries meet sends in flight, sends posted
@@ -868,5 +893,5 @@ void add_rdm_conn_tcases(Suite *s)
 		       rdm_conn_peer_closed, rdm_conn_peer_not_yet_listening, rdm_conn_connect_timeout,
 		       rdm_conn_av_remove, rdm_conn_more_close, rdm_conn_more_peer_gone,
 		       rdm_rndv_receiver_closes, rdm_rndv_sender_closes, rdm_peer_limit, rdm_conn_idle_close,
-		       rdm_conn_idle_off, rdm_conn_idle_race});
+		       rdm_conn_idle_off, rdm_conn_idle_race, rdm_conn_quiet_unsignaled});
 }
